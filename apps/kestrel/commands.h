@@ -1,0 +1,10 @@
+// One function per subcommand: adds it to the CLI with its flags and its action.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace kestrel::app {
+
+void add_env_command(CLI::App& app);
+void add_models_command(CLI::App& app);
+
+}  // namespace kestrel::app

@@ -1,0 +1,29 @@
+// kestrel: YOLO object detectors (v3, v5, v7) trained on LibTorch. One executable, one subcommand per task.
+#include <iostream>
+
+#include <c10/util/Exception.h>
+
+#include "commands.h"
+#include "kestrel/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kestrel " KESTREL_VERSION ": YOLOv3/v5/v7 training and inference on LibTorch"};
+  app.require_subcommand(1);
+  kestrel::app::add_env_command(app);
+  kestrel::app::add_models_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const kestrel::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

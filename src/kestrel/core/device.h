@@ -1,0 +1,25 @@
+// The device seam: parsing upstream-style device strings and describing what this machine has.
+// Everything device-specific (CUDA today, other LibTorch backends later) is asked here, not inline.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+namespace kestrel {
+
+// Upstream spellings: "" (first CUDA device if any, else CPU), "cpu", "0", "cuda:0", "cuda".
+c10::Device parse_device(const std::string& spec);
+
+struct AcceleratorInfo {
+  bool cuda_available = false;
+  int cuda_device_count = 0;
+  std::vector<std::string> cuda_device_names;  // "NVIDIA H200 (139.8 GiB, sm_90)"
+  bool cudnn_available = false;
+  long cudnn_version = 0;                       // e.g. 91900 (0 when unknown)
+  int cuda_runtime_version = 0;                 // the CUDA runtime kestrel was linked with, e.g. 13000
+  int cuda_driver_version = 0;                  // 0 when no driver is installed
+};
+AcceleratorInfo query_accelerators();
+
+}  // namespace kestrel

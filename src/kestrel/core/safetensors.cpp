@@ -1,0 +1,156 @@
+#include "kestrel/core/safetensors.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel {
+namespace {
+
+const std::map<std::string, at::ScalarType>& dtypes() {
+  static const std::map<std::string, at::ScalarType> table = {
+      {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16}, {"I64", at::kLong},
+      {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},   {"U8", at::kByte},       {"BOOL", at::kBool}};
+  return table;
+}
+
+std::string dtype_name(at::ScalarType type, const std::string& key) {
+  for (const auto& [name, t] : dtypes())
+    if (t == type) return name;
+  fail("safetensors: tensor '", key, "' has unsupported dtype ", at::toString(type));
+}
+
+// Header lengths beyond this are corrupt files, not real checkpoints (the JSON of a 1,000-layer
+// model is well under 1 MB).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> blobs;
+  uint64_t offset = 0;
+  for (const auto& [key, tensor] : tensors) {
+    if (header.contains(key)) fail(path, ": duplicate tensor name '", key, "'");
+    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+    const uint64_t bytes = t.numel() * t.element_size();
+    header[key] = {{"dtype", dtype_name(t.scalar_type(), key)}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    blobs.push_back(t);
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // the spec allows space padding; keeps the data 8-byte aligned
+
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(path, ": cannot write (", std::strerror(errno), ")");
+    const uint64_t n = json.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(json.data(), static_cast<std::streamsize>(json.size()));
+    for (const auto& t : blobs) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      fail(path, ": write failed (disk full?)");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    fail(path, ": cannot replace the file (", ec.message(), ")");
+  }
+}
+
+SafetensorsContents load_safetensors(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) fail(path, ": weights file not found");
+  const uint64_t file_size = fs::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (!in || ec) fail(path, ": cannot be read");
+  if (file_size < 8) fail(path, ": not a safetensors file (", file_size, " bytes)");
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
+  if (n < 2 || n > kMaxHeaderBytes || n > file_size - 8)
+    fail(path, ": not a safetensors file (header length ", n, " does not fit a ", file_size, "-byte file; a PyTorch .pt "
+               "checkpoint? convert it with tools/pt_to_safetensors.py)");
+  std::string json(n, '\0');
+  in.read(json.data(), static_cast<std::streamsize>(n));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": corrupt safetensors header: ", e.what());
+  }
+  if (!header.is_object()) fail(path, ": corrupt safetensors header: not a JSON object");
+
+  const uint64_t data_size = file_size - 8 - n;
+  SafetensorsContents contents;
+  struct Entry { std::string key; at::ScalarType type; std::vector<int64_t> shape; uint64_t begin, end; };
+  std::vector<Entry> entries;
+  try {
+    for (const auto& [key, value] : header.items()) {
+      if (key == "__metadata__") {
+        for (const auto& [k, v] : value.items()) contents.metadata[k] = v.get<std::string>();
+        continue;
+      }
+      Entry e{key, at::kFloat, {}, 0, 0};
+      const std::string dtype = value.at("dtype").get<std::string>();
+      auto it = dtypes().find(dtype);
+      if (it == dtypes().end()) fail(path, ": tensor '", key, "' has unsupported dtype '", dtype, "'");
+      e.type = it->second;
+      uint64_t numel = 1;
+      for (const auto& d : value.at("shape")) {
+        const int64_t dim = d.get<int64_t>();
+        if (dim < 0) fail(path, ": tensor '", key, "' has a negative dimension");
+        e.shape.push_back(dim);
+        numel *= static_cast<uint64_t>(dim);
+      }
+      const auto& offsets = value.at("data_offsets");
+      if (!offsets.is_array() || offsets.size() != 2) fail(path, ": tensor '", key, "': data_offsets must be [begin, end]");
+      e.begin = offsets[0].get<uint64_t>();
+      e.end = offsets[1].get<uint64_t>();
+      if (e.begin > e.end || e.end > data_size)
+        fail(path, ": tensor '", key, "' lies outside the file (offsets ", e.begin, "..", e.end, ", data ", data_size, " bytes; truncated?)");
+      if (e.end - e.begin != numel * at::elementSize(e.type))
+        fail(path, ": tensor '", key, "' has ", e.end - e.begin, " bytes but its shape and dtype need ", numel * at::elementSize(e.type));
+      entries.push_back(std::move(e));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": corrupt safetensors header: ", e.what());
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < entries.size(); ++i)
+    if (entries[i].begin < entries[i - 1].end) fail(path, ": tensors '", entries[i - 1].key, "' and '", entries[i].key, "' overlap");
+
+  for (const auto& e : entries) {
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
+    in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
+    if (!in) fail(path, ": truncated while reading tensor '", e.key, "'");
+    contents.tensors.emplace_back(e.key, t);
+  }
+  return contents;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,204 @@
+#include "kestrel/models/common.h"
+
+#include <cstdlib>
+#include <regex>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/models/conv_ops.h"
+
+namespace kestrel::models {
+
+// ---- Activation ------------------------------------------------------------------------------
+
+at::Tensor Activation::operator()(const at::Tensor& x) const {
+  switch (kind) {
+    case Kind::SiLU: return at::silu(x);
+    case Kind::LeakyReLU: return at::leaky_relu(x, slope);
+    case Kind::ReLU: return at::relu(x);
+    case Kind::Hardswish: return at::hardswish(x);
+    case Kind::Sigmoid: return at::sigmoid(x);
+    case Kind::Identity: return x;
+  }
+  return x;
+}
+
+std::string Activation::str() const {
+  switch (kind) {
+    case Kind::SiLU: return "nn.SiLU()";
+    case Kind::LeakyReLU: return cat("nn.LeakyReLU(", slope, ")");
+    case Kind::ReLU: return "nn.ReLU()";
+    case Kind::Hardswish: return "nn.Hardswish()";
+    case Kind::Sigmoid: return "nn.Sigmoid()";
+    case Kind::Identity: return "nn.Identity()";
+  }
+  return "?";
+}
+
+Activation Activation::parse(const std::string& text) {
+  static const std::regex pattern(R"(^\s*(?:nn\.)?(\w+)\s*\(\s*([-+0-9.eE]*)\s*(?:,\s*(?:inplace\s*=\s*)?\w+\s*)?\)\s*$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, pattern)) fail("activation '", text, "' is not of the form nn.Name(...)");
+  const std::string name = m[1];
+  const std::string arg = m[2];
+  Activation a;
+  if (name == "SiLU") a.kind = Kind::SiLU;
+  else if (name == "LeakyReLU") {
+    a.kind = Kind::LeakyReLU;
+    if (!arg.empty()) a.slope = std::strtod(arg.c_str(), nullptr);
+  } else if (name == "ReLU") a.kind = Kind::ReLU;
+  else if (name == "Hardswish") a.kind = Kind::Hardswish;
+  else if (name == "Sigmoid") a.kind = Kind::Sigmoid;
+  else if (name == "Identity") a.kind = Kind::Identity;
+  else fail("unknown activation '", text, "' (known: SiLU, LeakyReLU, ReLU, Hardswish, Sigmoid, Identity)");
+  return a;
+}
+
+// ---- Conv ------------------------------------------------------------------------------------
+
+Conv::Conv(const ConvOptions& o) : act_(o.act) {
+  const int64_t pad = o.p >= 0 ? o.p : o.d * (o.k - 1) / 2;  // autopad with dilation
+  conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.c1, o.c2, o.k)
+                                                       .stride(o.s).padding(pad).groups(o.g).dilation(o.d).bias(false)));
+  bn = register_module("bn", make_batch_norm(o.c2));
+}
+
+at::Tensor Conv::forward(const at::Tensor& x) {
+  at::Tensor y = run_conv(*conv, x);
+  return act_(bn ? bn->forward(y) : y);
+}
+
+void Conv::fuse() {
+  if (!bn) return;
+  fold_batch_norm(*conv, *bn);
+  unregister_module("bn");
+  bn = nullptr;
+}
+
+// ---- Bottleneck, C3 --------------------------------------------------------------------------
+
+Bottleneck::Bottleneck(int64_t c1, int64_t c2, bool shortcut, int64_t g, double e, Activation act)
+    : add_(shortcut && c1 == c2) {
+  const auto c_ = static_cast<int64_t>(c2 * e);
+  cv1 = register_module("cv1", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
+  cv2 = register_module("cv2", std::make_shared<Conv>(ConvOptions{c_, c2, 3, 1, -1, g, 1, act}));
+}
+
+at::Tensor Bottleneck::forward(const at::Tensor& x) {
+  at::Tensor y = cv2->forward(cv1->forward(x));
+  return add_ ? x + y : y;
+}
+
+void Bottleneck::fuse() {
+  cv1->fuse();
+  cv2->fuse();
+}
+
+C3::C3(int64_t c1, int64_t c2, int64_t n, bool shortcut, int64_t g, double e, Activation act) {
+  const auto c_ = static_cast<int64_t>(c2 * e);
+  cv1 = register_module("cv1", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
+  cv2 = register_module("cv2", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
+  cv3 = register_module("cv3", std::make_shared<Conv>(ConvOptions{2 * c_, c2, 1, 1, -1, 1, 1, act}));
+  auto list = register_module("m", torch::nn::ModuleList());
+  for (int64_t i = 0; i < n; ++i) {
+    m_.push_back(std::make_shared<Bottleneck>(c_, c_, shortcut, g, 1.0, act));
+    list->push_back(m_.back());
+  }
+}
+
+at::Tensor C3::forward(const at::Tensor& x) {
+  at::Tensor y = cv1->forward(x);
+  for (auto& b : m_) y = b->forward(y);
+  return cv3->forward(at::cat({y, cv2->forward(x)}, 1));
+}
+
+void C3::fuse() {
+  for (auto* c : {cv1.get(), cv2.get(), cv3.get()}) c->fuse();
+  for (auto& b : m_) b->fuse();
+}
+
+// ---- SPP, SPPF, Focus ------------------------------------------------------------------------
+
+SPP::SPP(int64_t c1, int64_t c2, std::vector<int64_t> ks, Activation act) : ks_(std::move(ks)) {
+  const int64_t c_ = c1 / 2;
+  cv1 = register_module("cv1", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
+  cv2 = register_module("cv2", std::make_shared<Conv>(
+                                   ConvOptions{c_ * static_cast<int64_t>(ks_.size() + 1), c2, 1, 1, -1, 1, 1, act}));
+}
+
+at::Tensor SPP::forward(const at::Tensor& x) {
+  at::Tensor y = cv1->forward(x);
+  std::vector<at::Tensor> parts{y};
+  for (int64_t k : ks_) parts.push_back(at::max_pool2d(y, {k, k}, {1, 1}, {k / 2, k / 2}));
+  return cv2->forward(at::cat(parts, 1));
+}
+
+void SPP::fuse() {
+  cv1->fuse();
+  cv2->fuse();
+}
+
+SPPF::SPPF(int64_t c1, int64_t c2, int64_t k, Activation act) : k_(k) {
+  const int64_t c_ = c1 / 2;
+  cv1 = register_module("cv1", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
+  cv2 = register_module("cv2", std::make_shared<Conv>(ConvOptions{c_ * 4, c2, 1, 1, -1, 1, 1, act}));
+}
+
+at::Tensor SPPF::forward(const at::Tensor& x) {
+  at::Tensor y0 = cv1->forward(x);
+  auto pool = [&](const at::Tensor& t) { return at::max_pool2d(t, {k_, k_}, {1, 1}, {k_ / 2, k_ / 2}); };
+  at::Tensor y1 = pool(y0), y2 = pool(y1), y3 = pool(y2);
+  return cv2->forward(at::cat({y0, y1, y2, y3}, 1));
+}
+
+void SPPF::fuse() {
+  cv1->fuse();
+  cv2->fuse();
+}
+
+Focus::Focus(ConvOptions o) {
+  o.c1 *= 4;
+  conv = register_module("conv", std::make_shared<Conv>(o));
+}
+
+at::Tensor space_to_depth(const at::Tensor& x) {
+  using at::indexing::Slice;
+  return at::cat({x.index({Slice(), Slice(), Slice(0, {}, 2), Slice(0, {}, 2)}),
+                  x.index({Slice(), Slice(), Slice(1, {}, 2), Slice(0, {}, 2)}),
+                  x.index({Slice(), Slice(), Slice(0, {}, 2), Slice(1, {}, 2)}),
+                  x.index({Slice(), Slice(), Slice(1, {}, 2), Slice(1, {}, 2)})},
+                 1);
+}
+
+at::Tensor Focus::forward(const at::Tensor& x) { return conv->forward(space_to_depth(x)); }
+
+void Focus::fuse() { conv->fuse(); }
+
+// ---- parameter-free layers -------------------------------------------------------------------
+
+at::Tensor Concat::forward_inputs(const std::vector<at::Tensor>& xs) { return at::cat(xs, dim_); }
+
+at::Tensor Upsample::forward(const at::Tensor& x) {
+  return at::upsample_nearest2d(x, c10::nullopt, std::vector<double>{scale_, scale_});
+}
+
+at::Tensor MaxPool::forward(const at::Tensor& x) { return at::max_pool2d(x, {k_, k_}, {s_, s_}, {p_, p_}); }
+
+at::Tensor ZeroPad::forward(const at::Tensor& x) { return at::constant_pad_nd(x, pad_, 0); }
+
+Repeat::Repeat(const std::vector<std::shared_ptr<Layer>>& layers) : layers_(layers) {
+  for (size_t i = 0; i < layers_.size(); ++i) register_module(std::to_string(i), layers_[i]);
+}
+
+at::Tensor Repeat::forward(const at::Tensor& x) {
+  at::Tensor y = x;
+  for (auto& layer : layers_) y = layer->forward(y);
+  return y;
+}
+
+void Repeat::fuse() {
+  for (auto& layer : layers_) layer->fuse();
+}
+
+}  // namespace kestrel::models

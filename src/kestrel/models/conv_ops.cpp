@@ -1,0 +1,44 @@
+#include "kestrel/models/conv_ops.h"
+
+#include <torch/nn/options/batchnorm.h>
+#include <torch/utils.h>
+
+namespace kestrel::models {
+namespace {
+thread_local FlopCounter* active_counter = nullptr;
+}
+
+torch::nn::BatchNorm2d make_batch_norm(int64_t channels) {
+  return torch::nn::BatchNorm2d(
+      torch::nn::BatchNorm2dOptions(channels).eps(kBatchNormEps).momentum(kBatchNormMomentum));
+}
+
+FlopCounter::FlopCounter() : previous_(active_counter) { active_counter = this; }
+FlopCounter::~FlopCounter() { active_counter = previous_; }
+
+at::Tensor run_conv(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
+  at::Tensor y = conv.forward(x);
+  if (active_counter) {
+    // weight [c_out, c_in/groups, kh, kw]; output [b, c_out, h, w]: one MAC per weight per output pixel.
+    const double macs_per_pixel = static_cast<double>(conv.weight.numel());
+    active_counter->add(2.0 * macs_per_pixel * static_cast<double>(y.size(0) * y.size(2) * y.size(3)));
+  }
+  return y;
+}
+
+void fold_batch_norm(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn) {
+  torch::NoGradGuard no_grad;
+  // scale [c_out] = gamma / sqrt(running_var + eps)
+  at::Tensor scale = bn.weight / at::sqrt(bn.running_var + bn.options.eps());
+  at::Tensor weight = conv.weight * scale.reshape({-1, 1, 1, 1});
+  at::Tensor bias = conv.bias.defined() ? conv.bias : at::zeros_like(bn.running_mean);
+  bias = (bias - bn.running_mean) * scale + bn.bias;
+  conv.weight.set_data(weight);
+  if (conv.bias.defined()) {
+    conv.bias.set_data(bias);
+  } else {
+    conv.bias = conv.register_parameter("bias", bias);
+  }
+}
+
+}  // namespace kestrel::models

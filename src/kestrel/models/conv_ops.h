@@ -1,0 +1,40 @@
+// Convolution with operation counting, and the BatchNorm settings every YOLO model uses.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+
+namespace kestrel::models {
+
+// Upstream's initialize_weights(): every BatchNorm2d gets eps 1e-3 and momentum 0.03.
+constexpr double kBatchNormEps = 1e-3;
+constexpr double kBatchNormMomentum = 0.03;
+torch::nn::BatchNorm2d make_batch_norm(int64_t channels);
+
+// "same" padding of upstream's autopad: k // 2 for odd kernels.
+inline int64_t autopad(int64_t kernel, int64_t padding = -1) { return padding >= 0 ? padding : kernel / 2; }
+
+// Every convolution of the model goes through here so that FlopCounter sees it.
+at::Tensor run_conv(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+
+// While alive, counts 2 x multiply-accumulates of every run_conv on this thread (the convention of
+// model_facts.md: convolution FLOPs only, batch norm and activations excluded).
+class FlopCounter {
+ public:
+  FlopCounter();
+  ~FlopCounter();
+  FlopCounter(const FlopCounter&) = delete;
+  FlopCounter& operator=(const FlopCounter&) = delete;
+  double flops() const { return flops_; }
+  void add(double flops) { flops_ += flops; }
+
+ private:
+  double flops_ = 0;
+  FlopCounter* previous_;
+};
+
+// conv(x) then BN folded into conv weights and bias: returns the fused convolution (with bias).
+// Used by every fuse(); math of torch.nn.utils.fusion.fuse_conv_bn_weights.
+void fold_batch_norm(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn);
+
+}  // namespace kestrel::models

@@ -1,0 +1,137 @@
+#include "kestrel/models/detect.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/models/conv_ops.h"
+
+namespace kestrel::models {
+namespace {
+
+// ImplicitA / ImplicitM of YOLOR: a module holding one parameter named "implicit".
+class Implicit : public torch::nn::Module {
+ public:
+  Implicit(int64_t channels, double mean) {
+    implicit = register_parameter("implicit", at::empty({1, channels, 1, 1}).normal_(mean, 0.02));
+  }
+  at::Tensor implicit;
+};
+
+}  // namespace
+
+Detect::Detect(int64_t nc, const std::vector<std::vector<double>>& anchors, const std::vector<int64_t>& ch, bool implicit)
+    : nc_(nc), no_(nc + 5), nl_(static_cast<int64_t>(anchors.size())), implicit_(implicit) {
+  if (anchors.empty()) fail("the detection head needs at least one anchor level");
+  if (static_cast<int64_t>(ch.size()) != nl_)
+    fail("the detection head reads ", ch.size(), " feature maps but has ", nl_, " anchor levels");
+  na_ = static_cast<int64_t>(anchors[0].size() / 2);
+  std::vector<double> flat;
+  for (const auto& level : anchors) {
+    if (level.size() % 2 != 0 || static_cast<int64_t>(level.size() / 2) != na_ || na_ == 0)
+      fail("every anchor level needs the same number of (w, h) pairs");
+    flat.insert(flat.end(), level.begin(), level.end());
+  }
+  at::Tensor a = at::tensor(flat, at::kFloat).view({nl_, na_, 2});
+  anchors_ = register_buffer("anchors", a);
+  if (implicit_) anchor_grid_ = register_buffer("anchor_grid", a.clone().view({nl_, 1, na_, 1, 1, 2}));
+
+  auto m = register_module("m", torch::nn::ModuleList());
+  torch::nn::ModuleList ia{nullptr}, im{nullptr};
+  if (implicit_) {
+    ia = register_module("ia", torch::nn::ModuleList());
+    im = register_module("im", torch::nn::ModuleList());
+  }
+  for (int64_t i = 0; i < nl_; ++i) {
+    m_.push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(ch[i], no_ * na_, 1)));
+    m->push_back(m_.back());
+    if (implicit_) {
+      auto add = std::make_shared<Implicit>(ch[i], 0.0);
+      auto mul = std::make_shared<Implicit>(no_ * na_, 1.0);
+      ia->push_back(add);
+      im->push_back(mul);
+      implicit_add_.push_back(add->implicit);
+      implicit_mul_.push_back(mul->implicit);
+    }
+  }
+}
+
+at::Tensor Detect::forward(const at::Tensor& x) { fail("Detect reads one feature map per level; use forward_levels"); }
+
+std::vector<at::Tensor> Detect::forward_levels(const std::vector<at::Tensor>& xs) {
+  if (static_cast<int64_t>(xs.size()) != nl_) fail("Detect: expected ", nl_, " feature maps, got ", xs.size());
+  std::vector<at::Tensor> out;
+  out.reserve(xs.size());
+  for (int64_t i = 0; i < nl_; ++i) {
+    at::Tensor x = xs[i];
+    if (!implicit_add_.empty()) x = x + implicit_add_[i];
+    x = run_conv(*m_[i], x);
+    if (!implicit_mul_.empty()) x = x * implicit_mul_[i];
+    const int64_t b = x.size(0), ny = x.size(2), nx = x.size(3);
+    // [b, na * no, ny, nx] -> [b, na, ny, nx, no]
+    out.push_back(x.view({b, na_, no_, ny, nx}).permute({0, 1, 3, 4, 2}).contiguous());
+  }
+  return out;
+}
+
+at::Tensor Detect::decode(const std::vector<at::Tensor>& levels) const {
+  if (strides_.empty()) fail("Detect::decode before initialize()");
+  std::vector<at::Tensor> out;
+  for (int64_t i = 0; i < nl_; ++i) {
+    const at::Tensor& p = levels[i];  // [b, na, ny, nx, no]
+    const int64_t b = p.size(0), ny = p.size(2), nx = p.size(3);
+    auto opts = p.options();
+    auto yx = at::meshgrid({at::arange(ny, opts), at::arange(nx, opts)}, "ij");
+    at::Tensor grid = at::stack({yx[1], yx[0]}, 2).view({1, 1, ny, nx, 2}) - 0.5;         // cell corner - 0.5
+    at::Tensor anchor_px = (anchors_[i] * strides_[i]).to(opts).view({1, na_, 1, 1, 2});  // pixels
+    at::Tensor y = p.sigmoid();
+    at::Tensor xy = (y.narrow(4, 0, 2) * 2 + grid) * strides_[i];
+    at::Tensor wh = (y.narrow(4, 2, 2) * 2).pow(2) * anchor_px;
+    out.push_back(at::cat({xy, wh, y.narrow(4, 4, no_ - 4)}, 4).view({b, na_ * ny * nx, no_}));
+  }
+  return at::cat(out, 1);
+}
+
+void Detect::initialize(const std::vector<double>& strides) {
+  if (static_cast<int64_t>(strides.size()) != nl_) fail("Detect: ", strides.size(), " strides for ", nl_, " levels");
+  strides_ = strides;
+  torch::NoGradGuard no_grad;
+  // Anchor order must follow stride order (small anchors on the fine level), as upstream's check_anchor_order.
+  at::Tensor area = anchors_.prod(-1).mean(-1);  // [nl]
+  const double da = (area[-1] - area[0]).item<double>(), ds = strides_.back() - strides_.front();
+  if (da != 0 && ((da > 0) != (ds > 0))) {
+    anchors_.copy_(anchors_.flip(0));
+    if (anchor_grid_.defined()) anchor_grid_.copy_(anchor_grid_.flip(0));
+  }
+  for (int64_t i = 0; i < nl_; ++i) {
+    anchors_[i].div_(strides_[i]);
+    // bias [na * no] viewed [na, no]: objectness prior ~8 objects per 640x640 image at this stride,
+    // class prior 0.6 / nc (YOLOv7 writes nc - 0.99 where YOLOv5 writes nc - 0.99999).
+    at::Tensor bias = m_[i]->bias.view({na_, no_});
+    bias.select(1, 4).add_(std::log(8.0 / std::pow(640.0 / strides_[i], 2)));
+    bias.narrow(1, 5, nc_).add_(std::log(0.6 / (static_cast<double>(nc_) - (implicit_ ? 0.99 : 0.99999))));
+  }
+}
+
+void Detect::fuse() {
+  if (implicit_add_.empty()) return;
+  torch::NoGradGuard no_grad;
+  for (int64_t i = 0; i < nl_; ++i) {
+    auto& conv = *m_[i];
+    const int64_t c_out = conv.weight.size(0), c_in = conv.weight.size(1);
+    // conv(x + a) * m = (W x + W a + b) * m  ->  W' = W * m, b' = (b + W a) * m
+    at::Tensor wa = at::matmul(conv.weight.view({c_out, c_in}), implicit_add_[i].view({c_in, 1})).view({c_out});
+    at::Tensor scale = implicit_mul_[i].view({c_out});
+    conv.bias.set_data((conv.bias + wa) * scale);
+    conv.weight.set_data(conv.weight * scale.view({c_out, 1, 1, 1}));
+  }
+  implicit_add_.clear();
+  implicit_mul_.clear();
+  unregister_module("ia");
+  unregister_module("im");
+}
+
+}  // namespace kestrel::models

@@ -1,0 +1,49 @@
+// The anchor-based detection head of YOLOv3/v5 (Detect) and YOLOv7 (IDetect: Detect with learned
+// implicit offsets before and scales after each output conv, and an anchor_grid buffer).
+#pragma once
+#include <vector>
+
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+
+#include "kestrel/models/layer.h"
+
+namespace kestrel::models {
+
+class Detect : public Layer {
+ public:
+  // anchors: per level, [w0, h0, w1, h1, ...] in pixels; ch: input channels per level.
+  Detect(int64_t nc, const std::vector<std::vector<double>>& anchors, const std::vector<int64_t>& ch, bool implicit);
+
+  at::Tensor forward(const at::Tensor& x) override;  // not used: the head takes one input per level
+  // xs[i] [b, ch_i, ny_i, nx_i] -> raw predictions [b, na, ny_i, nx_i, no] (no = nc + 5), as in training.
+  std::vector<at::Tensor> forward_levels(const std::vector<at::Tensor>& xs);
+  // Raw levels -> [b, sum(na * ny_i * nx_i), no]: box centre x, y and w, h in input pixels, then
+  // objectness and class probabilities (sigmoid). xy = (2 sigmoid - 0.5 + cell) * stride, wh = (2 sigmoid)^2 * anchor.
+  at::Tensor decode(const std::vector<at::Tensor>& levels) const;
+
+  // Called once by the model after probing strides: orders anchors like the strides, converts them to
+  // grid units and sets the output-bias priors (objectness ~8 objects per 640 image, class ~0.6/nc).
+  void initialize(const std::vector<double>& strides);
+  void fuse() override;  // folds the implicit layers into the output convs
+
+  bool implicit() const { return implicit_; }
+  int64_t nc() const { return nc_; }
+  int64_t num_outputs() const { return no_; }    // nc + 5
+  int64_t num_levels() const { return nl_; }
+  int64_t num_anchors() const { return na_; }    // per level
+  const std::vector<double>& strides() const { return strides_; }
+  const at::Tensor& anchors() const { return anchors_; }  // [nl, na, 2] in grid units (after initialize)
+
+ private:
+  int64_t nc_, no_, nl_, na_;
+  bool implicit_;
+  std::vector<double> strides_;
+  at::Tensor anchors_;      // buffer "anchors"
+  at::Tensor anchor_grid_;  // buffer "anchor_grid" [nl, 1, na, 1, 1, 2], pixels (IDetect only)
+  std::vector<torch::nn::Conv2d> m_;      // ModuleList "m": 1x1 conv to na * no channels per level
+  std::vector<at::Tensor> implicit_add_;  // "ia.i.implicit" [1, ch_i, 1, 1], ~N(0, 0.02)
+  std::vector<at::Tensor> implicit_mul_;  // "im.i.implicit" [1, na * no, 1, 1], ~N(1, 0.02)
+};
+
+}  // namespace kestrel::models

@@ -1,0 +1,341 @@
+// build_model(): the YAML rows -> modules, following upstream parse_model's channel and repeat rules.
+#include <cfenv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/models/common.h"
+#include "kestrel/models/yolo_model.h"
+#include "kestrel/models/yolov7_blocks.h"
+
+namespace kestrel::models {
+namespace {
+
+// Python's round(): halves to even (nearbyint under the default rounding mode).
+int round_half_even(double x) { return static_cast<int>(std::nearbyint(x)); }
+int64_t make_divisible(double x, int64_t divisor) { return static_cast<int64_t>(std::ceil(x / divisor)) * divisor; }
+
+std::string render(const YAML::Node& node) {
+  if (node.IsSequence()) {
+    std::string s = "[";
+    for (size_t i = 0; i < node.size(); ++i) s += (i ? ", " : "") + render(node[i]);
+    return s + "]";
+  }
+  if (node.IsNull()) return "None";
+  return node.Scalar();
+}
+
+// Reads one layer's argument list with upstream's names (nc, anchors, None, True/False).
+class Args {
+ public:
+  Args(const LayerSpec& spec, int index, const ModelConfig& cfg) : spec_(spec), index_(index), cfg_(cfg) {}
+
+  std::string where() const { return cat(cfg_.source, ":", spec_.line, ": layer ", index_, " (", spec_.module, ")"); }
+  size_t size() const { return spec_.args.size(); }
+  bool has(size_t i) const { return i < size() && !is_none(i); }
+  bool is_none(size_t i) const {
+    const YAML::Node n = spec_.args[i];
+    return n.IsNull() || (n.IsScalar() && n.Scalar() == "None");
+  }
+  void at_most(size_t n, const char* signature) const {
+    if (size() > n) fail(where(), ": takes at most ", n, " arguments ", signature, ", got ", size());
+  }
+  void at_least(size_t n, const char* signature) const {
+    if (size() < n) fail(where(), ": needs at least ", n, " arguments ", signature, ", got ", size());
+  }
+  bool is_string(size_t i) const {
+    const YAML::Node n = spec_.args[i];
+    if (!n.IsScalar()) return false;
+    const std::string& s = n.Scalar();
+    return !s.empty() && !std::isdigit(static_cast<unsigned char>(s[0])) && s[0] != '-' && s != "True" &&
+           s != "False" && s != "true" && s != "false" && s != "nc" && s != "None";
+  }
+  int64_t integer(size_t i, int64_t fallback) const {
+    if (!has(i)) return fallback;
+    const YAML::Node n = spec_.args[i];
+    if (n.IsScalar() && n.Scalar() == "nc") return cfg_.nc;
+    try {
+      return n.as<int64_t>();
+    } catch (const YAML::Exception&) {
+      fail(where(), ": argument ", i + 1, " must be an integer, got '", render(n), "'");
+    }
+  }
+  double real(size_t i, double fallback) const {
+    if (!has(i)) return fallback;
+    try {
+      return spec_.args[i].as<double>();
+    } catch (const YAML::Exception&) {
+      fail(where(), ": argument ", i + 1, " must be a number, got '", render(spec_.args[i]), "'");
+    }
+  }
+  bool boolean(size_t i, bool fallback) const {
+    if (!has(i)) return fallback;
+    const std::string s = spec_.args[i].IsScalar() ? spec_.args[i].Scalar() : "";
+    if (s == "True" || s == "true") return true;
+    if (s == "False" || s == "false") return false;
+    fail(where(), ": argument ", i + 1, " must be True or False, got '", render(spec_.args[i]), "'");
+  }
+  std::vector<int64_t> int_list(size_t i, std::vector<int64_t> fallback) const {
+    if (!has(i)) return fallback;
+    const YAML::Node n = spec_.args[i];
+    if (n.IsScalar()) return {integer(i, 0)};
+    std::vector<int64_t> out;
+    try {
+      for (const auto& v : n) out.push_back(v.as<int64_t>());
+    } catch (const YAML::Exception&) {
+      fail(where(), ": argument ", i + 1, " must be a list of integers, got '", render(n), "'");
+    }
+    return out;
+  }
+  // True -> the default activation, False -> Identity, "nn.X(...)" -> that activation.
+  Activation activation(size_t i, const Activation& fallback) const {
+    if (!has(i)) return fallback;
+    if (is_string(i)) {
+      try {
+        return Activation::parse(spec_.args[i].Scalar());
+      } catch (const Error& e) {
+        fail(where(), ": ", e.what());
+      }
+    }
+    return boolean(i, true) ? fallback : Activation{Activation::Kind::Identity};
+  }
+  const YAML::Node node(size_t i) const { return spec_.args[i]; }
+  std::string rest_from(size_t i) const {
+    std::string s;
+    for (size_t k = i; k < size(); ++k) s += ", " + render(spec_.args[k]);
+    return s;
+  }
+
+ private:
+  const LayerSpec& spec_;
+  int index_;
+  const ModelConfig& cfg_;
+};
+
+// Anchors from the config (a list per level, or an int = anchors per level) in pixels.
+std::vector<std::vector<double>> read_anchors(const YAML::Node& node, size_t levels, const Args& args) {
+  std::vector<std::vector<double>> anchors;
+  if (node.IsScalar()) {
+    // Upstream's placeholder when only a count is given: [0, 1, ..., 2k - 1] per level (AutoAnchor replaces it).
+    const int64_t k = node.as<int64_t>();
+    if (k < 1) fail(args.where(), ": anchors per level must be >= 1");
+    std::vector<double> level(static_cast<size_t>(2 * k));
+    for (size_t i = 0; i < level.size(); ++i) level[i] = static_cast<double>(i);
+    return std::vector<std::vector<double>>(levels, level);
+  }
+  if (!node.IsSequence()) fail(args.where(), ": 'anchors' must be a list of [w, h, ...] lists or an integer");
+  try {
+    for (const auto& level : node) {
+      std::vector<double> wh;
+      for (const auto& v : level) wh.push_back(v.as<double>());
+      anchors.push_back(wh);
+    }
+  } catch (const YAML::Exception&) {
+    fail(args.where(), ": 'anchors' must be lists of numbers");
+  }
+  if (anchors.size() != levels)
+    fail(args.where(), ": ", anchors.size(), " anchor levels but the head reads ", levels, " feature maps");
+  return anchors;
+}
+
+struct Built {
+  std::shared_ptr<Layer> layer;
+  int64_t c2;
+  std::string arguments;
+};
+
+using Factory = std::function<Built(const Args&, int64_t c1, int64_t c2, int64_t n, const Activation&)>;
+
+// Modules whose first argument is the output width (scaled by width_multiple). C3 and SPPCSPC take
+// the repeat count as their third constructor argument instead of being repeated.
+const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
+  static const std::map<std::string, std::pair<Factory, bool>> table = {
+      {"Conv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                  a.at_most(7, "[c2, k, s, p, g, d|act, act]");
+                  ConvOptions o{c1, c2, a.integer(1, 1), a.integer(2, 1), a.integer(3, -1), a.integer(4, 1), 1, act};
+                  // YOLOv5 Conv(c1, c2, k, s, p, g, d, act); YOLOv7 Conv(c1, c2, k, s, p, g, act).
+                  if (a.size() > 5 && a.is_string(5)) {
+                    o.act = a.activation(5, act);
+                  } else {
+                    o.d = a.integer(5, 1);
+                    o.act = a.activation(6, act);
+                  }
+                  return Built{std::make_shared<Conv>(o), c2, ""};
+                }, false}},
+      {"Focus", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                   a.at_most(6, "[c2, k, s, p, g, act]");
+                   ConvOptions o{c1, c2, a.integer(1, 1), a.integer(2, 1), a.integer(3, -1), a.integer(4, 1), 1, a.activation(5, act)};
+                   return Built{std::make_shared<Focus>(o), c2, ""};
+                 }, false}},
+      {"Bottleneck", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                        a.at_most(4, "[c2, shortcut, g, e]");
+                        return Built{std::make_shared<Bottleneck>(c1, c2, a.boolean(1, true), a.integer(2, 1), a.real(3, 0.5), act), c2, ""};
+                      }, false}},
+      {"C3", {[](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
+                a.at_most(4, "[c2, shortcut, g, e]");
+                return Built{std::make_shared<C3>(c1, c2, n, a.boolean(1, true), a.integer(2, 1), a.real(3, 0.5), act), c2, ""};
+              }, true}},
+      {"SPP", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                 a.at_most(2, "[c2, [k1, k2, ...]]");
+                 return Built{std::make_shared<SPP>(c1, c2, a.int_list(1, {5, 9, 13}), act), c2, ""};
+               }, false}},
+      {"SPPF", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                  a.at_most(2, "[c2, k]");
+                  return Built{std::make_shared<SPPF>(c1, c2, a.integer(1, 5), act), c2, ""};
+                }, false}},
+      {"SPPCSPC", {[](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
+                     a.at_most(5, "[c2, shortcut, g, e, [k1, k2, ...]]");
+                     return Built{std::make_shared<SPPCSPC>(c1, c2, n, a.boolean(1, false), a.integer(2, 1), a.real(3, 0.5),
+                                                            a.int_list(4, {5, 9, 13}), act),
+                                  c2, ""};
+                   }, true}},
+      {"RepConv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                     a.at_most(6, "[c2, k, s, p, g, act]");
+                     return Built{std::make_shared<RepConv>(c1, c2, a.integer(1, 3), a.integer(2, 1), a.integer(3, -1),
+                                                            a.integer(4, 1), a.activation(5, act)),
+                                  c2, ""};
+                   }, false}},
+  };
+  return table;
+}
+
+// Modules that keep their input's channel count.
+Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
+  if (module == "nn.Upsample" || module == "Upsample") {
+    a.at_most(3, "[size, scale_factor, mode]");
+    if (a.has(0)) fail(a.where(), ": only scale_factor upsampling is supported (size must be None)");
+    if (a.size() > 2 && a.node(2).Scalar() != "nearest") fail(a.where(), ": only 'nearest' upsampling is supported");
+    return {std::make_shared<Upsample>(a.real(1, 2.0)), c1, ""};
+  }
+  if (module == "nn.MaxPool2d" || module == "MaxPool2d") {
+    a.at_least(1, "[k, s, p]");
+    a.at_most(3, "[k, s, p]");
+    const int64_t k = a.integer(0, 1);
+    return {std::make_shared<MaxPool>(k, a.integer(1, k), a.integer(2, 0)), c1, ""};
+  }
+  if (module == "MP") {
+    a.at_most(1, "[k]");
+    const int64_t k = a.integer(0, 2);
+    return {std::make_shared<MaxPool>(k, k, 0), c1, ""};
+  }
+  if (module == "SP") {
+    a.at_most(2, "[k, s]");
+    const int64_t k = a.integer(0, 3);
+    return {std::make_shared<MaxPool>(k, a.integer(1, 1), k / 2), c1, ""};
+  }
+  if (module == "nn.ZeroPad2d" || module == "ZeroPad2d") {
+    a.at_least(1, "[padding]");
+    a.at_most(1, "[padding]");
+    std::vector<int64_t> pad = a.int_list(0, {});
+    if (pad.size() == 1) pad = {pad[0], pad[0], pad[0], pad[0]};
+    if (pad.size() != 4) fail(a.where(), ": padding is an integer or [left, right, top, bottom]");
+    return {std::make_shared<ZeroPad>(pad), c1, ""};
+  }
+  if (module == "ReOrg") {
+    a.at_most(0, "[]");
+    return {std::make_shared<ReOrg>(), 4 * c1, ""};
+  }
+  fail(a.where(), ": unknown module '", module,
+       "' (kestrel knows Conv, Focus, Bottleneck, C3, SPP, SPPF, SPPCSPC, RepConv, Concat, Shortcut, nn.Upsample, "
+       "nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect)");
+}
+
+}  // namespace
+
+std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
+  ModelConfig cfg = config;
+  if (nc > 0) cfg.nc = nc;
+  Activation default_act;
+  if (!cfg.activation.empty()) {
+    try {
+      default_act = Activation::parse(cfg.activation);
+    } catch (const Error& e) {
+      fail(cfg.source, ": 'activation': ", e.what());
+    }
+  }
+  std::vector<std::shared_ptr<Layer>> layers;
+  std::vector<LayerInfo> info;
+  std::shared_ptr<Detect> head;
+  std::vector<int64_t> ch;  // output channels per layer
+
+  const int count = static_cast<int>(cfg.layers.size());
+  for (int i = 0; i < count; ++i) {
+    const LayerSpec& spec = cfg.layers[i];
+    const Args args(spec, i, cfg);
+    LayerInfo row;
+    for (int f : spec.from) row.from.push_back(f < 0 ? i + f : f);  // layer 0's -1 stays -1: the image
+    auto channels_of = [&](int f) { return f < 0 ? int64_t{cfg.ch} : ch[f]; };
+    const int64_t c1 = channels_of(row.from[0]);
+    int n = spec.number > 1 ? std::max(round_half_even(spec.number * cfg.depth_multiple), 1) : spec.number;
+    row.module = spec.module;
+    if (head) fail(args.where(), ": the detection head must be the last layer");
+
+    Built built;
+    const auto& table = width_modules();
+    if (auto it = table.find(spec.module); it != table.end()) {
+      args.at_least(1, "(the first is the output width)");
+      const int64_t na = cfg.anchors.IsSequence() && cfg.anchors.size() ? cfg.anchors[0].size() / 2
+                         : cfg.anchors.IsScalar()                      ? cfg.anchors.as<int64_t>()
+                                                                       : 3;
+      int64_t c2 = args.integer(0, 0);
+      if (c2 < 1) fail(args.where(), ": the output width must be >= 1");
+      if (c2 != na * (cfg.nc + 5)) c2 = make_divisible(c2 * cfg.width_multiple, cfg.channel_multiple);
+      const auto& [factory, takes_repeats] = it->second;
+      if (takes_repeats) {
+        built = factory(args, c1, c2, n, default_act);
+        built.arguments = cat("[", c1, ", ", c2, ", ", n, args.rest_from(1), "]");
+        n = 1;
+      } else {
+        std::vector<std::shared_ptr<Layer>> copies;
+        for (int r = 0; r < n; ++r) copies.push_back(factory(args, r == 0 ? c1 : c2, c2, 1, default_act).layer);
+        built = {n > 1 ? std::make_shared<Repeat>(copies) : copies[0], c2, cat("[", c1, ", ", c2, args.rest_from(1), "]")};
+      }
+    } else if (spec.module == "Concat" || spec.module == "Shortcut") {
+      args.at_most(1, "[dimension]");
+      int64_t c2 = 0;
+      for (int f : row.from) c2 += channels_of(f);
+      if (spec.module == "Shortcut") c2 = c1;
+      if (spec.module == "Concat" && args.integer(0, 1) != 1) fail(args.where(), ": only channel concatenation (dimension 1) is supported");
+      built = {spec.module == "Concat" ? std::shared_ptr<Layer>(std::make_shared<Concat>(1)) : std::make_shared<Shortcut>(), c2,
+               args.size() ? cat("[", args.integer(0, 1), "]") : "[]"};
+    } else if (spec.module == "Detect" || spec.module == "IDetect") {
+      if (i != count - 1) fail(args.where(), ": the detection head must be the last layer");
+      args.at_least(2, "[nc, anchors]");
+      args.at_most(2, "[nc, anchors]");
+      const int64_t head_nc = args.node(0).IsScalar() && args.node(0).Scalar() == "nc" ? cfg.nc : args.integer(0, cfg.nc);
+      const YAML::Node anchor_node = args.node(1).IsScalar() && args.node(1).Scalar() == "anchors" ? cfg.anchors : args.node(1);
+      if (!anchor_node) fail(args.where(), ": the head needs anchors but the file has no 'anchors' key");
+      std::vector<int64_t> in_ch;
+      for (int f : row.from) in_ch.push_back(channels_of(f));
+      try {
+        head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, row.from.size(), args), in_ch, spec.module == "IDetect");
+      } catch (const Error& e) {
+        fail(args.where(), ": ", e.what());
+      }
+      std::string chs;
+      for (auto c : in_ch) chs += (chs.empty() ? "" : ", ") + std::to_string(c);
+      built = {head, 0, cat("[", head_nc, ", ", render(anchor_node), ", [", chs, "]]")};
+    } else {
+      if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for this module");
+      built = build_passthrough(spec.module, args, c1);
+      built.arguments = "[" + args.rest_from(0).substr(args.size() ? 2 : 0) + "]";
+    }
+    if (spec.from.size() > 1 && spec.module != "Concat" && spec.module != "Shortcut" && !head)
+      fail(args.where(), ": this module reads one input, but 'from' lists ", spec.from.size());
+    row.number = n;
+    row.arguments = built.arguments;
+    row.out_channels = built.c2;
+    ch.push_back(built.c2);
+    layers.push_back(built.layer);
+    info.push_back(row);
+  }
+  if (!head) fail(cfg.source, ": the last layer must be the detection head (Detect or IDetect)");
+  return std::make_shared<YoloModel>(cfg.name(), cfg.ch, layers, info, head);
+}
+
+}  // namespace kestrel::models

@@ -1,0 +1,124 @@
+#include "kestrel/models/model_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::models {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string where(const std::string& source, const YAML::Node& node) {
+  const auto mark = node.Mark();
+  return mark.line >= 0 ? cat(source, ":", mark.line + 1) : source;
+}
+
+template <typename T>
+T scalar(const YAML::Node& node, const std::string& source, const std::string& key) {
+  if (!node.IsScalar()) fail(where(source, node), ": '", key, "' must be a number");
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(where(source, node), ": '", key, "' must be a number, got '", node.Scalar(), "'");
+  }
+}
+
+LayerSpec parse_layer(const YAML::Node& row, int index, const std::string& source) {
+  const std::string at = cat(where(source, row), ": layer ", index);
+  if (!row.IsSequence() || row.size() != 4)
+    fail(at, ": a layer is [from, number, module, args] (4 entries), got ",
+         row.IsSequence() ? cat(row.size(), " entries") : std::string("no list"));
+  LayerSpec spec;
+  spec.line = row.Mark().line + 1;
+  const YAML::Node& from = row[0];
+  try {
+    if (from.IsSequence()) {
+      spec.from_is_list = true;
+      for (const auto& f : from) spec.from.push_back(f.as<int>());
+      if (spec.from.empty()) fail(at, ": 'from' is an empty list");
+    } else {
+      spec.from.push_back(from.as<int>());
+    }
+    spec.number = row[1].as<int>();
+  } catch (const YAML::Exception&) {
+    fail(at, ": 'from' must be an integer or a list of integers and 'number' an integer");
+  }
+  for (int f : spec.from) {
+    if (f >= index) fail(at, ": 'from' index ", f, " does not name an earlier layer");
+    // Layer 0 reads the input image (-1); later layers may look back at most to layer 0.
+    if (f < 0 && (index == 0 ? f != -1 : index + f < 0))
+      fail(at, ": 'from' index ", f, " reaches before the first layer");
+  }
+  if (spec.number < 1) fail(at, ": 'number' must be >= 1, got ", spec.number);
+  if (!row[2].IsScalar() || row[2].Scalar().empty()) fail(at, ": 'module' must be a name");
+  spec.module = row[2].Scalar();
+  if (!row[3].IsSequence()) fail(at, " (", spec.module, "): 'args' must be a list");
+  spec.args = row[3];
+  return spec;
+}
+
+}  // namespace
+
+std::string ModelConfig::name() const { return fs::path(source).stem().string(); }
+
+ModelConfig parse_model_config(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    fail(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": malformed YAML: ", e.msg);
+  }
+  if (root.IsNull()) fail(source, ": the model file is empty");
+  if (!root.IsMap()) fail(source, ": a model file is a YAML mapping with nc, anchors, backbone and head");
+
+  ModelConfig cfg;
+  cfg.source = source;
+  for (const char* key : {"nc", "depth_multiple", "width_multiple", "backbone", "head"})
+    if (!root[key]) fail(source, ": missing key '", key, "'");
+  cfg.nc = scalar<int>(root["nc"], source, "nc");
+  if (cfg.nc < 1) fail(where(source, root["nc"]), ": 'nc' must be >= 1, got ", cfg.nc);
+  cfg.depth_multiple = scalar<double>(root["depth_multiple"], source, "depth_multiple");
+  cfg.width_multiple = scalar<double>(root["width_multiple"], source, "width_multiple");
+  if (!(cfg.depth_multiple > 0) || !(cfg.width_multiple > 0))
+    fail(source, ": depth_multiple and width_multiple must be > 0");
+  if (root["channel_multiple"]) cfg.channel_multiple = scalar<int>(root["channel_multiple"], source, "channel_multiple");
+  if (root["ch"]) cfg.ch = scalar<int>(root["ch"], source, "ch");
+  if (root["activation"]) cfg.activation = root["activation"].Scalar();
+  cfg.anchors = root["anchors"];  // checked by the builder, which knows whether the head needs them
+
+  int index = 0;
+  for (const char* part : {"backbone", "head"}) {
+    const YAML::Node list = root[part];
+    if (!list.IsSequence() || list.size() == 0) fail(where(source, list), ": '", part, "' must be a non-empty list of layers");
+    for (const auto& row : list) cfg.layers.push_back(parse_layer(row, index++, source));
+    if (std::string(part) == "backbone") cfg.backbone_layers = index;
+  }
+  return cfg;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(path, ": model file not found");
+  if (fs::is_directory(path, ec)) fail(path, ": is a directory, expected a model YAML file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_model_config(text.str(), path);
+}
+
+std::string resolve_model_config_path(const std::string& name_or_path) {
+  if (fs::exists(name_or_path)) return name_or_path;
+  std::string stem = name_or_path;
+  if (fs::path(stem).extension() == ".yaml" || fs::path(stem).extension() == ".yml") stem = fs::path(stem).stem().string();
+  for (const fs::path& dir : {fs::path("configs/models"), fs::path(KESTREL_SOURCE_DIR) / "configs/models"}) {
+    fs::path candidate = dir / (stem + ".yaml");
+    if (fs::exists(candidate)) return candidate.string();
+  }
+  return name_or_path;  // load_model_config reports it as not found
+}
+
+}  // namespace kestrel::models

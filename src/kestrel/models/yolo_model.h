@@ -1,0 +1,62 @@
+// A YOLO detector built from a model YAML: the layer list (registered as "model.0" ... "model.N", the
+// upstream state-dict names) and its detection head.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "kestrel/models/detect.h"
+#include "kestrel/models/layer.h"
+#include "kestrel/models/model_config.h"
+
+namespace kestrel::models {
+
+// One row of the model, as resolved by the builder (what `kestrel models` prints).
+struct LayerInfo {
+  std::vector<int> from;  // absolute layer indices; -1 = the input image
+  int number = 1;         // repeats after depth_multiple
+  std::string module;     // as written in the YAML
+  std::string arguments;  // resolved arguments, e.g. "[3, 16, 6, 2, 2]"
+  int64_t out_channels = 0;
+};
+
+class YoloModel : public torch::nn::Module {
+ public:
+  YoloModel(std::string name, int64_t in_channels, std::vector<std::shared_ptr<Layer>> layers,
+            std::vector<LayerInfo> info, std::shared_ptr<Detect> head);
+
+  // images [b, ch, h, w] (h, w multiples of the largest stride) -> raw head outputs per level,
+  // [b, na, h/stride, w/stride, nc + 5], as the loss wants them.
+  std::vector<at::Tensor> forward(const at::Tensor& images);
+  // Decoded predictions [b, N, nc + 5] (xywh pixels, objectness, class probabilities).
+  at::Tensor predict(const at::Tensor& images);
+
+  // Folds BN into convolutions, re-parameterises RepConv, folds implicit layers: for inference only.
+  void fuse();
+  bool fused() const { return fused_; }
+
+  Detect& head() { return *head_; }
+  const Detect& head() const { return *head_; }
+  const std::vector<LayerInfo>& layer_info() const { return info_; }
+  const std::string& name() const { return name_; }
+  int64_t in_channels() const { return in_channels_; }
+  int64_t max_stride() const;
+
+ private:
+  std::string name_;
+  int64_t in_channels_;
+  std::vector<std::shared_ptr<Layer>> layers_;  // the ModuleList "model"; the head is the last entry
+  std::vector<LayerInfo> info_;
+  std::vector<bool> keep_output_;  // outputs read again by a later layer (upstream's save list)
+  std::shared_ptr<Detect> head_;
+  bool fused_ = false;
+};
+
+// Builds the network the config describes (upstream's parse_model), probes its strides with a
+// 256 x 256 image, orders and scales anchors and sets the head's bias priors. nc > 0 overrides the
+// config's class count (as upstream does with a dataset's nc). Errors name the file, line and layer.
+std::shared_ptr<YoloModel> build_model(const ModelConfig& cfg, int nc = 0);
+
+}  // namespace kestrel::models

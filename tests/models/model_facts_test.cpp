@@ -1,0 +1,53 @@
+// Every shipped config against ../shared/reference/model_facts.md (counted with the upstream PyTorch
+// code): parameters, buffer elements and state keys exactly, layers, strides, and conv GFLOPs within 1 %.
+#include <gtest/gtest.h>
+
+#include "kestrel/models/model_summary.h"
+
+namespace kestrel::models {
+namespace {
+
+struct Fact {
+  const char* config;
+  int64_t parameters, buffer_elements, state_keys, layers;
+  std::vector<double> strides;
+  double gflops;
+};
+
+// Values copied from model_facts.md (upstream ultralytics/yolov5 v7.0 and WongKinYiu/yolov7, nc 80).
+const std::vector<Fact> kFacts = {
+    {"yolov5n", 1872157, 9579, 349, 25, {8, 16, 32}, 4.47},
+    {"yolov5s", 7235389, 19083, 349, 25, {8, 16, 32}, 16.43},
+    {"yolov5m", 21190557, 36865, 481, 25, {8, 16, 32}, 48.87},
+    {"yolov5l", 46563709, 60151, 613, 25, {8, 16, 32}, 108.99},
+    {"yolov5x", 86749405, 88941, 745, 25, {8, 16, 32}, 205.45},
+    {"yolov3", 61949149, 52698, 439, 29, {8, 16, 32}, 155.89},
+    {"yolov3-tiny", 8852366, 6391, 71, 21, {16, 32}, 13.17},
+    {"yolov7", 37622682, 49856, 566, 106, {8, 16, 32}, 105.77},
+    {"yolov7-tiny", 6228762, 14875, 344, 78, {8, 16, 32}, 13.70},
+    {"yolov7x", 71347394, 65437, 644, 122, {8, 16, 32}, 189.67},
+};
+
+class ModelFacts : public ::testing::TestWithParam<Fact> {};
+
+TEST_P(ModelFacts, MatchUpstreamCounts) {
+  const Fact& f = GetParam();
+  auto model = build_model(load_model_config(resolve_model_config_path(f.config)));
+  const ModelStats s = model_stats(*model, 640);
+  EXPECT_EQ(s.parameters, f.parameters);
+  EXPECT_EQ(s.buffer_elements, f.buffer_elements);
+  EXPECT_EQ(s.state_keys, f.state_keys);
+  EXPECT_EQ(s.layers, f.layers);
+  EXPECT_EQ(s.strides, f.strides);
+  EXPECT_NEAR(s.gflops, f.gflops, 0.01 * f.gflops);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, ModelFacts, ::testing::ValuesIn(kFacts),
+                         [](const auto& info) {
+                           std::string n = info.param.config;
+                           for (auto& c : n) if (c == '-') c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace kestrel::models
