@@ -31,3 +31,10 @@ find_package(Torch REQUIRED)
 get_filename_component(KESTREL_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 set(CMAKE_BUILD_RPATH "${KESTREL_TORCH_LIB_DIR}")
 set(CMAKE_INSTALL_RPATH "${KESTREL_TORCH_LIB_DIR}")
+
+# libtorch.so and libtorch_cpu.so export their own copies of std::filesystem (statically linked from
+# a newer libstdc++). With libtorch first in the library search order, kestrel's calls bind to those
+# copies, and some of them crash (std::filesystem::remove_all jumps to address 0). Naming libstdc++
+# before everything else on the link line puts the system's copy first in the search order.
+add_library(kestrel_stdcxx_first INTERFACE)
+target_link_options(kestrel_stdcxx_first INTERFACE "LINKER:--no-as-needed" "-lstdc++")

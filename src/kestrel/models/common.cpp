@@ -71,7 +71,7 @@ at::Tensor Conv::forward(const at::Tensor& x) {
 
 void Conv::fuse() {
   if (!bn) return;
-  fold_batch_norm(*conv, *bn);
+  conv = replace_module("conv", fold_batch_norm(*conv, *bn));
   unregister_module("bn");
   bn = nullptr;
 }

@@ -26,19 +26,22 @@ at::Tensor run_conv(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
   return y;
 }
 
-void fold_batch_norm(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn) {
+torch::nn::Conv2d fold_batch_norm(const torch::nn::Conv2dImpl& conv, const torch::nn::BatchNorm2dImpl& bn) {
   torch::NoGradGuard no_grad;
   // scale [c_out] = gamma / sqrt(running_var + eps)
   at::Tensor scale = bn.weight / at::sqrt(bn.running_var + bn.options.eps());
-  at::Tensor weight = conv.weight * scale.reshape({-1, 1, 1, 1});
   at::Tensor bias = conv.bias.defined() ? conv.bias : at::zeros_like(bn.running_mean);
-  bias = (bias - bn.running_mean) * scale + bn.bias;
-  conv.weight.set_data(weight);
-  if (conv.bias.defined()) {
-    conv.bias.set_data(bias);
-  } else {
-    conv.bias = conv.register_parameter("bias", bias);
-  }
+  const auto& o = conv.options;
+  torch::nn::Conv2d fused(torch::nn::Conv2dOptions(o.in_channels(), o.out_channels(), o.kernel_size())
+                              .stride(o.stride())
+                              .padding(o.padding())
+                              .dilation(o.dilation())
+                              .groups(o.groups())
+                              .bias(true));
+  fused->to(conv.weight.device(), conv.weight.scalar_type());
+  fused->weight.copy_(conv.weight * scale.reshape({-1, 1, 1, 1}));
+  fused->bias.copy_((bias - bn.running_mean) * scale + bn.bias);
+  return fused;
 }
 
 }  // namespace kestrel::models

@@ -33,8 +33,8 @@ class FlopCounter {
   FlopCounter* previous_;
 };
 
-// conv(x) then BN folded into conv weights and bias: returns the fused convolution (with bias).
-// Used by every fuse(); math of torch.nn.utils.fusion.fuse_conv_bn_weights.
-void fold_batch_norm(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn);
+// bn(conv(x)) as one convolution with bias (same geometry as `conv`, eval-mode BN folded in):
+// W' = W * s, b' = (b - running_mean) * s + beta, s = gamma / sqrt(running_var + eps).
+torch::nn::Conv2d fold_batch_norm(const torch::nn::Conv2dImpl& conv, const torch::nn::BatchNorm2dImpl& bn);
 
 }  // namespace kestrel::models

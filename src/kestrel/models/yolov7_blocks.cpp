@@ -62,9 +62,8 @@ void RepConv::fuse() {
   if (rbr_reparam) return;
   torch::NoGradGuard no_grad;
   auto fold = [](torch::nn::Sequential& seq) {
-    auto conv = seq[0]->as<torch::nn::Conv2dImpl>();
-    fold_batch_norm(*conv, *seq[1]->as<torch::nn::BatchNorm2dImpl>());
-    return std::make_pair(conv->weight.detach(), conv->bias.detach());
+    auto fused = fold_batch_norm(*seq[0]->as<torch::nn::Conv2dImpl>(), *seq[1]->as<torch::nn::BatchNorm2dImpl>());
+    return std::make_pair(fused->weight.detach(), fused->bias.detach());
   };
   auto [w3, b3] = fold(rbr_dense);
   auto [w1, b1] = fold(rbr_1x1);
@@ -89,8 +88,9 @@ void RepConv::fuse() {
                                                                      .padding(conv->options.padding())
                                                                      .groups(g_)
                                                                      .bias(true)));
-  rbr_reparam->weight.set_data(weight);
-  rbr_reparam->bias.set_data(bias);
+  rbr_reparam->to(weight.device(), weight.scalar_type());
+  rbr_reparam->weight.copy_(weight);
+  rbr_reparam->bias.copy_(bias);
   unregister_module("rbr_dense");
   unregister_module("rbr_1x1");
   rbr_dense = nullptr;

@@ -1,0 +1,172 @@
+// safetensors: round trips, interop with the reference Python implementation (the `safetensors`
+// package), and corrupt files that must be reported, not trusted.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/core/safetensors.h"
+#include "kestrel/models/state_dict.h"
+#include "kestrel/models/yolo_model.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+std::string error_of_loading(const std::string& path) {
+  try {
+    load_safetensors(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+TEST(Safetensors, RoundTripAllDtypes) {
+  test::TempDir dir;
+  std::vector<std::pair<std::string, at::Tensor>> tensors = {
+      {"f32", at::randn({3, 4})},
+      {"f16", at::randn({5}).to(at::kHalf)},
+      {"bf16", at::randn({2, 2}).to(at::kBFloat16)},
+      {"i64_scalar", at::tensor(7, at::kLong).reshape({})},
+      {"u8", at::arange(10, at::kByte)},
+      {"non_contiguous", at::randn({4, 6}).t()},
+      {"empty", at::zeros({0, 3})},
+  };
+  save_safetensors(dir.file("w.safetensors"), tensors, {{"model", "yolov5n"}});
+  auto loaded = load_safetensors(dir.file("w.safetensors"));
+  EXPECT_EQ(loaded.metadata.at("model"), "yolov5n");
+  ASSERT_EQ(loaded.tensors.size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ(loaded.tensors[i].first, tensors[i].first);
+    EXPECT_EQ(loaded.tensors[i].second.scalar_type(), tensors[i].second.scalar_type());
+    EXPECT_EQ(loaded.tensors[i].second.sizes(), tensors[i].second.sizes());
+    EXPECT_TRUE(at::equal(loaded.tensors[i].second, tensors[i].second)) << tensors[i].first;
+  }
+  // no temporary file is left behind by the atomic write
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+}
+
+TEST(Safetensors, ModelWeightsRoundTripGiveIdenticalOutputs) {
+  test::TempDir dir;
+  auto cfg = models::load_model_config(models::resolve_model_config_path("yolov5n"));
+  at::manual_seed(3);
+  auto a = models::build_model(cfg);
+  at::manual_seed(4);
+  auto b = models::build_model(cfg);
+  save_safetensors(dir.file("a.safetensors"), models::state_dict(*a));
+  auto report = models::load_state_dict(*b, load_safetensors(dir.file("a.safetensors")).tensors, true, "a.safetensors");
+  EXPECT_EQ(report.loaded, 349u);
+  a->eval();
+  b->eval();
+  at::Tensor x = at::rand({1, 3, 64, 64});
+  EXPECT_TRUE(at::equal(a->predict(x), b->predict(x)));
+}
+
+TEST(Safetensors, PartialLoadReportsMismatchesAndStrictLoadFails) {
+  auto cfg = models::load_model_config(models::resolve_model_config_path("yolov5n"));
+  auto src = models::state_dict(*models::build_model(cfg, 80));
+  auto dst = models::build_model(cfg, 3);  // different class count: the three output convs differ
+  src.emplace_back("model.99.extra", at::zeros({1}));
+  auto report = models::load_state_dict(*dst, src, false, "w.safetensors");
+  EXPECT_EQ(report.mismatched.size(), 6u);  // m.{0,1,2}.{weight,bias}
+  EXPECT_EQ(report.unexpected, std::vector<std::string>{"model.99.extra"});
+  EXPECT_TRUE(report.missing.empty());
+  EXPECT_EQ(report.loaded, 349u - 6u);
+  try {
+    models::load_state_dict(*dst, src, true, "w.safetensors");
+    FAIL() << "strict load accepted mismatching weights";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("w.safetensors: weights do not match the model"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("model.24.m.0.weight: file [255, 64, 1, 1] vs model [24, 64, 1, 1]"), std::string::npos) << msg;
+  }
+}
+
+// The reference implementation reads kestrel's file and writes one kestrel reads.
+TEST(Safetensors, InteroperatesWithPythonSafetensors) {
+  test::TempDir dir;
+  const std::string ours = dir.file("ours.safetensors"), theirs = dir.file("theirs.safetensors");
+  save_safetensors(ours, {{"a", at::arange(6, at::kFloat).reshape({2, 3})}, {"b", at::tensor({1, -2}, at::kLong)}},
+                   {{"note", "hi"}});
+  auto result = test::run_python(
+      "import numpy as np\n"
+      "from safetensors.numpy import load_file, save_file\n"
+      "from safetensors import safe_open\n"
+      "t = load_file('" + ours + "')\n"
+      "assert t['a'].dtype == np.float32 and t['a'].tolist() == [[0, 1, 2], [3, 4, 5]], t\n"
+      "assert t['b'].dtype == np.int64 and t['b'].tolist() == [1, -2], t\n"
+      "with safe_open('" + ours + "', 'np') as f: assert f.metadata() == {'note': 'hi'}\n"
+      "save_file({'x': np.array([[1.5, 2.5]], dtype=np.float16), 'y': np.arange(3, dtype=np.int32)}, '" + theirs + "',"
+      " metadata={'from': 'python'})\n"
+      "print('ok')\n");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  auto loaded = load_safetensors(theirs);
+  EXPECT_EQ(loaded.metadata.at("from"), "python");
+  ASSERT_EQ(loaded.tensors.size(), 2u);
+  std::map<std::string, at::Tensor> by_name(loaded.tensors.begin(), loaded.tensors.end());
+  ASSERT_EQ(by_name.count("x"), 1u);
+  ASSERT_EQ(by_name.count("y"), 1u);
+  EXPECT_EQ(by_name["x"].scalar_type(), at::kHalf);
+  EXPECT_TRUE(at::equal(by_name["x"], at::tensor({1.5, 2.5}).to(at::kHalf).reshape({1, 2})));
+  EXPECT_TRUE(at::equal(by_name["y"], at::arange(3, at::kInt)));
+}
+
+TEST(SafetensorsErrors, CorruptFilesAreReportedWithTheFileName) {
+  test::TempDir dir;
+  const std::string good = dir.file("good.safetensors");
+  save_safetensors(good, {{"w", at::ones({4, 4})}});
+  const std::string bytes = read_all(good);
+
+  auto write = [&](const std::string& name, const std::string& content) {
+    test::write_file(dir.file(name), content);
+    return dir.file(name);
+  };
+  EXPECT_NE(error_of_loading(dir.file("missing.safetensors")).find("missing.safetensors: weights file not found"), std::string::npos);
+  EXPECT_NE(error_of_loading(write("empty.safetensors", "")).find("empty.safetensors: not a safetensors file"), std::string::npos);
+  EXPECT_NE(error_of_loading(write("pickle.pt", std::string("PK\x03\x04", 4) + std::string(100, 'x'))).find("not a safetensors file"),
+            std::string::npos);
+  // truncated data: the header promises 64 bytes of tensor data
+  EXPECT_NE(error_of_loading(write("short.safetensors", bytes.substr(0, bytes.size() - 10))).find("lies outside the file"),
+            std::string::npos);
+  // garbage JSON of the right length
+  std::string garbage = bytes;
+  for (size_t i = 8; i < 20; ++i) garbage[i] = '#';
+  EXPECT_NE(error_of_loading(write("garbage.safetensors", garbage)).find("corrupt safetensors header"), std::string::npos);
+
+  auto with_header = [&](const std::string& name, std::string json, size_t data_bytes) {
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+    return write(name, len + json + std::string(data_bytes, '\0'));
+  };
+  EXPECT_NE(error_of_loading(with_header("dtype.safetensors", R"({"w":{"dtype":"F7","shape":[1],"data_offsets":[0,4]}})", 4))
+                .find("unsupported dtype 'F7'"),
+            std::string::npos);
+  EXPECT_NE(error_of_loading(with_header("size.safetensors", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4))
+                .find("has 4 bytes but its shape and dtype need 8"),
+            std::string::npos);
+  EXPECT_NE(error_of_loading(with_header("overlap.safetensors",
+                                         R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8))
+                .find("overlap"),
+            std::string::npos);
+  EXPECT_NE(error_of_loading(with_header("noshape.safetensors", R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", 4))
+                .find("corrupt safetensors header"),
+            std::string::npos);
+  EXPECT_NE(error_of_loading(with_header("neg.safetensors", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4))
+                .find("negative dimension"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kestrel

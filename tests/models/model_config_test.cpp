@@ -1,0 +1,174 @@
+// Model YAML parsing and bad model files: every problem is a kestrel::Error that names the file and
+// the problem (and the line where there is one), never a crash.
+#include <gtest/gtest.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/models/yolo_model.h"
+#include "test_support.h"
+
+namespace kestrel::models {
+namespace {
+
+const char* kTinyHead = R"(
+nc: 4
+depth_multiple: 0.33
+width_multiple: 0.25
+anchors:
+  - [10,13, 16,30, 33,23]
+  - [30,61, 62,45, 59,119]
+backbone:
+  [[-1, 1, Conv, [64, 6, 2, 2]],
+   [-1, 1, Conv, [128, 3, 2]],
+   [-1, 3, C3, [128]],
+   [-1, 1, Conv, [256, 3, 2]],
+  ]
+head:
+  [[-1, 1, SPPF, [256, 5]],
+   [[2, 4], 1, Detect, [nc, anchors]],
+  ]
+)";
+
+// Builds the text with one line replaced, and returns the error message of building it.
+std::string error_of(const std::string& yaml) {
+  try {
+    build_model(parse_model_config(yaml, "bad.yaml"));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  auto pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return text.replace(pos, from.size(), to);
+}
+
+TEST(ModelConfig, ParsesKeysAndRows) {
+  ModelConfig cfg = parse_model_config(kTinyHead, "tiny.yaml");
+  EXPECT_EQ(cfg.nc, 4);
+  EXPECT_DOUBLE_EQ(cfg.depth_multiple, 0.33);
+  EXPECT_DOUBLE_EQ(cfg.width_multiple, 0.25);
+  ASSERT_EQ(cfg.layers.size(), 6u);
+  EXPECT_EQ(cfg.backbone_layers, 4);
+  EXPECT_EQ(cfg.layers[2].module, "C3");
+  EXPECT_EQ(cfg.layers[2].number, 3);
+  EXPECT_EQ(cfg.layers[5].from, (std::vector<int>{2, 4}));
+  EXPECT_TRUE(cfg.layers[5].from_is_list);
+  EXPECT_EQ(cfg.layers[1].line, 10);  // 1-based line (line 1 is the empty first line) of "[-1, 1, Conv, [128, 3, 2]]"
+  EXPECT_EQ(cfg.name(), "tiny");
+}
+
+TEST(ModelConfig, AppliesDepthAndWidthMultiples) {
+  auto model = build_model(parse_model_config(kTinyHead, "tiny.yaml"));
+  const auto& info = model->layer_info();
+  // widths: make_divisible(64 * 0.25, 8) = 16, 128 * 0.25 = 32, 256 * 0.25 = 64; repeats: round(3 * 0.33) = 1
+  EXPECT_EQ(info[0].out_channels, 16);
+  EXPECT_EQ(info[1].out_channels, 32);
+  EXPECT_EQ(info[2].number, 1);
+  EXPECT_EQ(info[3].out_channels, 64);
+  EXPECT_EQ(info[5].from, (std::vector<int>{2, 4}));
+  EXPECT_EQ(model->head().num_outputs(), 9);
+  EXPECT_EQ(model->head().strides(), (std::vector<double>{4, 8}));
+}
+
+TEST(ModelConfig, NcOverrideChangesTheHead) {
+  auto model = build_model(parse_model_config(kTinyHead, "tiny.yaml"), 20);
+  EXPECT_EQ(model->head().nc(), 20);
+  EXPECT_EQ(model->head().num_outputs(), 25);
+}
+
+TEST(ModelConfigErrors, UnknownModule) {
+  auto msg = error_of(replaced(kTinyHead, "SPPF, [256, 5]", "Frobnicate, [256]"));
+  EXPECT_NE(msg.find("bad.yaml:15"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown module 'Frobnicate'"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, WrongArgumentCount) {
+  auto msg = error_of(replaced(kTinyHead, "SPPF, [256, 5]", "SPPF, [256, 5, 7, 9]"));
+  EXPECT_NE(msg.find("bad.yaml:15: layer 4 (SPPF)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at most 2 arguments"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "Detect, [nc, anchors]", "Detect, [nc]"));
+  EXPECT_NE(msg.find("at least 2 arguments"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, WrongArgumentType) {
+  auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, three, 2]"));
+  EXPECT_NE(msg.find("layer 1 (Conv): argument 2 must be an integer, got 'three'"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, MissingKeys) {
+  for (const char* key : {"nc: 4\n", "depth_multiple: 0.33\n", "backbone:\n"}) {
+    auto msg = error_of(replaced(kTinyHead, key, ""));
+    EXPECT_NE(msg.find("bad.yaml"), std::string::npos) << msg;
+    EXPECT_TRUE(msg.find("missing key") != std::string::npos || msg.find("malformed YAML") != std::string::npos) << msg;
+  }
+  auto msg = error_of(replaced(kTinyHead, "anchors:\n  - [10,13, 16,30, 33,23]\n  - [30,61, 62,45, 59,119]\n", ""));
+  EXPECT_NE(msg.find("has no 'anchors' key"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, BadFromIndex) {
+  auto msg = error_of(replaced(kTinyHead, "[[2, 4], 1, Detect", "[[2, 9], 1, Detect"));
+  EXPECT_NE(msg.find("layer 5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'from' index 9 does not name an earlier layer"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[[-1, 1, Conv, [64, 6, 2, 2]]", "[[-2, 1, Conv, [64, 6, 2, 2]]"));
+  EXPECT_NE(msg.find("layer 0: 'from' index -2 reaches before the first layer"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[-1, 1, Conv, [128, 3, 2]]", "[-7, 1, Conv, [128, 3, 2]]"));
+  EXPECT_NE(msg.find("reaches before the first layer"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, MalformedRows) {
+  auto msg = error_of(replaced(kTinyHead, "[-1, 1, Conv, [128, 3, 2]]", "[-1, 1, Conv]"));
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1: a layer is [from, number, module, args] (4 entries), got 3 entries"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[-1, 3, C3, [128]]", "[-1, 0, C3, [128]]"));
+  EXPECT_NE(msg.find("'number' must be >= 1"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]]", "[-1, 1, SPPF, 256]"));
+  EXPECT_NE(msg.find("'args' must be a list"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, MalformedYaml) {
+  auto msg = error_of(replaced(kTinyHead, "[-1, 1, Conv, [128, 3, 2]],", "[-1, 1, Conv, [128, 3, 2],"));
+  EXPECT_NE(msg.find("bad.yaml:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("malformed YAML"), std::string::npos) << msg;
+  msg = error_of("nc: [1, 2\n");
+  EXPECT_NE(msg.find("malformed YAML"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, EmptyAndMissingFiles) {
+  EXPECT_NE(error_of("").find("bad.yaml: the model file is empty"), std::string::npos);
+  EXPECT_NE(error_of("# only a comment\n").find("the model file is empty"), std::string::npos);
+  EXPECT_NE(error_of("- 1\n- 2\n").find("a model file is a YAML mapping"), std::string::npos);
+  test::TempDir dir;
+  try {
+    load_model_config(dir.file("nope.yaml"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nope.yaml: model file not found"), std::string::npos) << e.what();
+  }
+  try {
+    load_model_config(dir.path());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelConfigErrors, HeadMustBeLast) {
+  auto msg = error_of(replaced(kTinyHead, "[[2, 4], 1, Detect, [nc, anchors]],", "[[2, 4], 1, Detect, [nc, anchors]],\n   [-1, 1, Conv, [8, 1, 1]],"));
+  EXPECT_NE(msg.find("the detection head must be the last layer"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[[2, 4], 1, Detect, [nc, anchors]],", "[-1, 1, Conv, [8, 1, 1]],"));
+  EXPECT_NE(msg.find("the last layer must be the detection head"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, AnchorLevelsMustMatchTheHeadInputs) {
+  auto msg = error_of(replaced(kTinyHead, "[[2, 4], 1, Detect", "[[1, 2, 4], 1, Detect"));
+  EXPECT_NE(msg.find("2 anchor levels but the head reads 3 feature maps"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigErrors, UnknownActivation) {
+  auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 1, nn.Swishy()]"));
+  EXPECT_NE(msg.find("unknown activation 'nn.Swishy()'"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace kestrel::models
