@@ -1,0 +1,108 @@
+#include "kestrel/data/dataset_config.h"
+
+#include <filesystem>
+#include <map>
+
+#include <yaml-cpp/yaml.h>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> resolve_entries(const YAML::Node& node, const fs::path& root, const std::string& source,
+                                         const char* key) {
+  std::vector<std::string> out;
+  auto add = [&](const YAML::Node& n) {
+    if (!n.IsScalar() || n.Scalar().empty()) fail(source, ": '", key, "' must be a path or a list of paths");
+    fs::path p(n.Scalar());
+    out.push_back((p.is_absolute() ? p : root / p).lexically_normal().string());
+  };
+  if (!node || node.IsNull()) return out;
+  if (node.IsSequence()) {
+    for (const auto& n : node) add(n);
+  } else {
+    add(node);
+  }
+  return out;
+}
+
+std::vector<std::string> read_names(const YAML::Node& node, const std::string& source) {
+  std::vector<std::string> names;
+  if (!node) return names;
+  if (node.IsSequence()) {
+    for (const auto& n : node) names.push_back(n.as<std::string>());
+  } else if (node.IsMap()) {
+    std::map<int, std::string> by_index;
+    for (const auto& kv : node) {
+      int index = -1;
+      try {
+        index = kv.first.as<int>();
+      } catch (const YAML::Exception&) {
+        fail(source, ":", kv.first.Mark().line + 1, ": class index '", kv.first.Scalar(), "' is not an integer");
+      }
+      by_index[index] = kv.second.as<std::string>();
+    }
+    int expected = 0;
+    for (const auto& [index, name] : by_index) {
+      if (index != expected) fail(source, ": 'names' must number the classes 0, 1, 2 ... without gaps (missing ", expected, ")");
+      names.push_back(name);
+      ++expected;
+    }
+  } else {
+    fail(source, ": 'names' must be a list or a map {index: name}");
+  }
+  return names;
+}
+
+}  // namespace
+
+const std::vector<std::string>& DatasetConfig::split(const std::string& name) const {
+  if (name == "train") return train;
+  if (name == "val") return val;
+  if (name == "test") return test;
+  fail("unknown split '", name, "' (train, val or test)");
+}
+
+DatasetConfig load_dataset_config(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) fail(path, ": dataset file not found");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::ParserException& e) {
+    fail(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": malformed YAML: ", e.msg);
+  }
+  if (!root.IsMap()) fail(path, ": a dataset file is a YAML mapping with train, val and names");
+  DatasetConfig cfg;
+  cfg.source = path;
+  const fs::path yaml_dir = fs::absolute(path).parent_path();
+  fs::path base = yaml_dir;
+  if (root["path"] && root["path"].IsScalar() && !root["path"].Scalar().empty()) {
+    fs::path p(root["path"].Scalar());
+    base = p.is_absolute() ? p : yaml_dir / p;
+  }
+  cfg.root = base.lexically_normal().string();
+  try {
+    cfg.train = resolve_entries(root["train"], base, path, "train");
+    cfg.val = resolve_entries(root["val"], base, path, "val");
+    cfg.test = resolve_entries(root["test"], base, path, "test");
+    cfg.names = read_names(root["names"], path);
+    if (root["nc"]) cfg.nc = root["nc"].as<int>();
+  } catch (const YAML::Exception& e) {
+    fail(path, ":", e.mark.line + 1, ": ", e.msg);
+  }
+  if (cfg.train.empty()) fail(path, ": missing key 'train'");
+  if (cfg.val.empty()) fail(path, ": missing key 'val'");
+  if (cfg.names.empty() && cfg.nc < 1) fail(path, ": give 'names' (and optionally 'nc')");
+  if (cfg.nc == 0) cfg.nc = static_cast<int>(cfg.names.size());
+  if (cfg.names.empty())
+    for (int i = 0; i < cfg.nc; ++i) cfg.names.push_back("class" + std::to_string(i));
+  if (static_cast<int>(cfg.names.size()) != cfg.nc)
+    fail(path, ": 'nc' is ", cfg.nc, " but 'names' lists ", cfg.names.size(), " classes");
+  return cfg;
+}
+
+}  // namespace kestrel::data

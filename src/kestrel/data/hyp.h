@@ -1,0 +1,26 @@
+// The augmentation hyperparameters, with the keys and defaults of YOLOv5's hyp.scratch-low.yaml.
+// YOLOv7 adds mosaic9 share (p5: 0.2 of mosaics are 9-tile) and paste_in; its p5 recipe
+// (hyp.scratch.p5.yaml) changes translate 0.2, scale 0.9, mixup 0.15, paste_in 0.15.
+#pragma once
+
+namespace kestrel::data {
+
+struct AugmentOptions {
+  double hsv_h = 0.015;       // hue jitter (fraction)
+  double hsv_s = 0.7;         // saturation jitter (fraction)
+  double hsv_v = 0.4;         // value jitter (fraction)
+  double degrees = 0.0;       // rotation (+/- deg)
+  double translate = 0.1;     // translation (+/- fraction)
+  double scale = 0.5;         // scale gain (+/-)
+  double shear = 0.0;         // shear (+/- deg)
+  double perspective = 0.0;   // perspective (+/- fraction), 0..0.001
+  double flipud = 0.0;        // vertical flip probability
+  double fliplr = 0.5;        // horizontal flip probability
+  double mosaic = 1.0;        // mosaic probability
+  double mosaic9 = 0.0;       // share of mosaics that use 9 tiles instead of 4 (YOLOv7 p5: 0.2)
+  double mixup = 0.0;         // mixup probability
+  double copy_paste = 0.0;    // copy-paste probability (needs polygons)
+  double paste_in = 0.0;      // YOLOv7 paste-in probability (needs polygons)
+};
+
+}  // namespace kestrel::data

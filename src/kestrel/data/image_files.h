@@ -1,0 +1,19 @@
+// Which files make up a split, and where each image's label file is.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kestrel::data {
+
+// Lower-case extensions upstream accepts as images.
+bool has_image_extension(const std::string& path);
+
+// Expands entries (folders searched recursively, .txt files listing one image per line, image files)
+// into a sorted list of image paths. Lines of a .txt that are relative resolve against the .txt's
+// folder. A missing entry is an error naming `source` and the entry.
+std::vector<std::string> list_images(const std::vector<std::string>& entries, const std::string& source);
+
+// Upstream's rule: the last "/images/" of the path becomes "/labels/" and the extension ".txt".
+std::string label_path_for(const std::string& image_path);
+
+}  // namespace kestrel::data

@@ -1,0 +1,141 @@
+#include "kestrel/data/image_io.h"
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <opencv2/core.hpp>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::data {
+namespace {
+
+bool is_jpeg(const std::vector<uint8_t>& b) { return b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
+bool is_png(const std::vector<uint8_t>& b) {
+  static const uint8_t magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  return b.size() >= 8 && std::memcmp(b.data(), magic, 8) == 0;
+}
+
+uint32_t read_u32(const uint8_t* p, bool little) {
+  return little ? (p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24)
+                : (static_cast<uint32_t>(p[0]) << 24 | p[1] << 16 | p[2] << 8 | p[3]);
+}
+uint16_t read_u16(const uint8_t* p, bool little) {
+  return static_cast<uint16_t>(little ? (p[0] | p[1] << 8) : (p[0] << 8 | p[1]));
+}
+
+// Orientation tag of the TIFF structure inside an APP1 "Exif\0\0" segment; 1 if absent.
+int tiff_orientation(const uint8_t* tiff, size_t size) {
+  if (size < 8) return 1;
+  const bool little = tiff[0] == 'I' && tiff[1] == 'I';
+  if (!little && !(tiff[0] == 'M' && tiff[1] == 'M')) return 1;
+  const uint32_t ifd = read_u32(tiff + 4, little);
+  if (ifd + 2 > size) return 1;
+  const uint16_t entries = read_u16(tiff + ifd, little);
+  for (uint32_t i = 0; i < entries; ++i) {
+    const size_t at = ifd + 2 + 12 * static_cast<size_t>(i);
+    if (at + 12 > size) return 1;
+    if (read_u16(tiff + at, little) == 0x0112) {
+      const int value = read_u16(tiff + at + 8, little);
+      return value >= 1 && value <= 8 ? value : 1;
+    }
+  }
+  return 1;
+}
+
+cv::Mat apply_orientation(cv::Mat img, int orientation) {
+  cv::Mat out;
+  switch (orientation) {
+    case 2: cv::flip(img, out, 1); return out;
+    case 3: cv::rotate(img, out, cv::ROTATE_180); return out;
+    case 4: cv::flip(img, out, 0); return out;
+    case 5: cv::transpose(img, out); return out;
+    case 6: cv::rotate(img, out, cv::ROTATE_90_CLOCKWISE); return out;
+    case 7: cv::transpose(img, out); cv::rotate(out, out, cv::ROTATE_180); return out;
+    case 8: cv::rotate(img, out, cv::ROTATE_90_COUNTERCLOCKWISE); return out;
+    default: return img;
+  }
+}
+
+DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& path) {
+  // One decompressor per thread: creating one costs more than decoding a small image's header.
+  thread_local std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitDecompress(), tjDestroy);
+  if (!handle) fail(path, ": cannot initialise the JPEG decoder");
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+  auto* data = const_cast<unsigned char*>(bytes.data());
+  if (tjDecompressHeader3(handle.get(), data, bytes.size(), &width, &height, &subsampling, &colorspace) != 0)
+    fail(path, ": corrupt or truncated JPEG (", tjGetErrorStr2(handle.get()), ")");
+  // A file cut before its frame header parses as "tables only": no size, nothing to decode.
+  if (width <= 0 || height <= 0) fail(path, ": corrupt or truncated JPEG (no frame header)");
+  DecodedImage out;
+  out.image.create(height, width, CV_8UC3);
+  if (tjDecompress2(handle.get(), data, bytes.size(), out.image.data, width, static_cast<int>(out.image.step), height, TJPF_BGR,
+                    TJFLAG_ACCURATEDCT) != 0) {
+    const std::string message = tjGetErrorStr2(handle.get());
+    if (tjGetErrorCode(handle.get()) != TJERR_WARNING) fail(path, ": corrupt JPEG (", message, ")");
+    // Premature end = truncated file: the missing part would be decoded as grey. Skip rather than train on it.
+    if (message.find("Premature end") != std::string::npos) fail(path, ": truncated JPEG (", message, ")");
+    out.warning = message;
+  }
+  out.image = apply_orientation(out.image, jpeg_exif_orientation(bytes.data(), bytes.size()));
+  return out;
+}
+
+DecodedImage decode_png(const std::vector<uint8_t>& bytes, const std::string& path) {
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size()))
+    fail(path, ": corrupt PNG (", png.message, ")");
+  png.format = PNG_FORMAT_BGR;  // gray, palette, 16-bit and alpha (composited on black) converted by libpng
+  DecodedImage out;
+  out.image.create(static_cast<int>(png.height), static_cast<int>(png.width), CV_8UC3);
+  if (!png_image_finish_read(&png, nullptr, out.image.data, static_cast<png_int_32>(out.image.step), nullptr)) {
+    const std::string message = png.message;
+    png_image_free(&png);
+    fail(path, ": corrupt or truncated PNG (", message, ")");
+  }
+  if (PNG_IMAGE_FAILED(png)) out.warning = png.message;
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) fail(path, ": cannot be read");
+  const std::streamsize size = in.tellg();
+  std::vector<uint8_t> bytes(static_cast<size_t>(std::max<std::streamsize>(size, 0)));
+  in.seekg(0);
+  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) fail(path, ": read failed");
+  return bytes;
+}
+
+int jpeg_exif_orientation(const uint8_t* data, size_t size) {
+  size_t at = 2;  // after SOI
+  while (at + 4 <= size && data[at] == 0xFF) {
+    const uint8_t marker = data[at + 1];
+    if (marker == 0xDA || marker == 0xD9) break;  // start of scan / end of image: no more headers
+    const size_t length = static_cast<size_t>(data[at + 2]) << 8 | data[at + 3];
+    if (length < 2 || at + 2 + length > size) break;
+    if (marker == 0xE1 && length >= 8 && std::memcmp(data + at + 4, "Exif\0\0", 6) == 0)
+      return tiff_orientation(data + at + 10, length - 8);
+    at += 2 + length;
+  }
+  return 1;
+}
+
+DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path) {
+  if (bytes.empty()) fail(path, ": empty file");
+  if (is_jpeg(bytes)) return decode_jpeg(bytes, path);
+  if (is_png(bytes)) return decode_png(bytes, path);
+  fail(path, ": unsupported image format (kestrel decodes JPEG and PNG; convert other formats first)");
+}
+
+DecodedImage decode_image_file(const std::string& path) { return decode_image(read_file_bytes(path), path); }
+
+}  // namespace kestrel::data

@@ -1,0 +1,26 @@
+// Decoding images: JPEG through libjpeg-turbo (the fastest JPEG codec), PNG through libpng, with the
+// EXIF orientation of JPEGs applied (as OpenCV's imread does for upstream). Output is 8-bit BGR.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+namespace kestrel::data {
+
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+
+struct DecodedImage {
+  cv::Mat image;        // H x W x 3 CV_8UC3 BGR, orientation applied
+  std::string warning;  // non-fatal decoder complaint (e.g. extraneous bytes), empty if none
+};
+
+// Throws kestrel::Error naming `path` for unreadable, corrupt, truncated or unsupported images.
+DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path);
+DecodedImage decode_image_file(const std::string& path);
+
+// EXIF orientation tag (1..8) of a JPEG, 1 when absent or unreadable.
+int jpeg_exif_orientation(const uint8_t* data, size_t size);
+
+}  // namespace kestrel::data

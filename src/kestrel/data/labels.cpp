@@ -1,0 +1,93 @@
+#include "kestrel/data/labels.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::data {
+namespace {
+
+std::vector<float> parse_numbers(const std::string& line, const std::string& where) {
+  std::vector<float> values;
+  const char* p = line.c_str();
+  const char* end = p + line.size();
+  while (p < end) {
+    while (p < end && std::isspace(static_cast<unsigned char>(*p))) ++p;
+    if (p >= end) break;
+    const char* start = p;
+    while (p < end && !std::isspace(static_cast<unsigned char>(*p))) ++p;
+    const std::string token(start, p);
+    char* stop = nullptr;
+    errno = 0;
+    const float v = std::strtof(token.c_str(), &stop);
+    // Shown in messages: at most 20 characters, non-printable bytes as '?'.
+    std::string shown;
+    for (unsigned char c : token.substr(0, 20)) shown += std::isprint(c) ? static_cast<char>(c) : '?';
+    if (token.size() > 20) shown += "...";
+    if (stop != token.c_str() + token.size() || token.empty()) fail(where, ": '", shown, "' is not a number");
+    if (!std::isfinite(v)) fail(where, ": non-finite value '", shown, "'");
+    values.push_back(v);
+  }
+  return values;
+}
+
+LabelRow make_row(const std::vector<float>& v, const std::string& where, int nc) {
+  const bool is_box = v.size() == 5;
+  const bool is_polygon = v.size() >= 7 && (v.size() - 1) % 2 == 0;
+  if (!is_box && !is_polygon)
+    fail(where, ": ", v.size(), " values; a row is 'class cx cy w h' (5) or a polygon 'class x1 y1 x2 y2 x3 y3 ...'");
+  const float cls = v[0];
+  if (cls < 0 || cls != std::floor(cls)) fail(where, ": class ", cls, " is not a non-negative integer");
+  if (nc > 0 && cls >= static_cast<float>(nc)) fail(where, ": class ", static_cast<int>(cls), " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] < 0 || v[i] > 1) fail(where, ": coordinate ", v[i], " is outside 0..1 (labels must be normalised)");
+  LabelRow row;
+  if (is_box) {
+    row.box = {cls, v[1], v[2], v[3], v[4]};
+    return row;
+  }
+  row.polygon.assign(v.begin() + 1, v.end());
+  float x1 = 1, y1 = 1, x2 = 0, y2 = 0;
+  for (size_t i = 0; i < row.polygon.size(); i += 2) {
+    x1 = std::min(x1, row.polygon[i]);
+    x2 = std::max(x2, row.polygon[i]);
+    y1 = std::min(y1, row.polygon[i + 1]);
+    y2 = std::max(y2, row.polygon[i + 1]);
+  }
+  row.box = {cls, (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1};
+  return row;
+}
+
+}  // namespace
+
+bool ParsedLabels::all_polygons() const {
+  return !rows.empty() && std::all_of(rows.begin(), rows.end(), [](const LabelRow& r) { return !r.polygon.empty(); });
+}
+
+ParsedLabels parse_labels(const std::string& text, const std::string& source, int nc) {
+  ParsedLabels out;
+  std::set<std::vector<float>> seen;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::string where = cat(source, ":", line_no);
+    std::vector<float> values = parse_numbers(line, where);
+    if (values.empty()) continue;
+    LabelRow row = make_row(values, where, nc);
+    if (!seen.insert(values).second) {
+      ++out.duplicates_removed;
+      continue;
+    }
+    out.rows.push_back(std::move(row));
+  }
+  return out;
+}
+
+}  // namespace kestrel::data

@@ -1,0 +1,26 @@
+// YOLO label files: one row per object, `class cx cy w h` normalised to 0..1, or a polygon row
+// `class x1 y1 x2 y2 x3 y3 ...` (instance outline; its bounding box becomes the box).
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+namespace kestrel::data {
+
+struct LabelRow {
+  std::array<float, 5> box;      // class, cx, cy, w, h (normalised)
+  std::vector<float> polygon;    // normalised x, y pairs; empty for box rows
+};
+
+struct ParsedLabels {
+  std::vector<LabelRow> rows;
+  int duplicates_removed = 0;    // identical rows dropped, as upstream does (with a warning)
+  bool all_polygons() const;     // polygons are kept as segments only when every row has one
+};
+
+// The reference rules: every value a finite number, class a non-negative integer below nc (nc > 0),
+// coordinates within 0..1, rows of 5 values or polygons of at least 3 points. Violations throw
+// kestrel::Error "<source>:<line>: <problem>"; the caller skips the sample and reports it.
+ParsedLabels parse_labels(const std::string& text, const std::string& source, int nc);
+
+}  // namespace kestrel::data

@@ -1,0 +1,50 @@
+// YOLOv5's own validation metrics (val.py + utils/metrics.py of ultralytics/yolov5 v7.0): the P, R,
+// mAP@0.5 and mAP@0.5:0.95 that YOLOv5 prints after every epoch and uses for its fitness. They differ
+// from COCO's (eval/coco_eval.h): one pooled ranking per class over the whole set, no area ranges, no
+// crowd handling, no maxDets, and AP integrates the 101-point interpolated curve with the trapezoid rule,
+// recall running to a sentinel of 1.0 with precision 0 (so a perfect detector scores 0.995).
+#pragma once
+#include <ATen/ATen.h>
+
+namespace kestrel::eval {
+
+// val.py's process_batch for one image: which predictions are correct at each IoU threshold.
+//   pred_boxes [N, 4] xyxy, pred_classes [N], gt_boxes [M, 4] xyxy, gt_classes [M], iou_thresholds [T]
+//   -> correct [N, T] bool (on pred_boxes' device).
+// Rule, per threshold: candidate (gt, prediction) pairs have IoU >= t and the same class; each
+// prediction keeps its highest-IoU candidate gt; each gt then goes to the first prediction (lowest
+// index) that kept it. Predictions are expected in descending confidence, as NMS returns them, so the
+// first is the most confident. A prediction whose best gt went to an earlier prediction does not fall
+// back to its second-best gt (v7.0 behaviour: the re-sort by IoU between the two steps is commented out
+// upstream). Exact IoU ties, left to numpy's unstable sort upstream, go to the lowest gt index here.
+// IoU = inter / (area1 + area2 - inter + 1e-7), in pred_boxes' dtype, as upstream's box_iou.
+at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
+                             const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
+                             const at::Tensor& iou_thresholds);
+
+// The ten thresholds val.py uses: linspace(0.5, 0.95, 10), float32.
+at::Tensor default_iou_thresholds();
+
+struct ApPerClass {
+  at::Tensor classes;          // [nc] int64: classes that have targets, ascending
+  at::Tensor precision;        // [nc] double, at the confidence that maximises the smoothed mean F1
+  at::Tensor recall;           // [nc] double, same confidence
+  at::Tensor f1;               // [nc] double, same confidence
+  at::Tensor true_positives;   // [nc] double: round(recall * targets), as upstream
+  at::Tensor false_positives;  // [nc] double: round(tp / precision - tp)
+  at::Tensor ap;               // [nc, T] double, per IoU threshold
+  double best_confidence = 0;  // the confidence chosen for P, R, F1 (a point of linspace(0, 1, 1000))
+  double mp = 0, mr = 0;       // mean P and R over classes
+  double map50 = 0, map = 0;   // mean AP at the first threshold, and over all thresholds
+};
+
+// ap_per_class over a whole validation set, concatenated over images:
+//   correct [N, T] bool, conf [N], pred_cls [N], target_cls [M] (any numeric dtype, on any device).
+// Predictions are ranked by confidence with a stable sort (upstream: numpy's default quicksort, whose
+// order among equal confidences is unspecified). Classes with targets but no predictions count with AP,
+// P and R of 0. With no targets, or no correct prediction at all, everything is zero: val.py skips
+// ap_per_class then and reports zeros.
+ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const at::Tensor& pred_cls,
+                        const at::Tensor& target_cls);
+
+}  // namespace kestrel::eval

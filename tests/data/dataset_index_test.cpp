@@ -1,0 +1,178 @@
+// Verifying a split: a dataset full of broken files reports each one and loses no good sample;
+// the cache is reused until a file changes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <filesystem>
+#include <set>
+
+#include "data/data_test_support.h"
+#include "kestrel/core/error.h"
+#include "kestrel/data/dataset_config.h"
+#include "kestrel/data/dataset_index.h"
+#include "kestrel/data/image_files.h"
+#include "test_support.h"
+
+namespace kestrel::data {
+namespace {
+namespace fs = std::filesystem;
+
+class BrokenDataset : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir.file("images/train"));
+    fs::create_directories(dir.file("labels/train"));
+    cv::Mat img = test::coordinate_image(32, 24);
+    auto jpeg = test::encode_jpeg(img);
+    auto big = test::encode_jpeg(test::coordinate_image(128, 128));
+    auto image = [&](const std::string& stem, const std::string& label) {
+      test::write_bytes(dir.file("images/train/" + stem + ".jpg"), jpeg);
+      if (label != "<none>") test::write_file(dir.file("labels/train/" + stem + ".txt"), label);
+    };
+    // good samples
+    image("good1", "0 0.5 0.5 0.25 0.25\n1 0.2 0.3 0.1 0.1\n");
+    test::write_png(dir.file("images/train/good2.png"), img);
+    test::write_file(dir.file("labels/train/good2.txt"), "2 0.5 0.5 0.5 0.5\n");
+    image("background", "<none>");
+    image("empty", "");
+    image("dup", "3 0.5 0.5 0.2 0.2\n3 0.5 0.5 0.2 0.2\n");
+    image("polygon", "4 0.1 0.1 0.5 0.1 0.5 0.5\n");
+    image(std::string("name-\xff\xfe"), "5 0.5 0.5 0.1 0.1\n");  // not UTF-8, still a valid Linux file name
+    // broken samples
+    test::write_bytes(dir.file("images/train/corrupt.jpg"), {0xFF, 0xD8, 0xFF, 0x00, 0x13, 0x37});
+    test::write_file(dir.file("labels/train/corrupt.txt"), "0 0.5 0.5 0.1 0.1\n");
+    test::write_bytes(dir.file("images/train/truncated.jpg"), std::vector<uint8_t>(big.begin(), big.begin() + static_cast<long>(big.size() * 2 / 3)));
+    test::write_png(dir.file("images/train/tiny.png"), test::coordinate_image(5, 5));
+    image("nan", "0 0.5 nan 0.1 0.1\n");
+    image("bigclass", "0 0.5 0.5 0.1 0.1\n99 0.5 0.5 0.1 0.1\n");
+    image("columns", "0 0.5 0.5 0.1\n");
+    test::write_file(dir.file("images/train/notes.txt"), "not an image\n");  // ignored: not an image extension
+    test::write_bytes(dir.file("images/train/fake.png"), {'h', 'e', 'l', 'l', 'o'});
+  }
+
+  DatasetIndex index(bool cache = true) {
+    return index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{80, 2, cache});
+  }
+
+  test::TempDir dir;
+};
+
+TEST_F(BrokenDataset, ReportsEveryBrokenFileAndKeepsEveryGoodSample) {
+  DatasetIndex idx = index(false);
+  std::set<std::string> kept;
+  for (const auto& r : idx.records) kept.insert(fs::path(r.image).filename().string());
+  const std::set<std::string> good = {"good1.jpg", "good2.png", "background.jpg", "empty.jpg", "dup.jpg", "polygon.jpg",
+                                      std::string("name-\xff\xfe.jpg")};
+  EXPECT_EQ(kept, good);
+  std::map<std::string, std::string> reasons;
+  for (const auto& s : idx.skipped) reasons[fs::path(s.path).filename().string()] = s.reason;
+  ASSERT_EQ(reasons.size(), 7u);
+  EXPECT_NE(reasons["corrupt.jpg"].find("corrupt.jpg: corrupt or truncated JPEG"), std::string::npos) << reasons["corrupt.jpg"];
+  EXPECT_NE(reasons["truncated.jpg"].find("truncated.jpg: truncated JPEG"), std::string::npos) << reasons["truncated.jpg"];
+  EXPECT_NE(reasons["tiny.png"].find("image size 5x5 is below 10 pixels"), std::string::npos);
+  EXPECT_NE(reasons["nan.jpg"].find("nan.txt:1: non-finite value"), std::string::npos) << reasons["nan.jpg"];
+  EXPECT_NE(reasons["bigclass.jpg"].find("bigclass.txt:2: class 99 exceeds the dataset's nc=80"), std::string::npos);
+  EXPECT_NE(reasons["columns.jpg"].find("columns.txt:1: 4 values"), std::string::npos);
+  EXPECT_NE(reasons["fake.png"].find("fake.png: unsupported image format"), std::string::npos) << reasons["fake.png"];
+
+  const auto& c = idx.counts;
+  EXPECT_EQ(c.images, 14);
+  EXPECT_EQ(c.corrupt, 7);
+  EXPECT_EQ(c.missing, 1);
+  EXPECT_EQ(c.empty, 1);
+  EXPECT_EQ(c.labelled, 5);
+  EXPECT_EQ(c.duplicates, 1);
+  EXPECT_EQ(c.boxes, 2 + 1 + 1 + 1 + 1);
+  for (const auto& r : idx.records) {
+    EXPECT_EQ(r.width, 32);
+    EXPECT_EQ(r.height, 24);
+    if (fs::path(r.image).filename() == "polygon.jpg") {
+      ASSERT_EQ(r.rows.size(), 1u);
+      EXPECT_EQ(r.rows[0].polygon.size(), 6u);
+    }
+  }
+  const std::string report = describe(idx, "train");
+  EXPECT_NE(report.find("train: 14 images, 5 labelled, 1 without label file, 1 empty, 7 skipped, 6 boxes, 1 duplicate rows removed"),
+            std::string::npos) << report;
+  EXPECT_NE(report.find("dup.txt: 1 duplicate row(s) removed"), std::string::npos) << report;
+}
+
+TEST_F(BrokenDataset, CacheIsReusedUntilAFileChanges) {
+  DatasetIndex first = index();
+  EXPECT_FALSE(first.from_cache);
+  ASSERT_EQ(first.cache_path, dir.file("labels/train.kestrel.cache"));
+  EXPECT_TRUE(fs::exists(first.cache_path));
+  DatasetIndex second = index();
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(second.records.size(), first.records.size());
+  EXPECT_EQ(second.skipped.size(), first.skipped.size());
+  EXPECT_EQ(second.counts.boxes, first.counts.boxes);
+  ASSERT_EQ(second.records[0].rows.size(), first.records[0].rows.size());
+  // fixing a label changes its size: the cache is rebuilt and the sample comes back
+  test::write_file(dir.file("labels/train/nan.txt"), "0 0.5 0.5 0.1 0.1\n");
+  DatasetIndex third = index();
+  EXPECT_FALSE(third.from_cache);
+  EXPECT_EQ(third.records.size(), first.records.size() + 1);
+  // a corrupt cache file is ignored and rebuilt
+  test::write_file(third.cache_path, "{not json");
+  DatasetIndex fourth = index();
+  EXPECT_FALSE(fourth.from_cache);
+  EXPECT_EQ(fourth.records.size(), third.records.size());
+  EXPECT_NE(fourth.cache_note.find("ignored unreadable cache"), std::string::npos);
+}
+
+TEST(ImageFiles, LabelPathRuleAndTxtLists) {
+  EXPECT_EQ(label_path_for("/d/images/train/a.jpg"), "/d/labels/train/a.txt");
+  EXPECT_EQ(label_path_for("/images/x/images/b.PNG"), "/images/x/labels/b.txt");  // the last /images/ only
+  EXPECT_EQ(label_path_for("rel/c.d.jpeg"), "rel/c.d.txt");
+  test::TempDir dir;
+  fs::create_directories(dir.file("images"));
+  test::write_bytes(dir.file("images/a.jpg"), {1});
+  test::write_bytes(dir.file("images/b.jpg"), {1});
+  test::write_file(dir.file("list.txt"), "./images/b.jpg\nimages/a.jpg\n\n" + dir.file("images/a.jpg") + "\n");
+  auto images = list_images({dir.file("list.txt")}, "d.yaml");
+  EXPECT_EQ(images, (std::vector<std::string>{dir.file("images/a.jpg"), dir.file("images/b.jpg")}));
+  try {
+    list_images({dir.file("nope")}, "d.yaml");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("d.yaml: " + dir.file("nope") + " does not exist"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DatasetConfig, DemoYamlAndErrors) {
+  DatasetConfig cfg = load_dataset_config("data/demo/demo.yaml");
+  EXPECT_EQ(cfg.nc, 80);
+  ASSERT_EQ(cfg.names.size(), 80u);
+  EXPECT_EQ(cfg.names[0], "person");
+  EXPECT_EQ(cfg.names[79], "toothbrush");
+  EXPECT_EQ(list_images(cfg.train, cfg.source).size(), 32u);
+  EXPECT_EQ(list_images(cfg.val, cfg.source).size(), 16u);
+  // the copy under configs/data points at the same images
+  DatasetConfig other = load_dataset_config("configs/data/demo.yaml");
+  EXPECT_EQ(list_images(other.train, other.source), list_images(cfg.train, cfg.source));
+
+  test::TempDir dir;
+  auto error_of = [&](const std::string& text) -> std::string {
+    test::write_file(dir.file("d.yaml"), text);
+    try {
+      load_dataset_config(dir.file("d.yaml"));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_NE(error_of("val: a\nnames: [x]\n").find("missing key 'train'"), std::string::npos);
+  EXPECT_NE(error_of("train: a\nval: a\nnc: 2\nnames: [x]\n").find("'nc' is 2 but 'names' lists 1 classes"), std::string::npos);
+  EXPECT_NE(error_of("train: a\nval: a\nnames: {0: x, 2: y}\n").find("without gaps (missing 1)"), std::string::npos);
+  EXPECT_NE(error_of("train: [a\n").find("malformed YAML"), std::string::npos);
+  EXPECT_NE(error_of("train: a\nval: a\n").find("give 'names'"), std::string::npos);
+  auto names = load_dataset_config((error_of("path: sub\ntrain: t\nval: [v1, /abs/v2]\nnames: [a, b]\n"), dir.file("d.yaml")));
+  EXPECT_EQ(names.nc, 2);
+  EXPECT_EQ(names.train, std::vector<std::string>{dir.file("sub/t")});
+  EXPECT_EQ(names.val, (std::vector<std::string>{dir.file("sub/v1"), "/abs/v2"}));
+}
+
+}  // namespace
+}  // namespace kestrel::data

@@ -1,0 +1,79 @@
+// Label parsing with the reference rules, and malformed files.
+#include <gtest/gtest.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/data/labels.h"
+
+namespace kestrel::data {
+namespace {
+
+std::string error_of(const std::string& text, int nc = 80) {
+  try {
+    parse_labels(text, "l.txt", nc);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Labels, BoxesAndPolygons) {
+  auto p = parse_labels("0 0.5 0.5 0.2 0.4\n\n  3 0.1 0.2 0.3 0.4  \r\n", "l.txt", 80);
+  ASSERT_EQ(p.rows.size(), 2u);
+  EXPECT_EQ(p.rows[1].box, (std::array<float, 5>{3, 0.1f, 0.2f, 0.3f, 0.4f}));
+  EXPECT_FALSE(p.all_polygons());
+  // triangle (0.1,0.2) (0.5,0.2) (0.3,0.6): bounds x 0.1..0.5, y 0.2..0.6 -> centre (0.3, 0.4), size 0.4 x 0.4
+  auto q = parse_labels("7 0.1 0.2 0.5 0.2 0.3 0.6\n", "l.txt", 80);
+  ASSERT_EQ(q.rows.size(), 1u);
+  EXPECT_TRUE(q.all_polygons());
+  EXPECT_FLOAT_EQ(q.rows[0].box[0], 7);
+  EXPECT_FLOAT_EQ(q.rows[0].box[1], 0.3f);
+  EXPECT_FLOAT_EQ(q.rows[0].box[2], 0.4f);
+  EXPECT_FLOAT_EQ(q.rows[0].box[3], 0.4f);
+  EXPECT_FLOAT_EQ(q.rows[0].box[4], 0.4f);
+  EXPECT_EQ(q.rows[0].polygon.size(), 6u);
+}
+
+TEST(Labels, EmptyFileHasNoRows) {
+  EXPECT_TRUE(parse_labels("", "l.txt", 80).rows.empty());
+  EXPECT_TRUE(parse_labels("\n \n\t\n", "l.txt", 80).rows.empty());
+}
+
+TEST(Labels, DuplicatesRemovedAndCounted) {
+  auto p = parse_labels("1 0.5 0.5 0.1 0.1\n1 0.5 0.5 0.1 0.1\n2 0.5 0.5 0.1 0.1\n1 0.5 0.5 0.1 0.1\n", "l.txt", 80);
+  EXPECT_EQ(p.rows.size(), 2u);
+  EXPECT_EQ(p.duplicates_removed, 2);
+}
+
+TEST(LabelErrors, EachProblemNamesFileAndLine) {
+  EXPECT_EQ(error_of("0 0.5 0.5 0.2 nan\n"), "l.txt:1: non-finite value 'nan'");
+  EXPECT_EQ(error_of("0 0.5 0.5 0.2 0.1\n0 -0.1 0.5 0.2 0.1\n"), "l.txt:2: coordinate -0.1 is outside 0..1 (labels must be normalised)");
+  EXPECT_EQ(error_of("0 0.5 1.5 0.2 0.1\n"), "l.txt:1: coordinate 1.5 is outside 0..1 (labels must be normalised)");
+  EXPECT_EQ(error_of("-1 0.5 0.5 0.2 0.1\n"), "l.txt:1: class -1 is not a non-negative integer");
+  EXPECT_EQ(error_of("1.5 0.5 0.5 0.2 0.1\n"), "l.txt:1: class 1.5 is not a non-negative integer");
+  EXPECT_EQ(error_of("80 0.5 0.5 0.2 0.1\n"), "l.txt:1: class 80 exceeds the dataset's nc=80 (classes 0..79)");
+  EXPECT_NE(error_of("0 0.5 0.5 0.2\n").find("l.txt:1: 4 values"), std::string::npos);
+  EXPECT_NE(error_of("0 0.5 0.5 0.2 0.1 0.3\n").find("l.txt:1: 6 values"), std::string::npos);
+  EXPECT_NE(error_of("0 0.1 0.1 0.2 0.2 0.3 0.3 0.4\n").find("8 values"), std::string::npos);  // odd coordinate count
+  EXPECT_EQ(error_of("0 0.5 0.5 abc 0.1\n"), "l.txt:1: 'abc' is not a number");
+  EXPECT_EQ(error_of("0 0.5 0.5 0x1g 0.1\n"), "l.txt:1: '0x1g' is not a number");
+}
+
+TEST(LabelErrors, BinaryGarbageAndLongLines) {
+  std::string garbage = "\x89PNG\r\n\x1a\n\x00\x01\xff\xfe";
+  garbage.push_back('\0');
+  auto msg = error_of(garbage);
+  EXPECT_NE(msg.find("l.txt:1: '"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is not a number"), std::string::npos) << msg;
+  // a 1 MB line of digits: one absurdly long token
+  msg = error_of("0 " + std::string(1 << 20, '1') + " 0.5 0.5 0.5\n");
+  EXPECT_NE(msg.find("l.txt:1"), std::string::npos) << msg;
+  // a valid polygon with 10,000 points on one line is accepted
+  std::string poly = "5";
+  for (int i = 0; i < 10000; ++i) poly += " 0.25 0.75";
+  auto p = parse_labels(poly + "\n", "l.txt", 80);
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_FLOAT_EQ(p.rows[0].box[3], 0.0f);  // all points equal: zero-size box
+}
+
+}  // namespace
+}  // namespace kestrel::data
