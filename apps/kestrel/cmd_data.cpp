@@ -1,12 +1,16 @@
 // kestrel data check DATA.yaml: verify every split (images decoded, labels parsed with the reference
 // rules), print counts, the class histogram and every skipped file with its reason.
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/dataset_index.h"
+#include "kestrel/data/batch_image.h"
 #include "kestrel/data/image_files.h"
+#include "kestrel/data/image_io.h"
+#include "kestrel/data/loader.h"
 
 namespace kestrel::app {
 namespace {
@@ -52,6 +56,39 @@ void run_check(const DataCheckOptions& o) {
   if (any_unusable) fail(cfg.source, ": a split has no usable sample");
 }
 
+struct DataShowOptions {
+  std::string data, hyp, out = "runs/data/train_batch0.jpg";
+  int img = 640, batch = 16, workers = 4;
+  uint64_t seed = 0;
+  bool yolov7 = false;
+};
+
+void run_show(const DataShowOptions& o) {
+  const data::DatasetConfig cfg = data::load_dataset_config(o.data);
+  auto index = data::index_split(data::list_images(cfg.train, cfg.source), data::IndexOptions{cfg.nc, o.workers, true});
+  if (!index.skipped.empty()) std::cout << data::describe(index, "train", 20);
+  data::DatasetOptions d;
+  d.img_size = o.img;
+  d.seed = o.seed;
+  bool v7_hyp = false;
+  if (!o.hyp.empty()) d.hyp = data::load_augment_options(o.hyp, &v7_hyp);
+  d.dialect = o.yolov7 || v7_hyp ? data::Dialect::yolov7 : data::Dialect::yolov5;
+  if (o.yolov7 && o.hyp.empty()) d.hyp.mosaic9 = 0.2;
+  auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
+  data::LoaderOptions l;
+  l.batch_size = o.batch;
+  l.workers = o.workers;
+  l.seed = o.seed;
+  data::DataLoader loader(dataset, l);
+  loader.start_epoch(0);
+  auto batch = loader.next();
+  const std::filesystem::path out(o.out);
+  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  data::write_jpeg(o.out, data::render_batch(*batch, cfg.names));
+  std::printf("%s: %lld images, %lld boxes -> %s\n", cfg.source.c_str(), static_cast<long long>(batch->images.size(0)),
+              static_cast<long long>(batch->boxes), o.out.c_str());
+}
+
 }  // namespace
 
 void add_data_command(CLI::App& app) {
@@ -63,6 +100,18 @@ void add_data_command(CLI::App& app) {
   cmd->add_option("--workers", check->workers, "verification threads")->check(CLI::Range(1, 256));
   cmd->add_flag("--no-cache", check->no_cache, "verify again and do not write the label cache");
   cmd->callback([check] { run_check(*check); });
+
+  auto show = std::make_shared<DataShowOptions>();
+  auto* shw = data->add_subcommand("show", "write an augmented training batch with boxes and class names as an image");
+  shw->add_option("data", show->data, "dataset YAML")->required();
+  shw->add_option("--hyp", show->hyp, "hyperparameter YAML (augmentation keys)");
+  shw->add_option("--img,--img-size,--imgsz", show->img, "image size")->check(CLI::Range(32, 8192));
+  shw->add_option("--batch-size", show->batch, "images in the batch")->check(CLI::Range(1, 1024));
+  shw->add_option("--workers", show->workers, "loader threads")->check(CLI::Range(1, 256));
+  shw->add_option("--seed", show->seed, "augmentation seed");
+  shw->add_flag("--yolov7", show->yolov7, "YOLOv7 augmentation semantics (also implied by a YOLOv7 hyp file)");
+  shw->add_option("--out", show->out, "output image");
+  shw->callback([show] { run_show(*show); });
 }
 
 }  // namespace kestrel::app

@@ -7,5 +7,6 @@ namespace kestrel::app {
 void add_env_command(CLI::App& app);
 void add_models_command(CLI::App& app);
 void add_data_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace kestrel::app

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   kestrel::app::add_env_command(app);
   kestrel::app::add_models_command(app);
   kestrel::app::add_data_command(app);
+  kestrel::app::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

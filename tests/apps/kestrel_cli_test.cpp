@@ -1,6 +1,8 @@
 // The kestrel executable as a user runs it: exit codes and messages.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "test_support.h"
 
 namespace kestrel {
@@ -46,6 +48,39 @@ TEST(Cli, EnvReportsVersions) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("libtorch     2.11.0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cpu threads"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+TEST(CliData, CheckReportsCountsAndHistogram) {
+  auto r = test::run_command(test::kestrel_binary() + " data check data/demo/demo.yaml --no-cache");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // demo: 32 train images with 250 boxes, 16 val images with 115 boxes (data/demo/README.md)
+  EXPECT_NE(r.output.find("train: 32 images, 32 labelled, 0 without label file, 0 empty, 0 skipped, 250 boxes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("val: 16 images, 16 labelled, 0 without label file, 0 empty, 0 skipped, 115 boxes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("person"), std::string::npos);
+}
+
+TEST(CliData, SplitWithoutUsableSamplesIsAnError) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("images/train"));
+  test::write_file(dir.file("images/train/a.jpg"), "not a jpeg");
+  test::write_file(dir.file("d.yaml"), "path: .\ntrain: images/train\nval: images/train\nnames: [a]\n");
+  auto r = test::run_command(test::kestrel_binary() + " data check " + dir.file("d.yaml") + " --no-cache");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("a.jpg: unsupported image format"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a split has no usable sample"), std::string::npos) << r.output;
+}
+
+TEST(CliData, ShowWritesAnImage) {
+  test::TempDir dir;
+  auto r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out " + dir.file("b.jpg"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::file_size(dir.file("b.jpg")) > 1000);
 }
 
 }  // namespace

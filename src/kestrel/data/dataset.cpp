@@ -1,0 +1,165 @@
+#include "kestrel/data/dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kestrel/core/error.h"
+#include "kestrel/data/image_io.h"
+#include "kestrel/data/mosaic.h"
+
+namespace kestrel::data {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Normalised (cls, cx, cy, w, h) rows -> pixel xyxy boxes of a w x h image (and polygons).
+Sample labelled(const ImageRecord& record, cv::Mat image) {
+  Sample s;
+  const float w = static_cast<float>(image.cols), h = static_cast<float>(image.rows);
+  s.image = std::move(image);
+  for (const auto& row : record.rows) {
+    const auto& b = row.box;
+    s.boxes.push_back({b[0], (b[1] - b[3] / 2) * w, (b[2] - b[4] / 2) * h, (b[1] + b[3] / 2) * w, (b[2] + b[4] / 2) * h});
+    if (!row.polygon.empty()) {
+      Polygon poly;
+      for (size_t i = 0; i + 1 < row.polygon.size(); i += 2) poly.emplace_back(row.polygon[i] * w, row.polygon[i + 1] * h);
+      s.segments.push_back(std::move(poly));
+    }
+  }
+  if (s.segments.size() != s.boxes.size()) s.segments.clear();
+  return s;
+}
+
+// Upstream's rectangular shapes: batches of similar aspect ratio share the smallest stride-multiple
+// shape that holds them at img_size.
+std::vector<cv::Size> rect_shapes(const std::vector<ImageRecord>& records, const DatasetOptions& o) {
+  std::vector<cv::Size> shapes;
+  for (size_t start = 0; start < records.size(); start += static_cast<size_t>(o.batch_size)) {
+    const size_t end = std::min(records.size(), start + static_cast<size_t>(o.batch_size));
+    double lo = 1e9, hi = 0;
+    for (size_t i = start; i < end; ++i) {
+      const double ar = static_cast<double>(records[i].height) / records[i].width;
+      lo = std::min(lo, ar);
+      hi = std::max(hi, ar);
+    }
+    double sh = 1, sw = 1;  // relative (h, w)
+    if (hi < 1) sh = hi;
+    else if (lo > 1) sw = 1 / lo;
+    auto side = [&](double rel) { return static_cast<int>(std::ceil(rel * o.img_size / o.stride + o.pad)) * o.stride; };
+    shapes.emplace_back(side(sw), side(sh));
+  }
+  return shapes;
+}
+
+}  // namespace
+
+uint64_t sample_seed(uint64_t seed, int epoch, uint64_t index) {
+  return splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(epoch)) ^ index);
+}
+
+YoloDataset::YoloDataset(DatasetIndex index, DatasetOptions options)
+    : options_(std::move(options)), records_(std::move(index.records)) {
+  if (records_.empty()) fail("the split has no usable sample");
+  if (options_.img_size < 32 || options_.img_size % options_.stride != 0)
+    fail("--img ", options_.img_size, " must be a multiple of the model's largest stride ", options_.stride);
+  if (options_.rect) {
+    // Sort by aspect ratio (stable: ties keep path order), as upstream does for rectangular batches.
+    std::stable_sort(records_.begin(), records_.end(), [](const ImageRecord& a, const ImageRecord& b) {
+      return static_cast<double>(a.height) / a.width < static_cast<double>(b.height) / b.width;
+    });
+    batch_shapes_ = rect_shapes(records_, options_);
+  }
+  cache_.resize(records_.size());
+}
+
+cv::Size YoloDataset::batch_shape(size_t batch) const {
+  if (batch_shapes_.empty()) return {options_.img_size, options_.img_size};
+  return batch_shapes_.at(batch);
+}
+
+Sample YoloDataset::load_resized(size_t index, cv::Size* original, bool writable) const {
+  const ImageRecord& record = records_.at(index);
+  std::shared_ptr<const Cached> entry = std::atomic_load(&cache_[index]);
+  if (!entry) {
+    DecodedImage decoded = decode_image_file(record.image);
+    auto fresh = std::make_shared<Cached>();
+    fresh->original = decoded.image.size();
+    fresh->image = resize_long_side(decoded.image, options_.img_size, options_.augment);
+    if (fresh->image.data == decoded.image.data) fresh->image = decoded.image;
+    entry = fresh;
+    if (options_.cache_ram) std::atomic_store(&cache_[index], entry);
+  }
+  if (original) *original = entry->original;
+  return labelled(record, writable && options_.cache_ram ? entry->image.clone() : entry->image);
+}
+
+Sample YoloDataset::mosaic(size_t index, std::mt19937& rng) const {
+  const int n = static_cast<int>(records_.size());
+  const bool nine = options_.dialect == Dialect::yolov7 && random_unit(rng) >= 1.0 - options_.hyp.mosaic9;
+  const size_t tiles = nine ? 9 : 4;
+  std::vector<size_t> picks{index};
+  for (size_t i = 1; i < tiles; ++i) picks.push_back(static_cast<size_t>(random_below(rng, n)));
+  if (!nine && options_.dialect == Dialect::yolov5) std::shuffle(picks.begin(), picks.end(), rng);
+  if (nine) {
+    std::array<Sample, 9> t;
+    for (size_t i = 0; i < 9; ++i) t[i] = load_resized(picks[i]);
+    return mosaic9(std::move(t), options_.img_size, options_.hyp, rng, options_.dialect);
+  }
+  std::array<Sample, 4> t;
+  for (size_t i = 0; i < 4; ++i) t[i] = load_resized(picks[i]);
+  return mosaic4(std::move(t), options_.img_size, options_.hyp, rng, options_.dialect);
+}
+
+Sample YoloDataset::training_sample(size_t index, std::mt19937& rng) const {
+  const auto& hyp = options_.hyp;
+  Sample s;
+  if (random_unit(rng) < hyp.mosaic) {
+    s = mosaic(index, rng);
+    if (random_unit(rng) < hyp.mixup) {
+      Sample other = mosaic(static_cast<size_t>(random_below(rng, static_cast<int>(records_.size()))), rng);
+      mixup(s, other, rng, options_.dialect == Dialect::yolov7 ? 8.0 : 32.0);
+    }
+  } else {
+    Sample resized = load_resized(index, nullptr, /*writable=*/true);
+    Letterbox lb = letterbox(resized.image, options_.img_size, options_.img_size, LetterboxOptions{false, false, true, options_.stride});
+    resized.image = lb.image;
+    letterbox_labels(resized, lb);
+    s = std::move(resized);
+    random_perspective(s, hyp, {0, 0}, rng, options_.dialect);
+  }
+  augment_hsv(s.image, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, rng);
+  random_flips(s, hyp, rng);
+  return s;
+}
+
+Sample YoloDataset::get(size_t index, int epoch, SampleMeta* meta) const {
+  std::mt19937 rng(static_cast<uint32_t>(sample_seed(options_.seed, epoch, index)));
+  if (meta) meta->index = static_cast<int64_t>(index);
+  if (options_.augment) {
+    Sample s = training_sample(index, rng);
+    if (meta) meta->original = s.image.size();
+    return s;
+  }
+  cv::Size original;
+  Sample s = load_resized(index, &original, /*writable=*/true);
+  const cv::Size resized = s.image.size();
+  const cv::Size shape = batch_shape(index / static_cast<size_t>(options_.batch_size));
+  Letterbox lb = letterbox(s.image, shape.height, shape.width, LetterboxOptions{false, false, false, options_.stride});
+  s.image = lb.image;
+  letterbox_labels(s, lb);
+  if (meta) {
+    // original -> network input: the resize to img_size, then the letterbox scale, then its padding
+    meta->original = original;
+    meta->ratio = {lb.ratio.x * resized.width / original.width, lb.ratio.y * resized.height / original.height};
+    meta->pad = lb.pad;
+  }
+  return s;
+}
+
+}  // namespace kestrel::data

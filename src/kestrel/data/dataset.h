@@ -1,0 +1,76 @@
+// A verified split turned into training or validation samples: decoding (with an optional RAM cache
+// of resized images), then YOLOv5/YOLOv7's augmentation recipe or the validation letterbox, with
+// rectangular batch shapes for validation.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+#include "kestrel/data/augment.h"
+#include "kestrel/data/dataset_index.h"
+#include "kestrel/data/hyp.h"
+
+namespace kestrel::data {
+
+struct DatasetOptions {
+  int img_size = 640;
+  bool augment = true;           // training: mosaic, mixup, perspective, HSV, flips
+  bool rect = false;             // rectangular batches (validation; upstream --rect)
+  int batch_size = 16;           // for the rectangular shapes
+  int stride = 32;               // the model's largest stride
+  double pad = 0.0;              // rect shape padding in strides (validation uses 0.5)
+  AugmentOptions hyp;
+  Dialect dialect = Dialect::yolov5;  // YOLOv7: mosaic9 share, Beta(8, 8) mixup, its perspective limits
+  bool cache_ram = false;        // keep decoded, resized images in memory after the first use
+  uint64_t seed = 0;
+};
+
+// Where a sample came from, to map predictions back to the original image.
+struct SampleMeta {
+  int64_t index = 0;          // position in the dataset
+  cv::Size original;          // decoded size (w, h), EXIF applied
+  cv::Point2d ratio{1, 1};    // letterbox scale (w, h) from the original (validation)
+  cv::Point2d pad{0, 0};      // letterbox padding (w, h) in pixels (validation)
+};
+
+class YoloDataset {
+ public:
+  YoloDataset(DatasetIndex index, DatasetOptions options);
+
+  size_t size() const { return records_.size(); }
+  const std::vector<ImageRecord>& records() const { return records_; }
+  const DatasetOptions& options() const { return options_; }
+
+  // The sample at `index` for `epoch`: deterministic for (seed, epoch, index), whatever thread asks.
+  // Training: img_size x img_size with augmentation; validation: the letterboxed image (rect shape).
+  Sample get(size_t index, int epoch, SampleMeta* meta = nullptr) const;
+
+  // Rectangular mode: the (w, h) of batch i (samples are ordered by aspect ratio).
+  cv::Size batch_shape(size_t batch) const;
+
+  // Decoded and resized so that the long side is img_size (the cache entry), boxes in its pixels.
+  // Not writable: with the RAM cache the image is shared with the cache (mosaic only reads its
+  // tiles); pass writable = true to get a private copy when the caller changes pixels in place.
+  Sample load_resized(size_t index, cv::Size* original = nullptr, bool writable = false) const;
+
+ private:
+  Sample training_sample(size_t index, std::mt19937& rng) const;
+  Sample mosaic(size_t index, std::mt19937& rng) const;
+
+  DatasetOptions options_;
+  std::vector<ImageRecord> records_;
+  std::vector<cv::Size> batch_shapes_;  // rect mode only
+  struct Cached {
+    cv::Mat image;
+    cv::Size original;
+  };
+  mutable std::vector<std::shared_ptr<const Cached>> cache_;  // atomic_load / atomic_store per slot
+};
+
+// 64-bit mix of (seed, epoch, index) into a generator seed, so each sample has its own stream.
+uint64_t sample_seed(uint64_t seed, int epoch, uint64_t index);
+
+}  // namespace kestrel::data

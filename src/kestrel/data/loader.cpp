@@ -1,0 +1,180 @@
+#include "kestrel/data/loader.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include <ATen/ATen.h>
+#include <opencv2/core.hpp>
+#include <torch/cuda.h>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::data {
+
+Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory) {
+  if (samples.empty()) fail("collate: no samples");
+  const int64_t b = static_cast<int64_t>(samples.size());
+  const int h = samples[0].image.rows, w = samples[0].image.cols;
+  auto bytes = at::TensorOptions().dtype(at::kByte).pinned_memory(pin_memory);
+  Batch batch;
+  batch.images = at::empty({b, 3, h, w}, bytes);
+  batch.targets = at::zeros({b, max_boxes, 5}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin_memory));
+  batch.target_mask = at::zeros({b, max_boxes}, at::TensorOptions().dtype(at::kBool).pinned_memory(pin_memory));
+  batch.meta = meta;
+  auto* pixels = batch.images.data_ptr<uint8_t>();
+  auto* targets = batch.targets.data_ptr<float>();
+  auto* mask = batch.target_mask.data_ptr<bool>();
+  for (int64_t i = 0; i < b; ++i) {
+    const Sample& s = samples[static_cast<size_t>(i)];
+    if (s.image.rows != h || s.image.cols != w || s.image.type() != CV_8UC3)
+      fail("collate: sample ", i, " is ", s.image.cols, "x", s.image.rows, ", the batch is ", w, "x", h);
+    // BGR interleaved -> three RGB planes written straight into the batch tensor.
+    uint8_t* base = pixels + i * 3 * h * w;
+    cv::Mat planes[3] = {cv::Mat(h, w, CV_8UC1, base), cv::Mat(h, w, CV_8UC1, base + h * w), cv::Mat(h, w, CV_8UC1, base + 2 * h * w)};
+    const int from_to[] = {2, 0, 1, 1, 0, 2};
+    cv::mixChannels(&s.image, 1, planes, 3, from_to, 3);
+    int64_t kept = 0;
+    for (const Box& box : s.boxes) {
+      const float x1 = std::clamp(box.x1, 0.f, w - 1e-3f), x2 = std::clamp(box.x2, 0.f, w - 1e-3f);
+      const float y1 = std::clamp(box.y1, 0.f, h - 1e-3f), y2 = std::clamp(box.y2, 0.f, h - 1e-3f);
+      if (x2 - x1 < 1.f || y2 - y1 < 1.f) continue;
+      if (kept == max_boxes) {
+        ++batch.dropped_boxes;
+        continue;
+      }
+      float* row = targets + (i * max_boxes + kept) * 5;
+      row[0] = box.cls;
+      row[1] = (x1 + x2) / 2 / w;
+      row[2] = (y1 + y2) / 2 / h;
+      row[3] = (x2 - x1) / w;
+      row[4] = (y2 - y1) / h;
+      mask[i * max_boxes + kept] = true;
+      ++kept;
+    }
+    batch.boxes += kept;
+  }
+  return batch;
+}
+
+DataLoader::DataLoader(std::shared_ptr<const YoloDataset> dataset, LoaderOptions options)
+    : dataset_(std::move(dataset)), options_(std::move(options)) {
+  // Every sample allocates several multi-megabyte images (mosaic canvas, warps). Above glibc's default
+  // 128 KiB mmap threshold each one is a fresh mmap: page faults and kernel zeroing on every sample.
+  // Serving them from the heap instead reuses the memory (process-wide setting, harmless elsewhere).
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  if (options_.batch_size < 1) fail("--batch-size must be >= 1");
+  if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size) fail("invalid rank/world size");
+  options_.workers = std::max(1, options_.workers);
+  options_.prefetch = std::max(1, options_.prefetch);
+  options_.pin_memory = options_.pin_memory && torch::cuda::is_available();
+  if (dataset_->options().rect && options_.shuffle) fail("rectangular batches keep their order: do not shuffle them");
+}
+
+DataLoader::~DataLoader() { stop_workers(); }
+
+size_t DataLoader::num_batches() const {
+  const size_t per_rank = (dataset_->size() + options_.world_size - 1) / options_.world_size;
+  const size_t b = static_cast<size_t>(options_.batch_size);
+  return options_.drop_last ? per_rank / b : (per_rank + b - 1) / b;
+}
+
+void DataLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+}
+
+void DataLoader::start_epoch(int epoch) {
+  stop_workers();
+  epoch_ = epoch;
+  // The epoch order: a permutation seeded by (seed, epoch), padded by wrapping so that every rank
+  // gets the same count, then every world_size-th entry from this rank (as DistributedSampler).
+  std::vector<int64_t> all(dataset_->size());
+  std::iota(all.begin(), all.end(), 0);
+  if (options_.shuffle) std::shuffle(all.begin(), all.end(), std::mt19937_64(sample_seed(options_.seed, epoch, ~0ull)));
+  const size_t per_rank = (all.size() + options_.world_size - 1) / options_.world_size;
+  for (size_t i = 0; all.size() < per_rank * options_.world_size; ++i) all.push_back(all[i]);
+  order_.clear();
+  for (size_t i = static_cast<size_t>(options_.rank); i < all.size(); i += static_cast<size_t>(options_.world_size)) order_.push_back(all[i]);
+  ready_.clear();
+  next_to_build_ = next_to_return_ = 0;
+  stopping_ = false;
+  error_ = nullptr;
+  for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+}
+
+Batch DataLoader::build_batch(int64_t batch) const {
+  const size_t b = static_cast<size_t>(options_.batch_size);
+  const size_t start = static_cast<size_t>(batch) * b, end = std::min(order_.size(), start + b);
+  std::vector<Sample> samples;
+  std::vector<SampleMeta> meta(end - start);
+  for (size_t i = start; i < end; ++i) samples.push_back(dataset_->get(static_cast<size_t>(order_[i]), epoch_, &meta[i - start]));
+  Batch out = collate(samples, meta, options_.max_boxes, options_.pin_memory);
+  out.index = batch;
+  return out;
+}
+
+void DataLoader::worker_loop(int worker) {
+  if (!options_.cpu_cores.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(options_.cpu_cores[static_cast<size_t>(worker) % options_.cpu_cores.size()], &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+  const int64_t total = static_cast<int64_t>(num_batches());
+  while (true) {
+    int64_t batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      // Bounded prefetch: never more than `prefetch` batches ahead of the consumer.
+      changed_.wait(lock, [&] { return stopping_ || next_to_build_ >= total || next_to_build_ < next_to_return_ + options_.prefetch; });
+      if (stopping_ || next_to_build_ >= total) return;
+      batch = next_to_build_++;
+    }
+    try {
+      Batch built = build_batch(batch);
+      std::lock_guard<std::mutex> lock(mutex_);
+      ready_.emplace(batch, std::move(built));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    changed_.notify_all();
+  }
+}
+
+std::optional<Batch> DataLoader::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (workers_.empty()) fail("DataLoader::next() before start_epoch()");
+  if (next_to_return_ >= static_cast<int64_t>(num_batches())) return std::nullopt;
+  changed_.wait(lock, [&] { return error_ || ready_.count(next_to_return_); });
+  if (error_) std::rethrow_exception(error_);
+  Batch batch = std::move(ready_.at(next_to_return_));
+  ready_.erase(next_to_return_++);
+  lock.unlock();
+  changed_.notify_all();
+  return batch;
+}
+
+DeviceBatch to_device(const Batch& batch, const c10::Device& device, bool channels_last) {
+  DeviceBatch out;
+  // uint8 crosses the bus (4x less than float), the conversion runs on the device.
+  at::Tensor images = batch.images.to(device, /*non_blocking=*/true);
+  if (channels_last) images = images.contiguous(at::MemoryFormat::ChannelsLast);
+  out.images = images.to(at::kFloat).div_(255.0);
+  out.targets = batch.targets.to(device, true);
+  out.target_mask = batch.target_mask.to(device, true);
+  return out;
+}
+
+}  // namespace kestrel::data

@@ -1,0 +1,88 @@
+// The native loader: worker threads build whole batches ahead of the consumer (bounded prefetch),
+// in a fixed order, into uint8 tensors (pinned when a GPU will read them). to_device() copies a
+// batch without blocking the host and normalises it to 0..1 on the device.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "kestrel/data/dataset.h"
+
+namespace kestrel::data {
+
+struct LoaderOptions {
+  int batch_size = 16;
+  int workers = 8;              // threads building batches (upstream --workers)
+  int prefetch = 4;             // batches built ahead of the consumer
+  int max_boxes = 400;          // fixed target capacity per image (static shapes); extra boxes dropped and counted
+  bool shuffle = true;
+  bool drop_last = false;
+  bool pin_memory = false;      // page-locked batches (only when CUDA is available)
+  uint64_t seed = 0;
+  int rank = 0, world_size = 1; // data parallel: each rank takes every world_size-th sample of the epoch order
+  std::vector<int> cpu_cores;   // bind worker i to cpu_cores[i % size] (empty: no binding)
+};
+
+struct Batch {
+  at::Tensor images;       // [B, 3, H, W] uint8, RGB
+  at::Tensor targets;      // [B, M, 5] float32: class, cx, cy, w, h normalised to the batch image
+  at::Tensor target_mask;  // [B, M] bool: true for real boxes
+  std::vector<SampleMeta> meta;
+  int64_t boxes = 0;            // real boxes in the batch
+  int64_t dropped_boxes = 0;    // boxes beyond max_boxes (reported by the trainer)
+  int64_t index = 0;            // batch number within the epoch
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const YoloDataset> dataset, LoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Starts building the epoch's batches (the order depends on seed and epoch only).
+  void start_epoch(int epoch);
+  // The next batch in order; nullopt after the last one. Rethrows a worker's error.
+  std::optional<Batch> next();
+  size_t num_batches() const;
+  const std::vector<int64_t>& epoch_order() const { return order_; }  // dataset indices of this rank
+
+ private:
+  void stop_workers();
+  void worker_loop(int worker);
+  Batch build_batch(int64_t batch) const;
+
+  std::shared_ptr<const YoloDataset> dataset_;
+  LoaderOptions options_;
+  std::vector<int64_t> order_;
+  int epoch_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<int64_t, Batch> ready_;
+  int64_t next_to_build_ = 0, next_to_return_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::vector<std::thread> workers_;
+};
+
+// Collates samples (same image size) into a Batch: HWC BGR -> CHW RGB bytes, boxes -> normalised
+// cxcywh clipped to the image (upstream xyxy2xywhn(clip=True, eps=1e-3)), boxes narrower or lower
+// than 1 pixel after clipping dropped.
+Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory);
+
+// The batch on `device`: images float32 [B, 3, H, W] in 0..1 (channels-last memory when asked),
+// targets and mask copied as they are. Copies are non-blocking (pinned source) on the current stream.
+struct DeviceBatch {
+  at::Tensor images, targets, target_mask;
+};
+DeviceBatch to_device(const Batch& batch, const c10::Device& device, bool channels_last = false);
+
+}  // namespace kestrel::data

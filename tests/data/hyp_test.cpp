@@ -1,0 +1,48 @@
+// Augmentation hyperparameters: defaults equal hyp.scratch-low.yaml, files override them.
+#include <gtest/gtest.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/data/hyp.h"
+#include "test_support.h"
+
+namespace kestrel::data {
+namespace {
+
+TEST(Hyp, DefaultsAreYolov5ScratchLow) {
+  // values of YOLOv5's data/hyps/hyp.scratch-low.yaml (peers.md section 2.1)
+  AugmentOptions o;
+  EXPECT_DOUBLE_EQ(o.hsv_h, 0.015);
+  EXPECT_DOUBLE_EQ(o.hsv_s, 0.7);
+  EXPECT_DOUBLE_EQ(o.hsv_v, 0.4);
+  EXPECT_DOUBLE_EQ(o.translate, 0.1);
+  EXPECT_DOUBLE_EQ(o.scale, 0.5);
+  EXPECT_DOUBLE_EQ(o.fliplr, 0.5);
+  EXPECT_DOUBLE_EQ(o.mosaic, 1.0);
+  EXPECT_DOUBLE_EQ(o.mixup, 0.0);
+  EXPECT_DOUBLE_EQ(o.copy_paste, 0.0);
+  EXPECT_DOUBLE_EQ(o.degrees, 0.0);
+}
+
+TEST(Hyp, FileOverridesAndYolov7Recipe) {
+  test::TempDir dir;
+  test::write_file(dir.file("p5.yaml"), "lr0: 0.01\nscale: 0.9\ntranslate: 0.2\nmixup: 0.15\npaste_in: 0.15\nloss_ota: 1\n");
+  bool v7 = false;
+  AugmentOptions o = load_augment_options(dir.file("p5.yaml"), &v7);
+  EXPECT_TRUE(v7);
+  EXPECT_DOUBLE_EQ(o.scale, 0.9);
+  EXPECT_DOUBLE_EQ(o.translate, 0.2);
+  EXPECT_DOUBLE_EQ(o.mixup, 0.15);
+  EXPECT_DOUBLE_EQ(o.mosaic9, 0.2);
+  EXPECT_DOUBLE_EQ(o.hsv_h, 0.015);  // untouched keys keep their defaults
+  test::write_file(dir.file("bad.yaml"), "scale: big\n");
+  try {
+    load_augment_options(dir.file("bad.yaml"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.yaml:1: 'scale' must be a number"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_augment_options(dir.file("missing.yaml")), Error);
+}
+
+}  // namespace
+}  // namespace kestrel::data

@@ -1,0 +1,180 @@
+// The augmenting dataset and the loader on the demo data: every sample once per epoch, determinism
+// for a seed whatever the worker count, collation by hand, validation letterbox mapping back.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/data/dataset_config.h"
+#include "kestrel/data/image_files.h"
+#include "kestrel/data/loader.h"
+
+namespace kestrel::data {
+namespace {
+
+std::shared_ptr<const YoloDataset> demo(bool augment, int img = 128, bool rect = false, int batch = 4) {
+  auto cfg = load_dataset_config("data/demo/demo.yaml");
+  auto images = list_images(augment ? cfg.train : cfg.val, cfg.source);
+  DatasetOptions o;
+  o.img_size = img;
+  o.augment = augment;
+  o.rect = rect;
+  o.batch_size = batch;
+  o.pad = rect ? 0.5 : 0.0;
+  o.seed = 7;
+  return std::make_shared<const YoloDataset>(index_split(images, IndexOptions{cfg.nc, 2, false}), o);
+}
+
+std::vector<Batch> epoch(const std::shared_ptr<const YoloDataset>& ds, LoaderOptions o, int e) {
+  DataLoader loader(ds, o);
+  loader.start_epoch(e);
+  std::vector<Batch> out;
+  while (auto b = loader.next()) out.push_back(std::move(*b));
+  return out;
+}
+
+TEST(Loader, EverySampleExactlyOncePerEpoch) {
+  auto ds = demo(true, 64);
+  LoaderOptions o;
+  o.batch_size = 5;  // 32 samples: 6 full batches and one of 2
+  o.workers = 3;
+  std::vector<int64_t> seen;
+  auto batches = epoch(ds, o, 0);
+  ASSERT_EQ(batches.size(), 7u);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(batches[i].index, static_cast<int64_t>(i));
+    for (const auto& m : batches[i].meta) seen.push_back(m.index);
+  }
+  EXPECT_EQ(batches.back().images.size(0), 2);
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> all(32);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(seen, all);
+}
+
+TEST(Loader, RanksSplitTheEpochWithoutOverlap) {
+  auto ds = demo(true, 64);
+  std::multiset<int64_t> seen;
+  for (int rank = 0; rank < 3; ++rank) {  // 32 samples over 3 ranks: 11 each, one wrapped duplicate in total
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.workers = 1;
+    o.rank = rank;
+    o.world_size = 3;
+    DataLoader loader(ds, o);
+    loader.start_epoch(1);
+    EXPECT_EQ(loader.epoch_order().size(), 11u);
+    seen.insert(loader.epoch_order().begin(), loader.epoch_order().end());
+  }
+  EXPECT_EQ(seen.size(), 33u);
+  for (int64_t i = 0; i < 32; ++i) EXPECT_GE(seen.count(i), 1u) << i;
+}
+
+TEST(Loader, DeterministicForASeedWhateverTheWorkerCount) {
+  auto ds = demo(true, 64);
+  LoaderOptions one, three;
+  one.batch_size = three.batch_size = 8;
+  one.workers = 1;
+  three.workers = 3;
+  auto a = epoch(ds, one, 2), b = epoch(ds, three, 2), c = epoch(ds, one, 3);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(at::equal(a[i].images, b[i].images)) << i;
+    EXPECT_TRUE(at::equal(a[i].targets, b[i].targets)) << i;
+    EXPECT_TRUE(at::equal(a[i].target_mask, b[i].target_mask)) << i;
+  }
+  EXPECT_FALSE(at::equal(a[0].images, c[0].images));  // another epoch, other augmentations
+}
+
+TEST(Loader, TrainingBatchesHaveBoxesInsideTheImage) {
+  auto ds = demo(true, 128);
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  auto batches = epoch(ds, o, 0);
+  int64_t boxes = 0;
+  for (const auto& b : batches) {
+    EXPECT_EQ(b.images.sizes().vec(), (std::vector<int64_t>{b.images.size(0), 3, 128, 128}));
+    at::Tensor t = b.targets.index({b.target_mask});  // [n, 5]
+    boxes += t.size(0);
+    EXPECT_EQ(t.size(0), b.boxes);
+    if (!t.size(0)) continue;
+    EXPECT_TRUE((t.select(1, 0) >= 0).all().item<bool>() && (t.select(1, 0) < 80).all().item<bool>());
+    at::Tensor x1 = t.select(1, 1) - t.select(1, 3) / 2, x2 = t.select(1, 1) + t.select(1, 3) / 2;
+    EXPECT_GE(x1.min().item<float>(), -1e-5f);
+    EXPECT_LE(x2.max().item<float>(), 1 + 1e-5f);
+    EXPECT_GE((t.select(1, 3) * 128).min().item<float>(), 1.0f - 1e-4f);  // at least a pixel wide
+    // padding rows are zero
+    EXPECT_EQ(b.targets.index({b.target_mask.logical_not()}).abs().sum().item<float>(), 0.0f);
+  }
+  EXPECT_GT(boxes, 100);  // 32 mosaics of a dataset with 7.8 boxes per image keep most of their boxes
+}
+
+TEST(Collate, ChannelsBoxesClippingAndCapacityByHand) {
+  Sample s;
+  s.image = cv::Mat(64, 32, CV_8UC3, cv::Scalar(1, 2, 3));  // B=1, G=2, R=3; 32 wide, 64 high
+  s.boxes = {{5, 8, 16, 24, 48},      // inside: cx 16/32, cy 32/64, w 16/32, h 32/64
+             {6, -8, 60, 8, 80},      // clipped to x 0..8, y 60..63.999
+             {7, 10, 10, 10.5f, 20},  // under a pixel wide: dropped
+             {8, 0, 0, 4, 4}};        // beyond capacity 2: counted as dropped
+  Batch b = collate({s}, {SampleMeta{}}, 2, false);
+  EXPECT_EQ(b.images[0][0][0][0].item<int>(), 3);  // R plane first
+  EXPECT_EQ(b.images[0][2][63][31].item<int>(), 1);
+  auto t = b.targets[0];
+  EXPECT_FLOAT_EQ(t[0][0].item<float>(), 5);
+  EXPECT_FLOAT_EQ(t[0][1].item<float>(), 0.5f);
+  EXPECT_FLOAT_EQ(t[0][2].item<float>(), 0.5f);
+  EXPECT_FLOAT_EQ(t[0][3].item<float>(), 0.5f);
+  EXPECT_FLOAT_EQ(t[0][4].item<float>(), 0.5f);
+  EXPECT_FLOAT_EQ(t[1][0].item<float>(), 6);
+  EXPECT_NEAR(t[1][1].item<float>(), 4.0f / 32, 1e-6);
+  EXPECT_NEAR(t[1][3].item<float>(), 8.0f / 32, 1e-6);
+  EXPECT_NEAR(t[1][2].item<float>(), (60 + 63.999f) / 2 / 64, 1e-5);
+  EXPECT_EQ(b.boxes, 2);
+  EXPECT_EQ(b.dropped_boxes, 1);
+  EXPECT_TRUE(b.target_mask[0][0].item<bool>() && b.target_mask[0][1].item<bool>());
+}
+
+TEST(ValidationDataset, RectShapesAndMappingBackToTheOriginal) {
+  auto ds = demo(false, 160, true, 4);
+  for (size_t b = 0; b < 4; ++b) {
+    cv::Size shape = ds->batch_shape(b);
+    EXPECT_EQ(shape.width % 32, 0);
+    EXPECT_EQ(shape.height % 32, 0);
+    EXPECT_EQ(std::max(shape.width, shape.height), 160 + 32) << b;  // the long side: ceil(160/32 + 0.5) * 32
+  }
+  for (size_t i = 0; i < ds->size(); ++i) {
+    SampleMeta meta;
+    Sample s = ds->get(i, 0, &meta);
+    EXPECT_EQ(s.image.size(), ds->batch_shape(i / 4));
+    const auto& rec = ds->records()[i];
+    ASSERT_EQ(s.boxes.size(), rec.rows.size());
+    for (size_t k = 0; k < s.boxes.size(); ++k) {
+      // letterboxed box -> original pixels must give back the label
+      const double x1 = (s.boxes[k].x1 - meta.pad.x) / meta.ratio.x, y2 = (s.boxes[k].y2 - meta.pad.y) / meta.ratio.y;
+      const auto& r = rec.rows[k].box;
+      EXPECT_NEAR(x1, (r[1] - r[3] / 2) * meta.original.width, 0.5);
+      EXPECT_NEAR(y2, (r[2] + r[4] / 2) * meta.original.height, 0.5);
+    }
+  }
+}
+
+TEST(ValidationDataset, RamCacheGivesTheSameSamples) {
+  auto cfg = load_dataset_config("data/demo/demo.yaml");
+  auto index = index_split(list_images(cfg.val, cfg.source), IndexOptions{cfg.nc, 2, false});
+  DatasetOptions o;
+  o.img_size = 96;
+  o.augment = false;
+  YoloDataset plain(index, o);
+  o.cache_ram = true;
+  YoloDataset cached(index, o);
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < plain.size(); ++i)
+      EXPECT_EQ(cv::norm(plain.get(i, 0).image, cached.get(i, 0).image, cv::NORM_INF), 0.0) << i;
+}
+
+}  // namespace
+}  // namespace kestrel::data
