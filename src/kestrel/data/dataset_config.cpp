@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/yaml_file.h"
 
 namespace kestrel::data {
 namespace fs = std::filesystem;
@@ -67,14 +68,7 @@ const std::vector<std::string>& DatasetConfig::split(const std::string& name) co
 }
 
 DatasetConfig load_dataset_config(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) fail(path, ": dataset file not found");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::ParserException& e) {
-    fail(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": malformed YAML: ", e.msg);
-  }
+  YAML::Node root = load_yaml_file(path, "dataset");
   if (!root.IsMap()) fail(path, ": a dataset file is a YAML mapping with train, val and names");
   DatasetConfig cfg;
   cfg.source = path;

@@ -1,21 +1,14 @@
 #include "kestrel/data/hyp.h"
 
-#include <filesystem>
-
 #include <yaml-cpp/yaml.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/yaml_file.h"
 
 namespace kestrel::data {
 
 AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe) {
-  if (!std::filesystem::is_regular_file(path)) fail(path, ": hyperparameter file not found");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::ParserException& e) {
-    fail(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": malformed YAML: ", e.msg);
-  }
+  YAML::Node root = load_yaml_file(path, "hyperparameter");
   if (!root.IsMap()) fail(path, ": a hyperparameter file is a YAML mapping of key: value");
   AugmentOptions o;
   const bool v7 = static_cast<bool>(root["paste_in"]) || static_cast<bool>(root["loss_ota"]);

@@ -1,10 +1,9 @@
 #include "kestrel/models/model_config.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/yaml_file.h"
 
 namespace kestrel::models {
 namespace fs = std::filesystem;
@@ -60,17 +59,8 @@ LayerSpec parse_layer(const YAML::Node& row, int index, const std::string& sourc
   return spec;
 }
 
-}  // namespace
-
-std::string ModelConfig::name() const { return fs::path(source).stem().string(); }
-
-ModelConfig parse_model_config(const std::string& yaml_text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    fail(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": malformed YAML: ", e.msg);
-  }
+// `root` by value: yaml-cpp returns invalid nodes for missing keys of a const node, defined-but-null ones otherwise.
+ModelConfig from_yaml(YAML::Node root, const std::string& source) {
   if (root.IsNull()) fail(source, ": the model file is empty");
   if (!root.IsMap()) fail(source, ": a model file is a YAML mapping with nc, anchors, backbone and head");
 
@@ -99,16 +89,15 @@ ModelConfig parse_model_config(const std::string& yaml_text, const std::string& 
   return cfg;
 }
 
-ModelConfig load_model_config(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) fail(path, ": model file not found");
-  if (fs::is_directory(path, ec)) fail(path, ": is a directory, expected a model YAML file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_model_config(text.str(), path);
+}  // namespace
+
+std::string ModelConfig::name() const { return fs::path(source).stem().string(); }
+
+ModelConfig parse_model_config(const std::string& yaml_text, const std::string& source) {
+  return from_yaml(parse_yaml_text(yaml_text, source), source);
 }
+
+ModelConfig load_model_config(const std::string& path) { return from_yaml(load_yaml_file(path, "model"), path); }
 
 std::string resolve_model_config_path(const std::string& name_or_path) {
   if (fs::exists(name_or_path)) return name_or_path;
