@@ -1,5 +1,6 @@
-// YOLO split -> COCO annotation JSON: image sizes from headers (checked against `file`'s report for the
-// demo images and against hand-built headers), boxes converted by hand, malformed labels reported.
+// YOLO split -> COCO annotation JSON: the conversion of a verified data::DatasetIndex checked by hand
+// (boxes, polygons, image ids, categories), and the folder convenience on real image files, where
+// listing, verification and label errors come from the data layer.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/data_test_support.h"
 #include "kestrel/core/error.h"
+#include "kestrel/data/dataset_index.h"
 #include "kestrel/eval/yolo_to_coco.h"
 #include "test_support.h"
 
@@ -17,40 +20,6 @@ namespace {
 
 using test::TempDir;
 using test::write_file;
-
-std::string be(uint32_t v, int bytes) {
-  std::string s;
-  for (int i = bytes - 1; i >= 0; --i) s += static_cast<char>((v >> (8 * i)) & 0xFF);
-  return s;
-}
-std::string le(uint32_t v, int bytes) {
-  std::string s;
-  for (int i = 0; i < bytes; ++i) s += static_cast<char>((v >> (8 * i)) & 0xFF);
-  return s;
-}
-
-std::string png_header(uint32_t width, uint32_t height) {
-  return std::string("\x89PNG\r\n\x1a\n", 8) + be(13, 4) + "IHDR" + be(width, 4) + be(height, 4) +
-         std::string("\x08\x02\x00\x00\x00", 5) + be(0, 4);
-}
-
-// SOI, APP0 (JFIF), `extra` segments, a DHT (C4: not a frame header), a fill byte, then SOF2.
-std::string jpeg_header(uint32_t width, uint32_t height, const std::string& extra = "") {
-  const std::string app0 = "\xFF\xE0" + be(16, 2) + std::string("JFIF\0\x01\x01\0\0\x01\0\x01\0\0", 14);
-  const std::string dht = "\xFF\xC4" + be(5, 2) + std::string("\0\0\0", 3);
-  const std::string sof2 = std::string("\xFF\xFF\xC2") + be(17, 2) + "\x08" + be(height, 2) + be(width, 2) +
-                           std::string(10, '\x01');
-  return "\xFF\xD8" + app0 + extra + dht + sof2 + "\xFF\xDA" + be(8, 2);
-}
-
-// APP1 with an EXIF block holding one IFD0 entry: orientation.
-std::string exif_segment(uint16_t orientation, bool little_endian) {
-  auto n = [&](uint32_t v, int bytes) { return little_endian ? le(v, bytes) : be(v, bytes); };
-  const std::string tiff = std::string(little_endian ? "II" : "MM") + n(42, 2) + n(8, 4) + n(1, 2) +
-                           n(0x0112, 2) + n(3, 2) + n(1, 4) + n(orientation, 2) + n(0, 2) + n(0, 4);
-  const std::string payload = std::string("Exif\0\0", 6) + tiff;
-  return "\xFF\xE1" + be(static_cast<uint32_t>(payload.size() + 2), 2) + payload;
-}
 
 template <typename F>
 std::string error_of(F&& f) {
@@ -62,90 +31,154 @@ std::string error_of(F&& f) {
   return "(no error)";
 }
 
-TEST(YoloToCoco, DemoImageSizesMatchFileCommand) {
-  // Sizes as reported by `file data/demo/images/val/*.jpg`.
-  const std::string dir = "data/demo/images/val/";
-  struct Known { const char* name; int w, h; };
-  for (const Known& k : {Known{"000000000139.jpg", 640, 426}, Known{"000000000724.jpg", 375, 500},
-                         Known{"000000001503.jpg", 320, 240}, Known{"000000001584.jpg", 612, 612}}) {
-    const ImageSize s = read_image_size(dir + k.name);
-    EXPECT_EQ(s.width, k.w) << k.name;
-    EXPECT_EQ(s.height, k.h) << k.name;
-  }
+data::ImageRecord record(const std::string& image, int width, int height, std::vector<data::LabelRow> rows = {}) {
+  return {image, "", width, height, std::move(rows)};
 }
 
-TEST(YoloToCoco, HandBuiltHeaders) {
-  TempDir dir;
-  write_file(dir.file("a.png"), png_header(640, 480));
-  write_file(dir.file("b.jpg"), jpeg_header(400, 300));
-  write_file(dir.file("c.jpg"), jpeg_header(400, 300, exif_segment(6, true)));   // rotated 90: swap
-  write_file(dir.file("d.jpg"), jpeg_header(400, 300, exif_segment(8, false)));  // big-endian EXIF
-  write_file(dir.file("e.jpg"), jpeg_header(400, 300, exif_segment(3, true)));   // 180: no swap
-  const auto size = [&](const char* name) {
-    const ImageSize s = read_image_size(dir.file(name));
-    return std::to_string(s.width) + "x" + std::to_string(s.height);
-  };
-  EXPECT_EQ(size("a.png"), "640x480");
-  EXPECT_EQ(size("b.jpg"), "400x300");
-  EXPECT_EQ(size("c.jpg"), "300x400");
-  EXPECT_EQ(size("d.jpg"), "300x400");
-  EXPECT_EQ(size("e.jpg"), "400x300");
-}
+data::LabelRow box(float cls, float cx, float cy, float w, float h) { return {{cls, cx, cy, w, h}, {}}; }
 
-TEST(YoloToCoco, UnreadableImagesNameTheFile) {
-  TempDir dir;
-  write_file(dir.file("text.jpg"), "hello");
-  write_file(dir.file("cut.jpg"), jpeg_header(400, 300).substr(0, 30));
-  write_file(dir.file("nosof.jpg"), std::string("\xFF\xD8\xFF\xDA", 4) + be(8, 2));
-  for (const char* name : {"text.jpg", "cut.jpg", "nosof.jpg", "missing.png"}) {
-    const std::string message = error_of([&] { read_image_size(dir.file(name)); });
-    EXPECT_NE(message.find(dir.file(name)), std::string::npos) << message;
-  }
-  EXPECT_NE(error_of([&] { read_image_size(dir.file("nosof.jpg")); }).find("frame header"), std::string::npos);
-}
-
-TEST(YoloToCoco, LabelPathFollowsYolov5Rule) {
-  const std::string label = yolo_label_path("/data/set/images/train/images/x.y.jpg");
-  EXPECT_EQ(label, "/data/set/images/train/labels/x.y.txt");
-}
-
-TEST(YoloToCoco, ConvertsBoxesPolygonsAndRunningIds) {
-  TempDir dir;
+// images/<split>/ and labels/<split>/ under `dir`; returns the images folder.
+std::string make_split(const TempDir& dir) {
   std::filesystem::create_directories(dir.file("images/val"));
   std::filesystem::create_directories(dir.file("labels/val"));
-  write_file(dir.file("images/val/b.png"), png_header(200, 100));
-  write_file(dir.file("images/val/a.png"), png_header(200, 100));
-  // a: a box, the same box again (dropped), a triangle; b: no label file.
-  write_file(dir.file("labels/val/a.txt"), "3 0.5 0.5 0.2 0.4\n\n3 0.5 0.5 0.2 0.4\r\n1 0.1 0.2 0.3 0.2 0.3 0.6\n");
-  const nlohmann::json coco = yolo_to_coco(dir.file("images/val"), {"zero", "one", "two", "three"});
+  return dir.file("images/val");
+}
+
+void expect_bbox(const nlohmann::json& annotation, const std::vector<double>& expected, double tolerance) {
+  ASSERT_EQ(annotation["bbox"].size(), 4u) << annotation;
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(annotation["bbox"][i].get<double>(), expected[i], tolerance) << annotation;
+}
+
+TEST(YoloToCoco, ConvertsIndexRecordsByHand) {
+  data::DatasetIndex index;
+  // b: a box with exactly representable values; then the bounding box of a polygon as the data layer
+  // stores it (the polygon itself is ignored). c: background.
+  data::LabelRow triangle = box(1, 0.25f, 0.375f, 0.25f, 0.25f);
+  triangle.polygon = {0.125f, 0.25f, 0.375f, 0.25f, 0.375f, 0.5f};
+  index.records = {record("/d/images/val/b.png", 200, 100, {box(3, 0.5f, 0.5f, 0.25f, 0.5f), triangle}),
+                   record("/d/images/val/sub/c.png", 64, 32)};
+  const nlohmann::json coco = coco_annotations(index, {"zero", "one", "two", "three"}, "/d/images/val");
 
   ASSERT_EQ(coco["images"].size(), 2u);
-  EXPECT_EQ(coco["images"][0]["file_name"], "a.png");  // sorted, ids 1..n since stems are not numbers
-  EXPECT_EQ(coco["images"][0]["id"], 1);
+  EXPECT_EQ(coco["images"][0]["file_name"], "b.png");
+  EXPECT_EQ(coco["images"][1]["file_name"], "sub/c.png");
+  EXPECT_EQ(coco["images"][0]["id"], 1);  // stems are not numbers: 1..n in index order
   EXPECT_EQ(coco["images"][1]["id"], 2);
   EXPECT_EQ(coco["images"][0]["width"], 200);
   EXPECT_EQ(coco["images"][0]["height"], 100);
+  EXPECT_EQ(coco["images"][1]["width"], 64);
+  EXPECT_EQ(coco["images"][1]["height"], 32);
+
   ASSERT_EQ(coco["annotations"].size(), 2u);
-  const auto& box = coco["annotations"][0];
-  EXPECT_EQ(box["id"], 1);
-  EXPECT_EQ(box["image_id"], 1);
-  EXPECT_EQ(box["category_id"], 3);
-  EXPECT_EQ(box["iscrowd"], 0);
-  // cx 0.5, w 0.2 of 200 px -> x 80, w 40; cy 0.5, h 0.4 of 100 px -> y 30, h 40.
-  const std::vector<double> expected = {80, 30, 40, 40};
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(box["bbox"][i].get<double>(), expected[i], 1e-9);
-  EXPECT_NEAR(box["area"].get<double>(), 1600, 1e-9);
-  // Triangle (0.1,0.2) (0.3,0.2) (0.3,0.6): x 0.1..0.3 -> 20..60 px, y 0.2..0.6 -> 20..60 px.
-  const auto& tri = coco["annotations"][1];
-  EXPECT_EQ(tri["category_id"], 1);
-  const std::vector<double> tri_expected = {20, 20, 40, 40};
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(tri["bbox"][i].get<double>(), tri_expected[i], 1e-9);
+  const auto& a = coco["annotations"][0];
+  EXPECT_EQ(a["id"], 1);
+  EXPECT_EQ(a["image_id"], 1);
+  EXPECT_EQ(a["category_id"], 3);
+  EXPECT_EQ(a["iscrowd"], 0);
+  // cx 0.5, w 0.25 of 200 px -> x 75, w 50; cy 0.5, h 0.5 of 100 px -> y 25, h 50; area 2500.
+  expect_bbox(a, {75, 25, 50, 50}, 0);
+  EXPECT_EQ(a["area"].get<double>(), 2500);
+  // Polygon x 0.125..0.375 -> 25..75 px, y 0.25..0.5 -> 25..50 px.
+  const auto& t = coco["annotations"][1];
+  EXPECT_EQ(t["id"], 2);
+  EXPECT_EQ(t["category_id"], 1);
+  expect_bbox(t, {25, 25, 50, 25}, 0);
+  EXPECT_EQ(t["area"].get<double>(), 1250);
+
   ASSERT_EQ(coco["categories"].size(), 4u);
+  EXPECT_EQ(coco["categories"][0]["id"], 0);
   EXPECT_EQ(coco["categories"][3]["id"], 3);
   EXPECT_EQ(coco["categories"][3]["name"], "three");
 }
 
-TEST(YoloToCoco, DemoSplitHasCocoIdsAndHandCheckedBox) {
+TEST(YoloToCoco, ImageIdsAreNumericStemsOnlyWhenAllDistinct) {
+  data::DatasetIndex index;
+  index.records = {record("/d/000000000139.jpg", 20, 20), record("/d/x/42.png", 20, 20)};
+  nlohmann::json coco = coco_annotations(index, {"a"});
+  EXPECT_EQ(coco["images"][0]["id"], 139);
+  EXPECT_EQ(coco["images"][1]["id"], 42);
+  EXPECT_EQ(coco["images"][0]["file_name"], "/d/000000000139.jpg");  // no root: the index's path
+
+  index.records = {record("/d/a/7.jpg", 20, 20), record("/d/b/007.png", 20, 20)};  // same number twice
+  coco = coco_annotations(index, {"a"});
+  EXPECT_EQ(coco["images"][0]["id"], 1);
+  EXPECT_EQ(coco["images"][1]["id"], 2);
+
+  index.records = {record("/d/7.jpg", 20, 20), record("/d/seven.jpg", 20, 20)};  // one stem not a number
+  coco = coco_annotations(index, {"a"});
+  EXPECT_EQ(coco["images"][0]["id"], 1);
+  EXPECT_EQ(coco["images"][1]["id"], 2);
+}
+
+TEST(YoloToCoco, ClassWithoutNameIsAnError) {
+  data::DatasetIndex index;
+  index.records = {record("/d/images/1.jpg", 20, 20, {box(2, 0.5f, 0.5f, 0.1f, 0.1f)})};
+  index.records[0].label = "/d/labels/1.txt";
+  const std::string message = error_of([&] { coco_annotations(index, {"a", "b"}); });
+  EXPECT_NE(message.find("/d/labels/1.txt"), std::string::npos) << message;
+  EXPECT_NE(message.find("class 2"), std::string::npos) << message;
+}
+
+TEST(YoloToCoco, FolderOfRealImages) {
+  TempDir dir;
+  const std::string images = make_split(dir);
+  test::write_png(dir.file("images/val/b.png"), test::coordinate_image(200, 100));
+  test::write_png(dir.file("images/val/a.png"), test::coordinate_image(200, 100));
+  // a: a box, the same box again (dropped by data::parse_labels), a blank line, CRLF, a triangle;
+  // b: no label file (background).
+  write_file(dir.file("labels/val/a.txt"), "3 0.5 0.5 0.25 0.5\n\n3 0.5 0.5 0.25 0.5\r\n1 0.125 0.25 0.375 0.25 0.375 0.5\n");
+  const nlohmann::json coco = yolo_to_coco(images, {"zero", "one", "two", "three"});
+
+  ASSERT_EQ(coco["images"].size(), 2u);
+  EXPECT_EQ(coco["images"][0]["file_name"], "a.png");  // sorted, relative to the folder
+  EXPECT_EQ(coco["images"][1]["file_name"], "b.png");
+  EXPECT_EQ(coco["images"][0]["id"], 1);
+  EXPECT_EQ(coco["images"][0]["width"], 200);
+  EXPECT_EQ(coco["images"][0]["height"], 100);
+  ASSERT_EQ(coco["annotations"].size(), 2u);
+  EXPECT_EQ(coco["annotations"][0]["category_id"], 3);
+  expect_bbox(coco["annotations"][0], {75, 25, 50, 50}, 1e-9);
+  EXPECT_EQ(coco["annotations"][1]["category_id"], 1);
+  expect_bbox(coco["annotations"][1], {25, 25, 50, 25}, 1e-9);
+  ASSERT_EQ(coco["categories"].size(), 4u);
+}
+
+TEST(YoloToCoco, RelativeFolderStartingWithImagesFindsItsLabels) {
+  // "images/val" has no "/images/" until it is made absolute; the labels must still be found.
+  TempDir dir;
+  make_split(dir);
+  test::write_png(dir.file("images/val/1.png"), test::coordinate_image(20, 20));
+  write_file(dir.file("labels/val/1.txt"), "0 0.5 0.5 0.5 0.5\n");
+  const std::filesystem::path previous = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  nlohmann::json coco;
+  const std::string message = error_of([&] { coco = yolo_to_coco("images/val/", {"a"}); });
+  std::filesystem::current_path(previous);
+  ASSERT_EQ(message, "(no error)");
+  EXPECT_EQ(coco["images"][0]["file_name"], "1.png");
+  EXPECT_EQ(coco["annotations"].size(), 1u);
+}
+
+TEST(YoloToCoco, ExifRotatedJpegUsesOrientedSize) {
+  TempDir dir;
+  const std::string images = make_split(dir);
+  const auto jpeg = test::encode_jpeg(test::coordinate_image(40, 30));
+  test::write_bytes(dir.file("images/val/1.jpg"), test::with_exif_orientation(jpeg, 6));  // 90 degrees: 30x40
+  test::write_bytes(dir.file("images/val/2.jpg"), test::with_exif_orientation(jpeg, 3));  // 180 degrees: 40x30
+  write_file(dir.file("labels/val/1.txt"), "0 0.5 0.5 0.5 0.25\n");
+  const nlohmann::json coco = yolo_to_coco(images, {"a"});
+  ASSERT_EQ(coco["images"].size(), 2u);
+  EXPECT_EQ(coco["images"][0]["id"], 1);
+  EXPECT_EQ(coco["images"][0]["width"], 30);
+  EXPECT_EQ(coco["images"][0]["height"], 40);
+  EXPECT_EQ(coco["images"][1]["width"], 40);
+  EXPECT_EQ(coco["images"][1]["height"], 30);
+  // Normalised to the rotated 30x40 image: w 15, h 10, x 7.5, y 15.
+  ASSERT_EQ(coco["annotations"].size(), 1u);
+  expect_bbox(coco["annotations"][0], {7.5, 15, 15, 10}, 1e-9);
+}
+
+TEST(YoloToCoco, DemoSplitHasCocoIdsSizesAndHandCheckedBox) {
   std::vector<std::string> names(80);
   for (int i = 0; i < 80; ++i) names[i] = "class" + std::to_string(i);
   const nlohmann::json coco = yolo_to_coco("data/demo/images/val", names);
@@ -153,48 +186,71 @@ TEST(YoloToCoco, DemoSplitHasCocoIdsAndHandCheckedBox) {
   EXPECT_EQ(coco["annotations"].size(), 115u);
   EXPECT_EQ(coco["images"][0]["id"], 139);      // 000000000139.jpg
   EXPECT_EQ(coco["images"][15]["id"], 1584);
+  // Sizes as reported by `file data/demo/images/val/*.jpg`.
+  struct Known { const char* name; int64_t id; int w, h; };
+  for (const Known& k : {Known{"000000000139.jpg", 139, 640, 426}, Known{"000000000724.jpg", 724, 375, 500},
+                         Known{"000000001503.jpg", 1503, 320, 240}, Known{"000000001584.jpg", 1584, 612, 612}}) {
+    const nlohmann::json* image = nullptr;
+    for (const auto& i : coco["images"])
+      if (i["id"] == k.id) image = &i;
+    ASSERT_NE(image, nullptr) << k.name;
+    EXPECT_EQ((*image)["file_name"], k.name);
+    EXPECT_EQ((*image)["width"], k.w) << k.name;
+    EXPECT_EQ((*image)["height"], k.h) << k.name;
+  }
   // 000000001503.jpg is 320x240; its first row "63 0.198031 0.698896 0.392687 0.566292" gives
   // x = (0.198031 - 0.3926870/2) * 320 = 0.54, y = (0.698896 - 0.566292/2) * 240 = 99.78,
   // w = 0.392687 * 320 = 125.65984, h = 0.566292 * 240 = 135.91008, area = 17078.4389071872.
+  // The data layer keeps rows as float32 (as YOLOv5 does), hence the tolerance.
   const nlohmann::json* found = nullptr;
   for (const auto& a : coco["annotations"])
     if (a["image_id"] == 1503 && a["category_id"] == 63) found = &a;
   ASSERT_NE(found, nullptr);
-  const std::vector<double> expected = {0.54, 99.78, 125.65984, 135.91008};
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR((*found)["bbox"][i].get<double>(), expected[i], 1e-9);
-  EXPECT_NEAR((*found)["area"].get<double>(), 17078.4389071872, 1e-6);
+  expect_bbox(*found, {0.54, 99.78, 125.65984, 135.91008}, 1e-4);
+  EXPECT_NEAR((*found)["area"].get<double>(), 17078.4389071872, 1e-2);
 }
 
 TEST(YoloToCoco, MalformedLabelsNameFileAndLine) {
   struct Case { const char* text; const char* says; };
   const Case cases[] = {
-      {"0 0.5 0.5 0.1 0.1\n0 0.5 0.5 0.1\n", "got 4"},
-      {"0 0.5 0.5 0.1 0.1\n0 0.5 0.5 0.1 0.1 0.2\n", "got 6"},
+      {"0 0.5 0.5 0.1 0.1\n0 0.5 0.5 0.1\n", "4 values"},
+      {"0 0.5 0.5 0.1 0.1\n0 0.5 0.5 0.1 0.1 0.2\n", "6 values"},
       {"0 0.5 0.5 0.1 0.1\n0 0.5 half 0.1 0.1\n", "'half' is not a number"},
-      {"0 0.5 0.5 0.1 0.1\n4 0.5 0.5 0.1 0.1\n", "class 4"},
+      {"0 0.5 0.5 0.1 0.1\n4 0.5 0.5 0.1 0.1\n", "class 4 exceeds"},
       {"0 0.5 0.5 0.1 0.1\n1.5 0.5 0.5 0.1 0.1\n", "class 1.5"},
-      {"0 0.5 0.5 0.1 0.1\n0 0.5 1.2 0.1 0.1\n", "outside [0, 1]"},
+      {"0 0.5 0.5 0.1 0.1\n0 0.5 1.2 0.1 0.1\n", "outside 0..1"},
   };
   for (const Case& c : cases) {
     TempDir dir;
-    std::filesystem::create_directories(dir.file("images/val"));
-    std::filesystem::create_directories(dir.file("labels/val"));
-    write_file(dir.file("images/val/7.png"), png_header(10, 10));
+    const std::string images = make_split(dir);
+    test::write_png(dir.file("images/val/7.png"), test::coordinate_image(10, 10));
+    test::write_png(dir.file("images/val/8.png"), test::coordinate_image(10, 10));  // fine, but 7 fails the split
     write_file(dir.file("labels/val/7.txt"), c.text);
-    const std::string message = error_of([&] { yolo_to_coco(dir.file("images/val"), {"a", "b", "c", "d"}); });
-    const std::string label = dir.file("labels/val/7.txt");
-    EXPECT_NE(message.find(label + ":2"), std::string::npos) << message;
+    const std::string message = error_of([&] { yolo_to_coco(images, {"a", "b", "c", "d"}); });
+    EXPECT_EQ(message.rfind(images, 0), 0u) << message;  // names the folder first
+    EXPECT_NE(message.find("1 of 2 image(s)"), std::string::npos) << message;
+    EXPECT_NE(message.find(dir.file("labels/val/7.txt") + ":2: "), std::string::npos) << message;
     EXPECT_NE(message.find(c.says), std::string::npos) << message;
   }
 }
 
-TEST(YoloToCoco, UnsupportedOrMissingFoldersFail) {
+TEST(YoloToCoco, CorruptImagesFailNamingEveryFile) {
   TempDir dir;
-  EXPECT_THROW(yolo_to_coco(dir.file("nothing"), {"a"}), Error);
-  EXPECT_THROW(yolo_to_coco(dir.path(), {"a"}), Error);  // no images
-  write_file(dir.file("x.webp"), "RIFF");
-  const std::string message = error_of([&] { yolo_to_coco(dir.path(), {"a"}); });
-  EXPECT_NE(message.find("x.webp"), std::string::npos) << message;
+  const std::string images = make_split(dir);
+  test::write_png(dir.file("images/val/good.png"), test::coordinate_image(20, 20));
+  write_file(dir.file("images/val/text.jpg"), "hello");
+  test::write_png(dir.file("images/val/tiny.png"), test::coordinate_image(5, 5));  // below 10 px: skipped
+  const std::string message = error_of([&] { yolo_to_coco(images, {"a"}); });
+  EXPECT_NE(message.find("2 of 3 image(s)"), std::string::npos) << message;
+  EXPECT_NE(message.find(dir.file("images/val/text.jpg")), std::string::npos) << message;
+  EXPECT_NE(message.find(dir.file("images/val/tiny.png")), std::string::npos) << message;
+}
+
+TEST(YoloToCoco, MissingOrEmptyFoldersAndNoNamesFail) {
+  TempDir dir;
+  EXPECT_NE(error_of([&] { yolo_to_coco(dir.file("nothing"), {"a"}); }).find(dir.file("nothing")), std::string::npos);
+  EXPECT_NE(error_of([&] { yolo_to_coco(dir.path(), {"a"}); }).find("no images"), std::string::npos);
+  EXPECT_NE(error_of([&] { yolo_to_coco("data/demo/images/val", {}); }).find("class names"), std::string::npos);
 }
 
 TEST(YoloToCoco, WritesJsonFile) {
