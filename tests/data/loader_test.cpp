@@ -178,3 +178,46 @@ TEST(ValidationDataset, RamCacheGivesTheSameSamples) {
 
 }  // namespace
 }  // namespace kestrel::data
+
+#include <torch/cuda.h>
+
+#include "kestrel/data/device_prefetcher.h"
+
+namespace kestrel::data {
+namespace {
+
+// The prefetcher hands out the loader's batches in order, normalised, on the target device.
+void check_prefetcher(const c10::Device& device) {
+  auto ds = demo(true, 64);
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  auto expected = epoch(ds, o, 4);
+  DataLoader loader(ds, o);
+  loader.start_epoch(4);
+  DevicePrefetcher prefetcher(loader, device, /*channels_last=*/true);
+  size_t n = 0;
+  while (auto b = prefetcher.next()) {
+    ASSERT_LT(n, expected.size());
+    EXPECT_EQ(b->images.device(), device);
+    EXPECT_EQ(b->images.scalar_type(), at::kFloat);
+    EXPECT_TRUE(b->images.is_contiguous(at::MemoryFormat::ChannelsLast));
+    // uint8 v becomes v / 255
+    EXPECT_TRUE(at::allclose(b->images.cpu(), expected[n].images.to(at::kFloat) / 255.0));
+    EXPECT_TRUE(at::equal(b->targets.cpu(), expected[n].targets));
+    EXPECT_TRUE(at::equal(b->target_mask.cpu(), expected[n].target_mask));
+    ++n;
+  }
+  EXPECT_EQ(n, expected.size());
+  EXPECT_FALSE(prefetcher.next().has_value());
+}
+
+TEST(DevicePrefetcher, CpuGivesTheLoadersBatchesNormalised) { check_prefetcher(c10::Device(c10::kCPU)); }
+
+TEST(DevicePrefetcher, CudaSideStreamGivesTheSameBatches) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  check_prefetcher(c10::Device(c10::kCUDA, 0));
+}
+
+}  // namespace
+}  // namespace kestrel::data

@@ -1,0 +1,69 @@
+#include "kestrel/data/device_prefetcher.h"
+
+#ifdef KESTREL_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace kestrel::data {
+
+#ifdef KESTREL_WITH_CUDA
+struct DevicePrefetcher::CudaState {
+  c10::cuda::CUDAStream stream;
+  at::cuda::CUDAEvent copied;
+};
+#else
+struct DevicePrefetcher::CudaState {};
+#endif
+
+DevicePrefetcher::DevicePrefetcher(DataLoader& loader, c10::Device device, bool channels_last)
+    : loader_(loader), device_(device), channels_last_(channels_last) {
+#ifdef KESTREL_WITH_CUDA
+  if (device_.is_cuda())
+    cuda_.reset(new CudaState{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index()), at::cuda::CUDAEvent()});
+#endif
+}
+
+DevicePrefetcher::~DevicePrefetcher() = default;
+
+void DevicePrefetcher::stage() {
+  std::optional<Batch> host = loader_.next();
+  if (!host) {
+    staged_.reset();
+    return;
+  }
+#ifdef KESTREL_WITH_CUDA
+  if (cuda_) {
+    // Copies from pinned memory are asynchronous; the caching host allocator keeps the pinned block
+    // alive until the copy has finished, so `host` may go out of scope here.
+    c10::cuda::CUDAStreamGuard on_side_stream(cuda_->stream);
+    staged_ = to_device(*host, device_, channels_last_);
+    cuda_->copied.record(cuda_->stream);
+    return;
+  }
+#endif
+  staged_ = to_device(*host, device_, channels_last_);
+}
+
+std::optional<DeviceBatch> DevicePrefetcher::next() {
+  if (!started_) {
+    stage();
+    started_ = true;
+  }
+  if (!staged_) return std::nullopt;
+  DeviceBatch out = std::move(*staged_);
+#ifdef KESTREL_WITH_CUDA
+  if (cuda_) {
+    // The compute stream waits for the copy on the GPU (the host does not), and the side stream's
+    // tensors are marked as used by it so the allocator does not hand their memory out early.
+    const auto current = c10::cuda::getCurrentCUDAStream(device_.index());
+    cuda_->copied.block(current);
+    for (at::Tensor* t : {&out.images, &out.targets, &out.target_mask}) t->record_stream(current);
+  }
+#endif
+  stage();
+  return out;
+}
+
+}  // namespace kestrel::data

@@ -1,0 +1,34 @@
+// Overlaps the next batch's host-to-device copy (and its conversion to float 0..1) with the current
+// step: on CUDA the copy runs on a side stream and the compute stream waits for it only when the
+// batch is taken; on the CPU it is to_device() in order.
+#pragma once
+#include <memory>
+#include <optional>
+
+#include <c10/core/Device.h>
+
+#include "kestrel/data/loader.h"
+
+namespace kestrel::data {
+
+class DevicePrefetcher {
+ public:
+  DevicePrefetcher(DataLoader& loader, c10::Device device, bool channels_last = false);
+  ~DevicePrefetcher();
+  // The next batch, ready for use on the current stream; nullopt after the epoch's last batch.
+  // Call loader.start_epoch() first; one prefetcher serves one epoch.
+  std::optional<DeviceBatch> next();
+
+ private:
+  void stage();  // takes the loader's next batch and starts its copy
+
+  DataLoader& loader_;
+  c10::Device device_;
+  bool channels_last_;
+  bool started_ = false;
+  std::optional<DeviceBatch> staged_;
+  struct CudaState;                   // side stream and "copy done" event (CUDA builds only)
+  std::unique_ptr<CudaState> cuda_;
+};
+
+}  // namespace kestrel::data
