@@ -1,0 +1,58 @@
+#include "kestrel/train/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::train {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// numpy.interp for two points, clamped at both ends.
+double interp(double x, double x0, double x1, double y0, double y1) {
+  if (x <= x0) return y0;
+  if (x >= x1) return y1;
+  return y0 + (x - x0) / (x1 - x0) * (y1 - y0);
+}
+
+int round_half_even(double x) { return static_cast<int>(std::nearbyint(x)); }
+
+}  // namespace
+
+double lr_factor(const ScheduleOptions& o, int epoch) {
+  if (o.epochs < 1) fail("--epochs must be >= 1");
+  const double x = static_cast<double>(epoch);
+  if (o.cos_lr) return ((1 - std::cos(x * kPi / o.epochs)) / 2) * (o.lrf - 1) + 1;
+  return (1 - x / o.epochs) * (1 - o.lrf) + o.lrf;
+}
+
+int64_t warmup_iterations(const ScheduleOptions& o, int64_t batches_per_epoch) {
+  const auto warm = static_cast<int64_t>(std::nearbyint(o.warmup_epochs * static_cast<double>(batches_per_epoch)));
+  return std::max<int64_t>(warm, o.min_warmup_iterations);
+}
+
+int accumulation_steps(const ScheduleOptions& o) {
+  if (o.batch_size < 1) fail("--batch-size must be >= 1");
+  return std::max(round_half_even(static_cast<double>(o.nominal_batch_size) / o.batch_size), 1);
+}
+
+double scaled_weight_decay(const ScheduleOptions& o, double weight_decay) {
+  return weight_decay * o.batch_size * accumulation_steps(o) / o.nominal_batch_size;
+}
+
+StepSettings step_settings(const ScheduleOptions& o, int epoch, int64_t iteration, int64_t batches_per_epoch) {
+  const double target_lr = o.lr0 * lr_factor(o, epoch);
+  StepSettings s{{target_lr, target_lr, target_lr}, o.momentum, accumulation_steps(o)};
+  const int64_t warmup = warmup_iterations(o, batches_per_epoch);
+  if (iteration > warmup) return s;
+  const double x = static_cast<double>(iteration), end = static_cast<double>(warmup);
+  s.accumulate = std::max(1, round_half_even(interp(x, 0, end, 1, static_cast<double>(o.nominal_batch_size) / o.batch_size)));
+  for (size_t group = 0; group < s.lr.size(); ++group)
+    s.lr[group] = interp(x, 0, end, group == 0 ? o.warmup_bias_lr : 0.0, target_lr);
+  s.momentum = interp(x, 0, end, o.warmup_momentum, o.momentum);
+  return s;
+}
+
+}  // namespace kestrel::train

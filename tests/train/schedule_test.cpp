@@ -1,0 +1,77 @@
+// The YOLOv5 schedule at given iterations, derived by hand from train.py's formulas (peers.md §2.1).
+#include <gtest/gtest.h>
+
+#include "kestrel/train/schedule.h"
+
+namespace kestrel::train {
+namespace {
+
+TEST(Schedule, DefaultsAreYolov5ScratchLow) {
+  ScheduleOptions o;
+  EXPECT_DOUBLE_EQ(o.lr0, 0.01);
+  EXPECT_DOUBLE_EQ(o.lrf, 0.01);
+  EXPECT_DOUBLE_EQ(o.momentum, 0.937);
+  EXPECT_DOUBLE_EQ(o.warmup_epochs, 3.0);
+  EXPECT_DOUBLE_EQ(o.warmup_momentum, 0.8);
+  EXPECT_DOUBLE_EQ(o.warmup_bias_lr, 0.1);
+  EXPECT_EQ(o.nominal_batch_size, 64);
+}
+
+TEST(Schedule, LinearAndCosineFactors) {
+  ScheduleOptions o;  // 100 epochs, lrf 0.01
+  EXPECT_DOUBLE_EQ(lr_factor(o, 0), 1.0);
+  EXPECT_NEAR(lr_factor(o, 25), 0.75 * 0.99 + 0.01, 1e-12);   // 0.7525
+  EXPECT_NEAR(lr_factor(o, 50), 0.505, 1e-12);
+  EXPECT_NEAR(lr_factor(o, 100), 0.01, 1e-12);
+  o.cos_lr = true;
+  EXPECT_DOUBLE_EQ(lr_factor(o, 0), 1.0);
+  EXPECT_NEAR(lr_factor(o, 25), 1 - 0.99 * (1 - 0.7071067811865476) / 2, 1e-12);  // 0.855018...
+  EXPECT_NEAR(lr_factor(o, 50), 0.505, 1e-12);
+  EXPECT_NEAR(lr_factor(o, 100), 0.01, 1e-12);
+}
+
+TEST(Schedule, AccumulationAndWeightDecay) {
+  ScheduleOptions o;
+  o.batch_size = 16;  // 64 / 16 = 4 steps, decay unchanged
+  EXPECT_EQ(accumulation_steps(o), 4);
+  EXPECT_DOUBLE_EQ(scaled_weight_decay(o, 5e-4), 5e-4);
+  o.batch_size = 24;  // round(2.667) = 3: decay * 24 * 3 / 64
+  EXPECT_EQ(accumulation_steps(o), 3);
+  EXPECT_NEAR(scaled_weight_decay(o, 5e-4), 5.625e-4, 1e-15);
+  o.batch_size = 128;  // at least one step: decay * 128 / 64
+  EXPECT_EQ(accumulation_steps(o), 1);
+  EXPECT_NEAR(scaled_weight_decay(o, 5e-4), 1e-3, 1e-15);
+}
+
+TEST(Schedule, WarmupRampsAtGivenIterations) {
+  ScheduleOptions o;
+  o.batch_size = 16;
+  EXPECT_EQ(warmup_iterations(o, 10), 100);   // 3 epochs x 10 batches = 30 < 100
+  EXPECT_EQ(warmup_iterations(o, 200), 600);  // 3 x 200
+  // halfway through a 100-iteration warm-up in epoch 0 (lf = 1): bias 0.1 -> 0.01, others 0 -> 0.01
+  StepSettings s = step_settings(o, 0, 50, 10);
+  EXPECT_NEAR(s.lr[0], 0.055, 1e-12);
+  EXPECT_NEAR(s.lr[1], 0.005, 1e-12);
+  EXPECT_NEAR(s.lr[2], 0.005, 1e-12);
+  EXPECT_NEAR(s.momentum, 0.8 + 0.5 * 0.137, 1e-12);
+  EXPECT_EQ(s.accumulate, 2);  // interp 1 -> 4 at 0.5 = 2.5, rounded half to even as numpy does
+  s = step_settings(o, 0, 0, 10);
+  EXPECT_NEAR(s.lr[0], 0.1, 1e-12);
+  EXPECT_NEAR(s.lr[1], 0.0, 1e-12);
+  EXPECT_NEAR(s.momentum, 0.8, 1e-12);
+  EXPECT_EQ(s.accumulate, 1);
+  // epoch 6, iteration 60 (10 batches per epoch): still warming up, towards lr0 * lf(6)
+  s = step_settings(o, 6, 60, 10);
+  const double target = 0.01 * lr_factor(o, 6);
+  EXPECT_NEAR(s.lr[1], 0.6 * target, 1e-12);
+  EXPECT_NEAR(s.lr[0], 0.1 + 0.6 * (target - 0.1), 1e-12);
+  // after warm-up: every group at lr0 * lf(epoch), full momentum and accumulation
+  s = step_settings(o, 20, 201, 10);
+  EXPECT_NEAR(s.lr[0], 0.01 * (0.8 * 0.99 + 0.01), 1e-12);
+  EXPECT_DOUBLE_EQ(s.lr[0], s.lr[2]);
+  EXPECT_DOUBLE_EQ(s.momentum, 0.937);
+  EXPECT_EQ(s.accumulate, 4);
+}
+
+}  // namespace
+}  // namespace kestrel::train
