@@ -91,7 +91,6 @@ Sample YoloDataset::load_resized(size_t index, cv::Size* original, bool writable
     auto fresh = std::make_shared<Cached>();
     fresh->original = decoded.image.size();
     fresh->image = resize_long_side(decoded.image, options_.img_size, options_.augment);
-    if (fresh->image.data == decoded.image.data) fresh->image = decoded.image;
     entry = fresh;
     if (options_.cache_ram) std::atomic_store(&cache_[index], entry);
   }
