@@ -8,5 +8,7 @@ void add_env_command(CLI::App& app);
 void add_models_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_val_command(CLI::App& app);
 
 }  // namespace kestrel::app

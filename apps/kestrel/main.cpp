@@ -9,6 +9,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"kestrel " KESTREL_VERSION ": YOLOv3/v5/v7 training and inference on LibTorch"};
   app.require_subcommand(1);
+  kestrel::app::add_train_command(app);
+  kestrel::app::add_val_command(app);
   kestrel::app::add_env_command(app);
   kestrel::app::add_models_command(app);
   kestrel::app::add_data_command(app);

@@ -1,6 +1,8 @@
 #include "kestrel/core/device.h"
 
 #include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
+#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
 #include "kestrel/core/cuda_runtime_info.h"
@@ -45,6 +47,36 @@ AcceleratorInfo query_accelerators() {
   info.cudnn_available = torch::cuda::cudnn_is_available();
   if (at::globalContext().hasCuDNN() && info.cuda_available) info.cudnn_version = at::globalContext().versionCuDNN();
   return info;
+}
+
+void synchronize(const c10::Device& device) {
+  if (device.is_cpu()) return;
+  at::accelerator::synchronizeDevice(device.index());
+}
+
+double reserved_memory_gb(const c10::Device& device) {
+  if (device.is_cpu()) return 0.0;
+  const auto stats = at::accelerator::getDeviceStats(device.index());
+  constexpr size_t kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return static_cast<double>(stats.reserved_bytes[kAll].current) / 1e9;
+}
+
+AutocastGuard::AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype, bool enabled)
+    : device_type_(device_type), enabled_(enabled) {
+  if (!enabled_) return;
+  previous_enabled_ = at::autocast::is_autocast_enabled(device_type_);
+  previous_dtype_ = at::autocast::get_autocast_dtype(device_type_);
+  at::autocast::set_autocast_dtype(device_type_, dtype);
+  at::autocast::set_autocast_enabled(device_type_, true);
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!enabled_) return;
+  // Leaving the outermost region drops the casted-weight cache, as torch.autocast.__exit__.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(device_type_, previous_enabled_);
+  at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
 }
 
 }  // namespace kestrel

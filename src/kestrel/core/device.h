@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 namespace kestrel {
 
@@ -21,5 +22,26 @@ struct AcceleratorInfo {
   int cuda_driver_version = 0;                  // 0 when no driver is installed
 };
 AcceleratorInfo query_accelerators();
+
+// Waits for the device's queued work (a no-op on the CPU): for timings only, never inside a step.
+void synchronize(const c10::Device& device);
+
+// Memory the caching allocator has reserved on `device`, in GB (0 on the CPU): upstream's GPU_mem column.
+double reserved_memory_gb(const c10::Device& device);
+
+// Mixed precision for a scope (Python's torch.autocast): ops on `device_type` run in `dtype` where
+// autocast's lists say so. Disabled guards do nothing. Not copyable.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype, bool enabled);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType device_type_;
+  bool enabled_, previous_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
+};
 
 }  // namespace kestrel

@@ -94,7 +94,7 @@ void DataLoader::stop_workers() {
   workers_.clear();
 }
 
-void DataLoader::start_epoch(int epoch) {
+void DataLoader::start_epoch(int epoch, int64_t first_batch) {
   stop_workers();
   epoch_ = epoch;
   // The epoch order: a permutation seeded by (seed, epoch), padded by wrapping so that every rank
@@ -107,7 +107,7 @@ void DataLoader::start_epoch(int epoch) {
   order_.clear();
   for (size_t i = static_cast<size_t>(options_.rank); i < all.size(); i += static_cast<size_t>(options_.world_size)) order_.push_back(all[i]);
   ready_.clear();
-  next_to_build_ = next_to_return_ = 0;
+  next_to_build_ = next_to_return_ = std::clamp<int64_t>(first_batch, 0, static_cast<int64_t>(num_batches()));
   stopping_ = false;
   error_ = nullptr;
   for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this, w] { worker_loop(w); });

@@ -47,8 +47,9 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Starts building the epoch's batches (the order depends on seed and epoch only).
-  void start_epoch(int epoch);
+  // Starts building the epoch's batches (the order depends on seed and epoch only), from batch
+  // `first_batch` on (a resumed run continues inside its epoch; earlier batches are never built).
+  void start_epoch(int epoch, int64_t first_batch = 0);
   // The next batch in order; nullopt after the last one. Rethrows a worker's error.
   std::optional<Batch> next();
   size_t num_batches() const;

@@ -1,0 +1,54 @@
+// kestrel train: YOLOv5/YOLOv7 train.py's flags (same names and defaults where kestrel has them).
+#include <memory>
+
+#include "commands.h"
+#include "kestrel/train/trainer.h"
+
+namespace kestrel::app {
+
+void add_train_command(CLI::App& app) {
+  auto o = std::make_shared<train::TrainOptions>();
+  auto* cmd = app.add_subcommand("train", "train a detector (YOLOv5/YOLOv7 recipes)");
+  cmd->add_option("--weights", o->weights, "initial weights (.safetensors); empty: from scratch");
+  cmd->add_option("--cfg", o->cfg, "model YAML, or a shipped name such as yolov5s");
+  cmd->add_option("--data", o->data, "dataset YAML")->capture_default_str();
+  cmd->add_option("--hyp", o->hyp, "hyperparameter YAML (default: hyp.scratch-low values)");
+  cmd->add_option("--epochs", o->epochs, "total epochs")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
+  cmd->add_option("--img,--img-size,--imgsz", o->img_size, "train and val image size (pixels)")
+      ->capture_default_str()->check(CLI::Range(32, 8192));
+  cmd->add_flag("--rect", o->rect, "rectangular training (no mosaic shuffle)");
+  cmd->add_option("--resume", o->resume, "continue a run: its folder or weights/last.state.safetensors");
+  cmd->add_flag("--nosave", o->nosave, "only save the final checkpoint");
+  cmd->add_flag("--noval,--notest", o->noval, "only validate after the final epoch");
+  cmd->add_option("--cache", o->cache, "cache decoded images: ram")->expected(0, 1)->default_str("ram");
+  cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu; default: the first GPU if any");
+  cmd->add_flag("--multi-scale", o->multi_scale, "vary image size +/- 50% per batch");
+  cmd->add_flag("--single-cls", o->single_cls, "train as a single-class dataset");
+  cmd->add_option("--optimizer", o->optimizer, "SGD, Adam or AdamW")->capture_default_str();
+  cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
+  cmd->add_option("--name", o->name, "run name (project/name, name2, ...)")->capture_default_str();
+  cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name if it exists");
+  cmd->add_flag("--cos-lr", o->cos_lr, "cosine learning-rate schedule");
+  cmd->add_flag("--linear-lr", [o](int64_t) { o->cos_lr = false; }, "linear schedule (YOLOv7 spelling; the default here)");
+  cmd->add_option("--label-smoothing", o->label_smoothing, "class label smoothing epsilon")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--patience", o->patience, "early stopping: epochs without improvement (0: off)")->capture_default_str();
+  cmd->add_option("--freeze", o->freeze, "freeze the first N layers, or several layer indices")->capture_default_str();
+  cmd->add_option("--save-period", o->save_period, "also save weights every N epochs")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "global seed")->capture_default_str();
+  cmd->add_option("--amp", o->amp, "mixed precision: auto (fp16 on CUDA, off on CPU), fp16, bf16, off")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "fp16", "bf16", "off"}));
+  cmd->add_option("--loss-scale", o->loss_scale, "initial dynamic loss scale for fp16")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--check-nans", o->check_nans, "stop at the first non-finite loss and say where");
+  cmd->add_flag("--freeze-bn", o->freeze_bn, "keep BatchNorm statistics fixed");
+  cmd->add_option("--max-grad-norm", o->max_grad_norm, "gradient-norm clipping (<= 0: off)")->capture_default_str();
+  cmd->add_option("--max-boxes", o->max_boxes, "target capacity per image")->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_flag("--quiet", o->quiet, "no per-iteration progress line");
+  cmd->callback([o] { train::train(*o); });
+}
+
+}  // namespace kestrel::app

@@ -1,0 +1,112 @@
+// kestrel val: YOLOv5 val.py on a dataset split with kestrel weights.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
+#include "kestrel/data/dataset_config.h"
+#include "kestrel/data/image_files.h"
+#include "kestrel/eval/coco_eval.h"
+#include "kestrel/eval/validator.h"
+#include "kestrel/models/weights_file.h"
+#include "kestrel/train/run_files.h"
+
+namespace kestrel::app {
+namespace {
+
+struct ValOptions {
+  std::string data = "data/demo/demo.yaml", weights, task = "val", device, project = "runs/val", name = "exp", coco_ann;
+  int batch_size = 32, img_size = 640, workers = 8;
+  double conf_thres = 0.001, iou_thres = 0.6;
+  int max_det = 300;
+  bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false;
+};
+
+void run_val(const ValOptions& o) {
+  if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
+  const c10::Device device = parse_device(o.device);
+  models::LoadedModel loaded = models::load_model_weights(o.weights);
+  loaded.model->to(device);
+  const data::DatasetConfig cfg = data::load_dataset_config(o.data);
+  const auto images = data::list_images(cfg.split(o.task), cfg.source);
+  data::DatasetIndex index = data::index_split(images, data::IndexOptions{cfg.nc, o.workers, true});
+  if (!index.skipped.empty()) std::cout << data::describe(index, o.task, 20);
+  const int nc = o.single_cls ? 1 : static_cast<int>(loaded.info.names.size());
+  if (o.single_cls)
+    for (auto& r : index.records)
+      for (auto& row : r.rows) row.box[0] = 0;
+  if (!o.single_cls && cfg.nc != nc)
+    fail(o.weights, " has ", nc, " classes but ", o.data, " has ", cfg.nc);
+  const int stride = static_cast<int>(std::max<int64_t>(loaded.model->max_stride(), 32));
+  data::DatasetOptions d;
+  d.img_size = (o.img_size + stride - 1) / stride * stride;
+  d.augment = false;
+  d.rect = true;
+  d.batch_size = o.batch_size;
+  d.stride = stride;
+  d.pad = 0.5;
+  auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
+  data::LoaderOptions l;
+  l.batch_size = o.batch_size;
+  l.workers = o.workers;
+  l.shuffle = false;
+  data::DataLoader loader(dataset, l);
+
+  eval::ValidationOptions v;
+  v.nms.conf_thres = o.conf_thres;
+  v.nms.iou_thres = o.iou_thres;
+  v.nms.max_det = o.max_det;
+  v.single_cls = o.single_cls;
+  v.half = o.half;
+  v.save_json = o.save_json || !o.coco_ann.empty();
+  const eval::ValidationResult r = eval::validate(*loaded.model, loader, *dataset, device, nc, v);
+  const std::vector<std::string> names = o.single_cls ? std::vector<std::string>{"item"} : loaded.info.names;
+  std::cout << eval::format_validation_table(r, names, o.verbose || nc < 50);
+  std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%d, 3, %d, %d)\n",
+              r.ms_per_image[0], r.ms_per_image[1], r.ms_per_image[2], o.batch_size, d.img_size, d.img_size);
+  if (v.save_json) {
+    const std::string dir = train::make_run_dir(o.project, o.name, o.exist_ok);
+    std::filesystem::remove(std::filesystem::path(dir) / "weights");  // val runs have no weights folder
+    const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(o.weights).stem().string() + "_predictions.json")).string();
+    train::write_text_atomic(path, r.predictions.dump());
+    std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
+    if (!o.coco_ann.empty()) {
+      const eval::CocoSummary coco = eval::evaluate_coco(o.coco_ann, path);
+      std::cout << eval::format_coco_summary(coco);
+    }
+  }
+}
+
+}  // namespace
+
+void add_val_command(CLI::App& app) {
+  auto o = std::make_shared<ValOptions>();
+  auto* cmd = app.add_subcommand("val", "validate weights on a dataset split (P, R, mAP50, mAP50-95)");
+  cmd->add_option("--data", o->data, "dataset YAML")->capture_default_str();
+  cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
+  cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
+  cmd->add_option("--img,--img-size,--imgsz", o->img_size, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
+  cmd->add_option("--conf-thres", o->conf_thres, "confidence threshold")->capture_default_str();
+  cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold")->capture_default_str();
+  cmd->add_option("--max-det", o->max_det, "detections per image")->capture_default_str();
+  cmd->add_option("--task", o->task, "split: train, val or test")->capture_default_str()
+      ->check(CLI::IsMember({"train", "val", "test"}));
+  cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
+  cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str();
+  cmd->add_flag("--single-cls", o->single_cls, "treat as single-class dataset");
+  cmd->add_flag("--verbose", o->verbose, "per-class table for any class count");
+  cmd->add_flag("--save-json", o->save_json, "write COCO-format predictions");
+  cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
+  cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
+  cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
+  cmd->add_option("--name", o->name, "run name")->capture_default_str();
+  cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");
+  cmd->callback([o] { run_val(*o); });
+}
+
+}  // namespace kestrel::app

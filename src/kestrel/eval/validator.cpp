@@ -1,0 +1,178 @@
+#include "kestrel/eval/validator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
+
+namespace kestrel::eval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Boxes [n, 4] xyxy in network-input pixels -> original-image pixels, clipped (val.py scale_boxes with
+// ratio_pad: subtract the letterbox padding, divide by the resize gain, clip to the original image).
+at::Tensor to_original(at::Tensor boxes, const data::SampleMeta& meta) {
+  boxes = boxes.clone();
+  const double gain = meta.ratio.y;  // upstream takes ratio_pad[0][0] (the height ratio) for both axes
+  boxes.select(1, 0).sub_(meta.pad.x);
+  boxes.select(1, 2).sub_(meta.pad.x);
+  boxes.select(1, 1).sub_(meta.pad.y);
+  boxes.select(1, 3).sub_(meta.pad.y);
+  boxes.div_(gain);
+  boxes.select(1, 0).clamp_(0, meta.original.width);
+  boxes.select(1, 2).clamp_(0, meta.original.width);
+  boxes.select(1, 1).clamp_(0, meta.original.height);
+  boxes.select(1, 3).clamp_(0, meta.original.height);
+  return boxes;
+}
+
+}  // namespace
+
+int64_t coco_image_id(const std::string& image_path) {
+  const std::string stem = std::filesystem::path(image_path).stem().string();
+  if (stem.empty() || stem.size() > 18 || stem.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(stem);
+}
+
+ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, const data::YoloDataset& dataset,
+                          const c10::Device& device, int64_t nc, const ValidationOptions& options,
+                          const LossItemsFn& loss) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  ValidationResult r;
+  r.instances.assign(static_cast<size_t>(nc), 0);
+  r.images_with_class.assign(static_cast<size_t>(nc), 0);
+  const at::Tensor iou_thresholds = default_iou_thresholds();
+  std::vector<at::Tensor> correct, conf, pred_cls, target_cls;
+  at::Tensor loss_sum = at::zeros({3}, at::TensorOptions().dtype(at::kFloat).device(device));
+  int64_t batches = 0;
+  loader.start_epoch(0);
+  while (true) {
+    auto t = Clock::now();
+    std::optional<data::Batch> batch = loader.next();
+    if (!batch) break;
+    const data::DeviceBatch input = data::to_device(*batch, device);
+    synchronize(device);
+    r.ms_per_image[0] += ms_since(t);
+
+    t = Clock::now();
+    at::Tensor predictions;
+    {
+      AutocastGuard autocast(device.type(), at::kHalf, options.half && device.is_cuda());
+      const std::vector<at::Tensor> levels = model.forward(input.images);
+      predictions = model.head().decode(levels).to(at::kFloat);
+      if (loss) loss_sum.add_(loss(levels, input.targets, input.target_mask).to(at::kFloat));
+    }
+    synchronize(device);
+    r.ms_per_image[1] += ms_since(t);
+
+    t = Clock::now();
+    NmsOptions nms = options.nms;
+    nms.agnostic = nms.agnostic || options.single_cls;
+    std::vector<at::Tensor> kept = non_max_suppression(predictions, nms);
+    for (auto& k : kept) k = k.to(at::kCPU);
+    r.ms_per_image[2] += ms_since(t);
+    ++batches;
+
+    const at::Tensor targets = batch->targets, mask = batch->target_mask;
+    const double h = static_cast<double>(batch->images.size(2)), w = static_cast<double>(batch->images.size(3));
+    for (size_t i = 0; i < kept.size(); ++i) {
+      ++r.images;
+      const data::SampleMeta& meta = batch->meta[i];
+      const at::Tensor labels = targets[static_cast<int64_t>(i)].index({mask[static_cast<int64_t>(i)]});  // [nl, 5]
+      const at::Tensor tcls = labels.select(1, 0).to(at::kLong);
+      at::Tensor pred = kept[i];
+      if (options.single_cls && pred.size(0)) pred.select(1, 5).zero_();
+      r.labels += labels.size(0);
+      std::vector<bool> seen(static_cast<size_t>(nc), false);
+      for (int64_t j = 0; j < tcls.size(0); ++j) {
+        const int64_t c = tcls[j].item<int64_t>();
+        if (c < 0 || c >= nc) fail(dataset.records()[meta.index].label, ": class ", c, " is outside 0..", nc - 1);
+        ++r.instances[static_cast<size_t>(c)];
+        if (!seen[static_cast<size_t>(c)]) ++r.images_with_class[static_cast<size_t>(c)], seen[static_cast<size_t>(c)] = true;
+      }
+      if (pred.size(0) == 0) {
+        if (labels.size(0) == 0) continue;  // val.py: nothing to count
+        correct.push_back(at::zeros({0, iou_thresholds.size(0)}, at::kBool));
+        conf.push_back(at::zeros({0}));
+        pred_cls.push_back(at::zeros({0}));
+        target_cls.push_back(tcls);
+        continue;
+      }
+      const at::Tensor pred_boxes = to_original(pred.slice(1, 0, 4), meta);
+      // Labels: normalised cxcywh of the batch image -> pixel xyxy -> original image.
+      const at::Tensor cxcy = labels.slice(1, 1, 3) * at::tensor({w, h}, at::kFloat);
+      const at::Tensor half_wh = labels.slice(1, 3, 5) * at::tensor({w / 2, h / 2}, at::kFloat);
+      const at::Tensor gt_boxes = to_original(at::cat({cxcy - half_wh, cxcy + half_wh}, 1), meta);
+      correct.push_back(match_predictions(pred_boxes, pred.select(1, 5), gt_boxes, tcls.to(at::kFloat), iou_thresholds));
+      conf.push_back(pred.select(1, 4));
+      pred_cls.push_back(pred.select(1, 5));
+      target_cls.push_back(tcls);
+      if (options.save_json) {
+        const std::string& path = dataset.records()[meta.index].image;
+        int64_t id = coco_image_id(path);
+        if (id < 0) id = static_cast<int64_t>(meta.index) + 1;
+        const at::Tensor b = pred_boxes.to(at::kDouble);
+        for (int64_t j = 0; j < pred.size(0); ++j) {
+          const double x1 = b[j][0].item<double>(), y1 = b[j][1].item<double>();
+          const double x2 = b[j][2].item<double>(), y2 = b[j][3].item<double>();
+          const auto c = static_cast<size_t>(pred[j][5].item<float>());
+          const int category = c < options.coco_category_ids.size() ? options.coco_category_ids[c] : static_cast<int>(c);
+          auto round_to = [](double v, double digits) { return std::round(v * digits) / digits; };
+          r.predictions.push_back({{"image_id", id},
+                                   {"category_id", category},
+                                   {"bbox", {round_to(x1, 1e3), round_to(y1, 1e3), round_to(x2 - x1, 1e3), round_to(y2 - y1, 1e3)}},
+                                   {"score", round_to(pred[j][4].item<double>(), 1e5)}});
+        }
+      }
+    }
+  }
+  if (was_training) model.train();
+  if (batches > 0) {
+    const at::Tensor mean = (loss_sum / static_cast<double>(batches)).to(at::kCPU);
+    for (int k = 0; k < 3; ++k) r.loss[k] = mean[k].item<double>();
+  }
+  if (r.images > 0)
+    for (double& ms : r.ms_per_image) ms /= static_cast<double>(r.images);
+  if (correct.empty()) {
+    r.metrics = ap_per_class(at::zeros({0, iou_thresholds.size(0)}, at::kBool), at::zeros({0}), at::zeros({0}), at::zeros({0}));
+  } else {
+    r.metrics = ap_per_class(at::cat(correct), at::cat(conf), at::cat(pred_cls), at::cat(target_cls));
+  }
+  return r;
+}
+
+std::string format_validation_table(const ValidationResult& r, const std::vector<std::string>& names, bool per_class) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%22s%11s%11s%11s%11s%11s%11s\n", "Class", "Images", "Instances", "P", "R", "mAP50",
+                "mAP50-95");
+  out += line;
+  std::snprintf(line, sizeof line, "%22s%11lld%11lld%11.3g%11.3g%11.3g%11.3g\n", "all", static_cast<long long>(r.images),
+                static_cast<long long>(r.labels), r.metrics.mp, r.metrics.mr, r.metrics.map50, r.metrics.map);
+  out += line;
+  if (!per_class || !r.metrics.classes.defined()) return out;
+  const at::Tensor ap = r.metrics.ap.to(at::kDouble);
+  for (int64_t i = 0; i < r.metrics.classes.size(0); ++i) {
+    const auto c = r.metrics.classes[i].item<int64_t>();
+    const std::string name = c < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(c)] : std::to_string(c);
+    std::snprintf(line, sizeof line, "%22s%11lld%11lld%11.3g%11.3g%11.3g%11.3g\n", name.c_str(),
+                  static_cast<long long>(r.images_with_class[static_cast<size_t>(c)]),
+                  static_cast<long long>(r.instances[static_cast<size_t>(c)]), r.metrics.precision[i].item<double>(),
+                  r.metrics.recall[i].item<double>(), ap[i][0].item<double>(), ap[i].mean().item<double>());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace kestrel::eval

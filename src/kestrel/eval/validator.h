@@ -1,0 +1,64 @@
+// One pass of a model over a validation split with YOLOv5 val.py's procedure: letterboxed
+// (rectangular) batches, NMS at conf 0.001 / IoU 0.6 with multi-label, predictions and labels scaled
+// back to the original image, matching at IoU 0.50:0.95 (ap_metrics.h), P/R/mAP per class; plus the
+// validation losses and the time per image of each stage.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+#include "kestrel/data/loader.h"
+#include "kestrel/eval/ap_metrics.h"
+#include "kestrel/eval/nms.h"
+#include "kestrel/models/yolo_model.h"
+
+namespace kestrel::eval {
+
+struct ValidationOptions {
+  NmsOptions nms = [] {
+    NmsOptions o;
+    o.conf_thres = 0.001;  // val.py defaults
+    o.iou_thres = 0.6;
+    o.multi_label = true;
+    o.max_det = 300;
+    return o;
+  }();
+  bool single_cls = false;
+  bool half = false;                    // fp16 autocast on CUDA (val.py --half; training validates in fp16)
+  bool save_json = false;               // collect COCO-format predictions
+  std::vector<int> coco_category_ids;   // class index -> category id in JSON (empty: the class index)
+};
+
+// The loss to report on the validation set: raw levels, targets, mask -> [3] (box, obj, cls) items.
+using LossItemsFn = std::function<at::Tensor(const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&)>;
+
+struct ValidationResult {
+  ApPerClass metrics;                   // P, R, mAP50, mAP50-95 (and per class)
+  std::vector<int64_t> instances;       // [nc] labels per class in the split
+  std::vector<int64_t> images_with_class;  // [nc] images that contain the class
+  int64_t images = 0, labels = 0;
+  std::array<double, 3> loss{0, 0, 0};  // mean over batches of the loss items (zeros without a loss)
+  std::array<double, 3> ms_per_image{0, 0, 0};  // pre-process, inference, NMS
+  nlohmann::json predictions = nlohmann::json::array();  // COCO results (save_json)
+};
+
+// Runs `model` (put in eval mode for the pass, restored after) over every batch of `loader` from epoch 0.
+// `dataset` is the loader's (file names and original sizes for JSON). nc: the class count.
+ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, const data::YoloDataset& dataset,
+                          const c10::Device& device, int64_t nc, const ValidationOptions& options,
+                          const LossItemsFn& loss = nullptr);
+
+// val.py's table: header, "all" row, and one row per class with labels (when verbose or few classes).
+std::string format_validation_table(const ValidationResult& r, const std::vector<std::string>& names, bool per_class);
+
+// The COCO image id val.py uses: the file stem as an integer when it is all digits, else the stem's position
+// is not known here, so -1 (the caller numbers such images).
+int64_t coco_image_id(const std::string& image_path);
+
+}  // namespace kestrel::eval

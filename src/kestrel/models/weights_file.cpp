@@ -1,0 +1,83 @@
+#include "kestrel/models/weights_file.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "kestrel/core/error.h"
+#include "kestrel/core/safetensors.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/state_dict.h"
+
+namespace kestrel::models {
+namespace {
+
+constexpr const char* kFormat = "kestrel-yolo-weights-1";
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot read the model config");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+WeightsInfo describe_config(const std::string& cfg_name_or_path, std::vector<std::string> names) {
+  const std::string path = resolve_model_config_path(cfg_name_or_path);
+  WeightsInfo info;
+  info.model_yaml = read_text(path);
+  info.model_name = std::filesystem::path(path).stem().string();
+  info.names = std::move(names);
+  return info;
+}
+
+void save_model_weights(const std::string& path, const YoloModel& model, const WeightsInfo& info) {
+  NamedTensors tensors;
+  for (auto& [name, t] : state_dict(model))
+    tensors.emplace_back(name, at::isFloatingType(t.scalar_type()) ? t.detach().to(at::kFloat) : t.detach());
+  std::map<std::string, std::string> metadata = info.extra;
+  metadata["format"] = kFormat;
+  metadata["model_yaml"] = info.model_yaml;
+  metadata["model_name"] = info.model_name;
+  metadata["nc"] = std::to_string(info.names.size());
+  metadata["names"] = nlohmann::json(info.names).dump();
+  save_safetensors(path, tensors, metadata);
+}
+
+LoadedModel load_model_weights(const std::string& path) {
+  SafetensorsContents file = load_safetensors(path);
+  const auto& m = file.metadata;
+  const auto format = m.find("format");
+  if (format == m.end() || format->second != kFormat)
+    fail(path, ": not a kestrel weights file (no '", kFormat, "' format tag in its metadata)");
+  for (const char* key : {"model_yaml", "model_name", "names"})
+    if (!m.count(key)) fail(path, ": weights metadata lacks '", key, "'");
+  LoadedModel out;
+  out.info.model_yaml = m.at("model_yaml");
+  out.info.model_name = m.at("model_name");
+  try {
+    out.info.names = nlohmann::json::parse(m.at("names")).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": weights metadata 'names' is not a JSON list of strings (", e.what(), ")");
+  }
+  if (out.info.names.empty()) fail(path, ": weights metadata has no class names");
+  for (const auto& [key, value] : m)
+    if (key != "format" && key != "model_yaml" && key != "model_name" && key != "names" && key != "nc")
+      out.info.extra[key] = value;
+  try {
+    // The source name keeps ModelConfig::name() = the original config's stem.
+    const ModelConfig cfg = parse_model_config(out.info.model_yaml, out.info.model_name + ".yaml");
+    out.model = build_model(cfg, static_cast<int>(out.info.names.size()));
+  } catch (const Error& e) {
+    fail(path, ": the model config it carries is invalid: ", e.what());
+  }
+  load_state_dict(*out.model, file.tensors, /*strict=*/true, path);
+  return out;
+}
+
+}  // namespace kestrel::models

@@ -1,0 +1,99 @@
+#include "kestrel/train/hyperparameters.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/core/yaml_file.h"
+
+namespace kestrel::train {
+namespace {
+
+// Every key the trainer understands, bound to where it goes.
+std::vector<std::pair<const char*, double*>> bindings(Hyperparameters& h) {
+  data::AugmentOptions& a = h.augment;
+  loss::LossOptions& l = h.loss;
+  return {{"lr0", &h.lr0},
+          {"lrf", &h.lrf},
+          {"momentum", &h.momentum},
+          {"weight_decay", &h.weight_decay},
+          {"warmup_epochs", &h.warmup_epochs},
+          {"warmup_momentum", &h.warmup_momentum},
+          {"warmup_bias_lr", &h.warmup_bias_lr},
+          {"box", &l.box},
+          {"cls", &l.cls},
+          {"cls_pw", &l.cls_pw},
+          {"obj", &l.obj},
+          {"obj_pw", &l.obj_pw},
+          {"iou_t", &h.iou_t},
+          {"anchor_t", &l.anchor_t},
+          {"fl_gamma", &l.fl_gamma},
+          {"hsv_h", &a.hsv_h},
+          {"hsv_s", &a.hsv_s},
+          {"hsv_v", &a.hsv_v},
+          {"degrees", &a.degrees},
+          {"translate", &a.translate},
+          {"scale", &a.scale},
+          {"shear", &a.shear},
+          {"perspective", &a.perspective},
+          {"flipud", &a.flipud},
+          {"fliplr", &a.fliplr},
+          {"mosaic", &a.mosaic},
+          {"mosaic9", &a.mosaic9},
+          {"mixup", &a.mixup},
+          {"copy_paste", &a.copy_paste},
+          {"paste_in", &a.paste_in}};
+}
+
+}  // namespace
+
+Hyperparameters default_hyperparameters() {
+  Hyperparameters h;
+  for (const auto& [key, target] : bindings(h))
+    if (std::string(key) != "mosaic9" && std::string(key) != "paste_in") h.values.emplace_back(key, *target);
+  return h;
+}
+
+Hyperparameters load_hyperparameters(const std::string& path) {
+  YAML::Node root = load_yaml_file(path, "hyperparameter");
+  if (!root.IsMap()) fail(path, ": a hyperparameter file is a YAML mapping of key: value");
+  Hyperparameters h;
+  h.augment = data::load_augment_options(path, &h.yolov7_recipe);  // also applies YOLOv7's mosaic9 share
+  std::map<std::string, double*> known;
+  for (const auto& [key, target] : bindings(h)) known[key] = target;
+  for (const auto& item : root) {
+    const std::string key = item.first.as<std::string>();
+    double value = 0;
+    try {
+      value = item.second.as<double>();
+    } catch (const YAML::Exception&) {
+      fail(path, ":", item.second.Mark().line + 1, ": '", key, "' must be a number");
+    }
+    if (!std::isfinite(value)) fail(path, ":", item.second.Mark().line + 1, ": '", key, "' must be finite");
+    h.values.emplace_back(key, value);
+    if (key == "loss_ota") {
+      h.loss_ota = value != 0;
+    } else if (const auto it = known.find(key); it != known.end()) {
+      *it->second = value;
+    } else if (key != "anchors") {  // upstream's optional anchors-per-level key: the model config decides here
+      h.unknown_keys.push_back(key);
+    }
+  }
+  if (h.lr0 <= 0) fail(path, ": 'lr0' must be > 0");
+  if (h.lrf <= 0) fail(path, ": 'lrf' must be > 0");
+  if (h.momentum < 0 || h.momentum >= 1) fail(path, ": 'momentum' must be in [0, 1)");
+  if (h.loss.anchor_t <= 1) fail(path, ": 'anchor_t' must be > 1");
+  return h;
+}
+
+std::string hyperparameters_yaml(const Hyperparameters& h) {
+  std::ostringstream out;
+  out.precision(10);
+  for (const auto& [key, value] : h.values) out << key << ": " << value << "\n";
+  return out.str();
+}
+
+}  // namespace kestrel::train

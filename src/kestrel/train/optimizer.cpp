@@ -1,0 +1,136 @@
+#include "kestrel/train/optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::train {
+
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "sgd") return OptimizerKind::sgd;
+  if (lower == "adam") return OptimizerKind::adam;
+  if (lower == "adamw") return OptimizerKind::adamw;
+  fail("--optimizer ", name, ": expected SGD, Adam or AdamW");
+}
+
+std::string optimizer_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::sgd: return "SGD";
+    case OptimizerKind::adam: return "Adam";
+    case OptimizerKind::adamw: return "AdamW";
+  }
+  return "?";
+}
+
+Optimizer::Optimizer(const ParamGroups& groups, OptimizerOptions options) : options_(options) {
+  const std::array<const std::vector<at::Tensor>*, 3> sources = {&groups.biases, &groups.weights, &groups.norm_weights};
+  for (size_t g = 0; g < 3; ++g) {
+    Group& group = groups_[g];
+    group.weight_decay = g == 1 ? options_.weight_decay : 0.0;
+    for (const at::Tensor& p : *sources[g]) {
+      if (!p.requires_grad()) continue;  // frozen
+      group.params.push_back(p);
+      // Zero buffers rather than torch's "first step copies the gradient": identical without dampening
+      // (buf = momentum * 0 + grad), and still right when the first step is skipped for inf/NaN.
+      if (options_.kind == OptimizerKind::sgd) {
+        group.momentum.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+      } else {
+        group.exp_avg.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+        group.exp_avg_sq.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+        group.step.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
+      }
+    }
+  }
+}
+
+void Optimizer::step(const std::array<double, 3>& lr, double momentum, const at::Tensor& grad_scale,
+                     const at::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  const std::optional<at::Tensor> scale = grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt;
+  const std::optional<at::Tensor> inf = found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt;
+  for (size_t g = 0; g < 3; ++g) {
+    Group& group = groups_[g];
+    // The kernels take parallel lists: only parameters that received a gradient this step.
+    std::vector<at::Tensor> params, grads, buf, avg, avg_sq, steps;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const at::Tensor& grad = group.params[i].grad();
+      if (!grad.defined()) continue;
+      params.push_back(group.params[i]);
+      grads.push_back(grad);
+      if (options_.kind == OptimizerKind::sgd) {
+        buf.push_back(group.momentum[i]);
+      } else {
+        avg.push_back(group.exp_avg[i]);
+        avg_sq.push_back(group.exp_avg_sq[i]);
+        steps.push_back(group.step[i]);
+      }
+    }
+    if (params.empty()) continue;
+    if (options_.kind == OptimizerKind::sgd) {
+      at::_fused_sgd_(params, grads, buf, group.weight_decay, momentum, lr[g], /*dampening=*/0.0, /*nesterov=*/true,
+                      /*maximize=*/false, /*is_first_step=*/false, scale, inf);
+      continue;
+    }
+    // Bias correction counts the step before the kernel runs; a skipped step is taken back after it.
+    at::_foreach_add_(steps, 1.0);
+    if (options_.kind == OptimizerKind::adam)
+      at::_fused_adam_(params, grads, avg, avg_sq, /*max_exp_avg_sqs=*/{}, steps, lr[g], momentum, options_.beta2,
+                       group.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false, scale, inf);
+    else
+      at::_fused_adamw_(params, grads, avg, avg_sq, /*max_exp_avg_sqs=*/{}, steps, lr[g], momentum, options_.beta2,
+                        group.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false, scale, inf);
+    if (inf) at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), inf->reshape({})));
+  }
+  ++steps_;
+}
+
+void Optimizer::zero_grad() {
+  for (Group& group : groups_)
+    for (at::Tensor& p : group.params) p.mutable_grad() = at::Tensor();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Optimizer::state() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t g = 0; g < 3; ++g) {
+    const Group& group = groups_[g];
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const std::string prefix = cat("group", g, ".", i, ".");
+      if (options_.kind == OptimizerKind::sgd) {
+        out.emplace_back(prefix + "momentum", group.momentum[i]);
+      } else {
+        out.emplace_back(prefix + "exp_avg", group.exp_avg[i]);
+        out.emplace_back(prefix + "exp_avg_sq", group.exp_avg_sq[i]);
+        out.emplace_back(prefix + "step", group.step[i]);
+      }
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state(const std::vector<std::pair<std::string, at::Tensor>>& state, const std::string& source) {
+  std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
+  torch::NoGradGuard no_grad;
+  size_t used = 0;
+  for (auto& [name, target] : this->state()) {
+    const auto it = by_name.find(name);
+    if (it == by_name.end())
+      fail(source, ": optimizer state '", name, "' is missing (", optimizer_name(options_.kind),
+           " with a different model or frozen layers?)");
+    if (it->second.sizes() != target.sizes())
+      fail(source, ": optimizer state '", name, "' has shape ", it->second.sizes(), ", expected ", target.sizes());
+    target.copy_(it->second);  // the state() tensors alias the buffers
+    ++used;
+  }
+  if (used != by_name.size())
+    fail(source, ": optimizer state has ", by_name.size(), " entries, this ", optimizer_name(options_.kind),
+         " optimiser has ", used, " (a different optimiser or model?)");
+}
+
+}  // namespace kestrel::train

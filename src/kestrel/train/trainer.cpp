@@ -1,0 +1,580 @@
+#include "kestrel/train/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <random>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
+#include "kestrel/core/safetensors.h"
+#include "kestrel/data/dataset_config.h"
+#include "kestrel/data/image_files.h"
+#include "kestrel/data/loader.h"
+#include "kestrel/eval/validator.h"
+#include "kestrel/loss/yolo_loss.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/state_dict.h"
+#include "kestrel/models/weights_file.h"
+#include "kestrel/train/ema.h"
+#include "kestrel/train/grad_scaler.h"
+#include "kestrel/train/hyperparameters.h"
+#include "kestrel/train/optimizer.h"
+#include "kestrel/train/param_groups.h"
+#include "kestrel/train/run_files.h"
+#include "kestrel/train/schedule.h"
+#include "kestrel/train/tensorboard.h"
+
+namespace kestrel::train {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kStateFormat = "kestrel-train-state-1";
+using Clock = std::chrono::steady_clock;
+
+// Ctrl-C: the first one asks the loop to stop at the next safe point and save; a second one kills.
+std::atomic<bool> g_stop_requested{false};
+extern "C" void on_interrupt(int) {
+  if (g_stop_requested.exchange(true)) std::_Exit(130);
+}
+
+std::string json_text(const nlohmann::json& j) { return j.dump(); }
+
+nlohmann::json options_json(const TrainOptions& o) {
+  return {{"weights", o.weights}, {"cfg", o.cfg}, {"data", o.data}, {"hyp", o.hyp}, {"epochs", o.epochs},
+          {"batch_size", o.batch_size}, {"imgsz", o.img_size}, {"rect", o.rect}, {"nosave", o.nosave},
+          {"noval", o.noval}, {"cache", o.cache}, {"device", o.device}, {"multi_scale", o.multi_scale},
+          {"single_cls", o.single_cls}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
+          {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"label_smoothing", o.label_smoothing},
+          {"patience", o.patience}, {"freeze", o.freeze}, {"save_period", o.save_period}, {"seed", o.seed},
+          {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn},
+          {"max_grad_norm", o.max_grad_norm}, {"max_boxes", o.max_boxes},
+          {"min_warmup_iterations", o.min_warmup_iterations}};
+}
+
+TrainOptions options_from_json(const nlohmann::json& j, const std::string& source) {
+  TrainOptions o;
+  try {
+    o.weights = j.at("weights"); o.cfg = j.at("cfg"); o.data = j.at("data"); o.hyp = j.at("hyp");
+    o.epochs = j.at("epochs"); o.batch_size = j.at("batch_size"); o.img_size = j.at("imgsz"); o.rect = j.at("rect");
+    o.nosave = j.at("nosave"); o.noval = j.at("noval"); o.cache = j.at("cache"); o.device = j.at("device");
+    o.multi_scale = j.at("multi_scale"); o.single_cls = j.at("single_cls"); o.optimizer = j.at("optimizer");
+    o.workers = j.at("workers"); o.project = j.at("project"); o.name = j.at("name"); o.exist_ok = j.at("exist_ok");
+    o.cos_lr = j.at("cos_lr"); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
+    o.freeze = j.at("freeze").get<std::vector<int>>(); o.save_period = j.at("save_period"); o.seed = j.at("seed");
+    o.amp = j.at("amp"); o.loss_scale = j.at("loss_scale"); o.check_nans = j.at("check_nans");
+    o.freeze_bn = j.at("freeze_bn"); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
+    o.min_warmup_iterations = j.at("min_warmup_iterations");
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, ": the saved training options are incomplete or malformed (", e.what(), ")");
+  }
+  return o;
+}
+
+std::string options_yaml(const TrainOptions& o) {
+  std::string out;
+  const nlohmann::json j = options_json(o);
+  for (auto it = j.begin(); it != j.end(); ++it) out += it.key() + ": " + it.value().dump() + "\n";
+  return out;
+}
+
+// Upstream --freeze: [n] freezes layers 0..n-1, a longer list freezes exactly those layer indices.
+int freeze_layers(models::YoloModel& model, const std::vector<int>& freeze) {
+  std::vector<int> layers;
+  if (freeze.size() == 1) {
+    for (int i = 0; i < freeze[0]; ++i) layers.push_back(i);
+  } else {
+    layers = freeze;
+  }
+  int frozen = 0;
+  for (auto& p : model.named_parameters()) {
+    bool hit = false;
+    for (int l : layers) hit = hit || p.key().rfind(cat("model.", l, "."), 0) == 0;
+    p.value().set_requires_grad(!hit);
+    frozen += hit;
+  }
+  return frozen;
+}
+
+void set_batchnorm_eval(torch::nn::Module& model) {
+  for (const auto& m : model.modules())
+    if (dynamic_cast<torch::nn::BatchNorm2dImpl*>(m.get())) m->eval();
+}
+
+// Gradient clipping over all parameters' gradients, on the device (torch.nn.utils.clip_grad_norm_).
+void clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+  const at::Tensor total = at::stack(norms).norm();
+  const at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  at::_foreach_mul_(grads, coef);
+}
+
+std::string first_non_finite_parameter(torch::nn::Module& model) {
+  for (const auto& p : model.named_parameters()) {
+    if (!at::isfinite(p.value()).all().item<bool>()) return "parameter " + p.key();
+    if (p.value().grad().defined() && !at::isfinite(p.value().grad()).all().item<bool>()) return "gradient of " + p.key();
+  }
+  return "";
+}
+
+// The per-iteration line of upstream's progress bar, redrawn in place on a terminal.
+class Progress {
+ public:
+  Progress(bool quiet, int epochs) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO)), epochs_(epochs) {}
+  void header() const {
+    if (quiet_) return;
+    std::printf("\n%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "GPU_mem", "box_loss", "obj_loss", "cls_loss", "Instances",
+                "Size");
+  }
+  bool due(bool last) {
+    if (quiet_ || (!last && !tty_)) return false;
+    const auto now = Clock::now();
+    if (!last && now - last_draw_ < std::chrono::milliseconds(250)) return false;
+    last_draw_ = now;
+    return true;
+  }
+  void draw(int epoch, double mem_gb, const std::array<double, 3>& mloss, int64_t instances, int64_t size, int64_t i,
+            int64_t nb, double images_per_s, bool last) const {
+    char rate[32] = "";
+    if (images_per_s > 0) std::snprintf(rate, sizeof rate, " %.1f img/s", images_per_s);
+    std::printf("%s%11s%11s%11.4g%11.4g%11.4g%11lld%11lld: %3d%% %lld/%lld%s%s", tty_ ? "\r" : "",
+                cat(epoch, "/", epochs_ - 1).c_str(), cat(std::round(mem_gb * 1000) / 1000, "G").c_str(), mloss[0],
+                mloss[1], mloss[2], static_cast<long long>(instances), static_cast<long long>(size),
+                static_cast<int>(100 * (i + 1) / std::max<int64_t>(nb, 1)), static_cast<long long>(i + 1),
+                static_cast<long long>(nb), rate, last ? "\n" : "");
+    std::fflush(stdout);
+  }
+
+ private:
+  bool quiet_, tty_;
+  int epochs_;
+  Clock::time_point last_draw_{};
+};
+
+struct SplitLoader {
+  std::shared_ptr<const data::YoloDataset> dataset;
+  std::unique_ptr<data::DataLoader> loader;
+};
+
+SplitLoader make_loader(const data::DatasetConfig& cfg, const std::string& split, const TrainOptions& o, bool training,
+                        const Hyperparameters& hyp, int stride, int nc_for_check) {
+  const auto images = data::list_images(cfg.split(split), cfg.source);
+  data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, o.workers, true});
+  if (!index.skipped.empty()) std::cout << data::describe(index, split, 20);
+  if (o.single_cls)
+    for (auto& r : index.records)
+      for (auto& row : r.rows) row.box[0] = 0;
+  data::DatasetOptions d;
+  d.img_size = o.img_size;
+  d.augment = training;
+  d.rect = training ? o.rect : true;
+  d.batch_size = training ? o.batch_size : o.batch_size * 2;
+  d.stride = stride;
+  d.pad = training ? 0.0 : 0.5;
+  d.hyp = hyp.augment;
+  d.dialect = hyp.yolov7_recipe ? data::Dialect::yolov7 : data::Dialect::yolov5;
+  d.cache_ram = o.cache == "ram";
+  d.seed = o.seed;
+  SplitLoader out;
+  out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
+  data::LoaderOptions l;
+  l.batch_size = d.batch_size;
+  l.workers = std::max(1, o.workers);
+  l.max_boxes = o.max_boxes;
+  l.shuffle = training && !o.rect;
+  l.seed = o.seed;
+  l.pin_memory = false;
+  out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
+  return out;
+}
+
+// Per-epoch values of a run that a resume must restore.
+struct Progression {
+  int epoch = 0;            // epoch in progress (or to start)
+  int64_t next_batch = 0;   // first batch of `epoch` still to run
+  int64_t last_opt_step = -1;
+  double best_fitness = 0;
+  int best_epoch = 0;
+  std::array<double, 3> loss_sum{0, 0, 0};  // this epoch's summed loss items so far
+  int64_t loss_count = 0;
+};
+
+}  // namespace
+
+double fitness(double map50, double map) { return 0.1 * map50 + 0.9 * map; }
+
+TrainResult train(const TrainOptions& requested) {
+  // ---- resume: the saved options replace the command line's, the run folder is reused ----------
+  TrainOptions o = requested;
+  SafetensorsContents resume_state;
+  std::string save_dir;
+  if (!requested.resume.empty()) {
+    std::string state_path = requested.resume;
+    if (fs::is_directory(state_path)) state_path = (fs::path(state_path) / "weights" / "last.state.safetensors").string();
+    resume_state = load_safetensors(state_path);
+    const auto& m = resume_state.metadata;
+    if (!m.count("format") || m.at("format") != kStateFormat)
+      fail(state_path, ": not a kestrel training state (pass a run's weights/last.state.safetensors)");
+    o = options_from_json(nlohmann::json::parse(m.at("options")), state_path);
+    o.resume = state_path;
+    o.quiet = requested.quiet;
+    o.interrupt_after = requested.interrupt_after;
+    if (!requested.device.empty()) o.device = requested.device;
+    save_dir = fs::path(state_path).parent_path().parent_path().string();
+  }
+  if (o.epochs < 1) fail("--epochs must be >= 1");
+  if (o.batch_size < 1) fail("--batch-size must be >= 1");
+  if (o.cfg.empty() && o.weights.empty()) fail("give --cfg (a model YAML or name such as yolov5s) or --weights");
+  if (!o.cache.empty() && o.cache != "ram") fail("--cache ", o.cache, ": only 'ram' is supported");
+  const c10::Device device = parse_device(o.device);
+
+  // ---- hyperparameters, data, model --------------------------------------------------------------
+  Hyperparameters hyp = o.hyp.empty() ? default_hyperparameters() : load_hyperparameters(o.hyp);
+  if (!hyp.unknown_keys.empty()) {
+    std::string keys;
+    for (const auto& k : hyp.unknown_keys) keys += " " + k;
+    std::cout << "warning: " << o.hyp << ": keys kestrel does not use:" << keys << "\n";
+  }
+  hyp.loss.label_smoothing = o.label_smoothing;
+  const data::DatasetConfig data_cfg = data::load_dataset_config(o.data);
+  std::vector<std::string> names = o.single_cls ? std::vector<std::string>{"item"} : data_cfg.names;
+  const int nc = static_cast<int>(names.size());
+
+  models::WeightsInfo info;
+  std::shared_ptr<models::YoloModel> model;
+  std::shared_ptr<models::YoloModel> ema_model;
+  models::LoadedModel pretrained;
+  if (!o.weights.empty()) pretrained = models::load_model_weights(o.weights);
+  if (!o.cfg.empty()) {
+    info = models::describe_config(o.cfg, names);
+  } else {
+    info = pretrained.info;
+    info.names = names;
+    info.extra.clear();
+  }
+  auto build = [&] {
+    return models::build_model(models::parse_model_config(info.model_yaml, info.model_name + ".yaml"), nc);
+  };
+  torch::manual_seed(o.seed);  // weight initialisation
+  model = build();
+  if (pretrained.model) {
+    // Upstream's intersect_dicts: same key and shape; anchors come from the config when one is given.
+    models::NamedTensors transfer;
+    const auto target = models::state_dict(*model);
+    std::map<std::string, at::Tensor> shapes(target.begin(), target.end());
+    for (auto& [key, t] : models::state_dict(*pretrained.model)) {
+      const auto it = shapes.find(key);
+      if (it == shapes.end() || it->second.sizes() != t.sizes()) continue;
+      if (!o.cfg.empty() && key.find("anchor") != std::string::npos) continue;
+      transfer.emplace_back(key, t);
+    }
+    models::load_state_dict(*model, transfer, /*strict=*/false, o.weights);
+    std::cout << "Transferred " << transfer.size() << "/" << target.size() << " items from " << o.weights << "\n";
+  }
+  model->to(device);
+  ema_model = build();
+  ema_model->to(device);
+  const int frozen = freeze_layers(*model, o.freeze);
+  if (frozen) std::cout << "freezing " << frozen << " parameter tensors\n";
+
+  const int stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
+  if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
+  SplitLoader train_data = make_loader(data_cfg, "train", o, true, hyp, stride, static_cast<int>(data_cfg.names.size()));
+  SplitLoader val_data = make_loader(data_cfg, "val", o, false, hyp, stride, static_cast<int>(data_cfg.names.size()));
+  const int64_t nb = static_cast<int64_t>(train_data.loader->num_batches());
+
+  // ---- loss, optimiser, schedule, EMA, scaler -------------------------------------------------------
+  if (hyp.loss_ota) std::cout << "note: loss_ota is set; kestrel uses the YOLOv5 loss until the OTA assigner lands\n";
+  const loss::YoloLoss compute_loss(model->head(), hyp.loss, o.img_size);
+  ScheduleOptions sched;
+  sched.lr0 = hyp.lr0;
+  sched.lrf = hyp.lrf;
+  sched.momentum = hyp.momentum;
+  sched.warmup_epochs = hyp.warmup_epochs;
+  sched.warmup_momentum = hyp.warmup_momentum;
+  sched.warmup_bias_lr = hyp.warmup_bias_lr;
+  sched.cos_lr = o.cos_lr;
+  sched.epochs = o.epochs;
+  sched.batch_size = o.batch_size;
+  sched.min_warmup_iterations = o.min_warmup_iterations >= 0 ? o.min_warmup_iterations : (hyp.yolov7_recipe ? 1000 : 100);
+  OptimizerOptions opt_options;
+  opt_options.kind = parse_optimizer_kind(o.optimizer);
+  opt_options.weight_decay = scaled_weight_decay(sched, hyp.weight_decay);
+  const ParamGroups groups = split_parameters(*model);
+  Optimizer optimizer(groups, opt_options);
+  std::vector<at::Tensor> trainable;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+
+  std::string amp = o.amp;
+  if (amp == "auto") amp = device.is_cuda() ? "fp16" : "off";
+  if (amp != "fp16" && amp != "bf16" && amp != "off") fail("--amp ", o.amp, ": expected auto, fp16, bf16 or off");
+  const bool autocast_on = amp != "off";
+  const at::ScalarType amp_dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = amp == "fp16";
+  scaler_options.init_scale = o.loss_scale;
+  GradScaler scaler(scaler_options, device);
+
+  Progression run;
+  int64_t ema_updates = 0;
+  if (!o.resume.empty()) {
+    const auto& m = resume_state.metadata;
+    models::NamedTensors model_t, ema_t, opt_t, scaler_t;
+    for (auto& [key, t] : resume_state.tensors) {
+      if (key.rfind("model/", 0) == 0) model_t.emplace_back(key.substr(6), t);
+      else if (key.rfind("ema/", 0) == 0) ema_t.emplace_back(key.substr(4), t);
+      else if (key.rfind("optimizer/", 0) == 0) opt_t.emplace_back(key.substr(10), t);
+      else if (key.rfind("scaler/", 0) == 0) scaler_t.emplace_back(key.substr(7), t);
+    }
+    models::load_state_dict(*model, model_t, true, o.resume);
+    optimizer.load_state(opt_t, o.resume);
+    if (scaler.enabled() && !scaler_t.empty()) scaler.load_state(scaler_t, o.resume);
+    try {
+      const nlohmann::json p = nlohmann::json::parse(m.at("progress"));
+      run.epoch = p.at("epoch");
+      run.next_batch = p.at("next_batch");
+      run.last_opt_step = p.at("last_opt_step");
+      run.best_fitness = p.at("best_fitness");
+      run.best_epoch = p.at("best_epoch");
+      run.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
+      run.loss_count = p.at("loss_count");
+      ema_updates = p.at("ema_updates");
+    } catch (const std::exception& e) {
+      fail(o.resume, ": malformed training progress (", e.what(), ")");
+    }
+    if (run.epoch >= o.epochs) fail(o.resume, ": this run already finished its ", o.epochs, " epochs; nothing to resume");
+    std::cout << "Resuming " << save_dir << " from epoch " << run.epoch << ", batch " << run.next_batch << "\n";
+  } else {
+    save_dir = make_run_dir(o.project, o.name, o.exist_ok);
+  }
+  ModelEma ema(ema_model, *model, EmaOptions{}, ema_updates);
+  if (!o.resume.empty()) {
+    models::NamedTensors ema_t;
+    for (auto& [key, t] : resume_state.tensors)
+      if (key.rfind("ema/", 0) == 0) ema_t.emplace_back(key.substr(4), t);
+    models::load_state_dict(ema.model(), ema_t, true, o.resume);
+  }
+
+  const fs::path weights_dir = fs::path(save_dir) / "weights";
+  fs::create_directories(weights_dir);
+  write_text_atomic((fs::path(save_dir) / "hyp.yaml").string(), hyperparameters_yaml(hyp));
+  write_text_atomic((fs::path(save_dir) / "opt.yaml").string(), options_yaml(o));
+  const ResultsCsv results((fs::path(save_dir) / "results.csv").string());
+  TensorBoardWriter tensorboard(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
+  const std::string last_path = (weights_dir / "last.safetensors").string();
+  const std::string best_path = (weights_dir / "best.safetensors").string();
+  const std::string state_path = (weights_dir / "last.state.safetensors").string();
+
+  auto save_checkpoint = [&](const Progression& p, bool best, int epoch_done) {
+    models::WeightsInfo w = info;
+    w.extra = {{"epoch", std::to_string(epoch_done)}, {"best_fitness", cat(p.best_fitness)}};
+    models::save_model_weights(last_path, ema.model(), w);
+    if (best) models::save_model_weights(best_path, ema.model(), w);
+    if (o.save_period > 0 && epoch_done >= 0 && (epoch_done + 1) % o.save_period == 0)
+      models::save_model_weights((weights_dir / cat("epoch", epoch_done, ".safetensors")).string(), ema.model(), w);
+    models::NamedTensors state;
+    for (auto& [k, t] : models::state_dict(*model)) state.emplace_back("model/" + k, t);
+    for (auto& [k, t] : models::state_dict(ema.model())) state.emplace_back("ema/" + k, t);
+    for (auto& [k, t] : optimizer.state()) state.emplace_back("optimizer/" + k, t);
+    if (scaler.enabled())
+      for (auto& [k, t] : scaler.state()) state.emplace_back("scaler/" + k, t);
+    const nlohmann::json progress = {{"epoch", p.epoch},          {"next_batch", p.next_batch},
+                                     {"last_opt_step", p.last_opt_step}, {"best_fitness", p.best_fitness},
+                                     {"best_epoch", p.best_epoch}, {"loss_sum", p.loss_sum},
+                                     {"loss_count", p.loss_count}, {"ema_updates", ema.updates()}};
+    save_safetensors(state_path, state,
+                     {{"format", kStateFormat}, {"options", json_text(options_json(o))}, {"progress", progress.dump()}});
+  };
+
+  // ---- the loop -------------------------------------------------------------------------------------
+  std::cout << "kestrel train: " << info.model_name << " (" << nc << " classes) on " << device << ", "
+            << optimizer_name(opt_options.kind) << ", " << nb << " batches of " << o.batch_size << " per epoch, amp "
+            << amp << ", results to " << save_dir << "\n";
+  g_stop_requested = false;
+  const auto previous_handler = std::signal(SIGINT, on_interrupt);
+  Progress progress(o.quiet, o.epochs);
+  TrainResult result;
+  result.save_dir = save_dir;
+  int64_t batches_run = 0;
+  eval::ValidationResult last_val;
+  bool stop = false;
+  const auto val_loss = [&](const std::vector<at::Tensor>& levels, const at::Tensor& t, const at::Tensor& m) {
+    return compute_loss(levels, t, m).items;
+  };
+
+  for (; run.epoch < o.epochs && !stop; ++run.epoch, run.next_batch = 0) {
+    const int epoch = run.epoch;
+    model->train();
+    if (o.freeze_bn) set_batchnorm_eval(*model);
+    optimizer.zero_grad();
+    at::Tensor loss_sum = at::tensor(std::vector<double>(run.loss_sum.begin(), run.loss_sum.end()), at::kFloat).to(device);
+    train_data.loader->start_epoch(epoch, run.next_batch);
+    progress.header();
+    std::array<double, 3> lr{0, 0, 0};
+    int64_t timed_images = 0;
+    Clock::time_point timing_start{};
+    bool interrupted = false;
+    for (int64_t i = run.next_batch; i < nb; ++i) {
+      std::optional<data::Batch> batch = train_data.loader->next();
+      if (!batch) break;
+      const int64_t ni = i + nb * epoch;  // iterations since the start of training
+      const StepSettings s = step_settings(sched, epoch, ni, nb);
+      lr = s.lr;
+      const data::DeviceBatch in = data::to_device(*batch, device);
+      at::Tensor images = in.images;
+      if (o.multi_scale) {
+        // Upstream: a random size in [0.5, 1.5] x img, a multiple of the stride, per batch (seeded here by batch).
+        std::mt19937 rng(static_cast<uint32_t>(data::sample_seed(o.seed, epoch, static_cast<uint64_t>(i) + (1ull << 40))));
+        const int lo = static_cast<int>(o.img_size * 0.5), hi = static_cast<int>(o.img_size * 1.5) + stride;
+        const int size = std::uniform_int_distribution<int>(lo, hi - 1)(rng) / stride * stride;
+        const double sf = static_cast<double>(size) / std::max(images.size(2), images.size(3));
+        if (sf != 1) {
+          const int64_t h = static_cast<int64_t>(std::ceil(images.size(2) * sf / stride) * stride);
+          const int64_t w = static_cast<int64_t>(std::ceil(images.size(3) * sf / stride) * stride);
+          images = at::upsample_bilinear2d(images, {h, w}, false);
+        }
+      }
+
+      // Forward and loss under autocast; backward of the scaled loss outside it.
+      loss::YoloLoss::Result step_loss;
+      {
+        AutocastGuard autocast(device.type(), amp_dtype, autocast_on);
+        const std::vector<at::Tensor> levels = model->forward(images);
+        step_loss = compute_loss(levels, in.targets, in.target_mask);
+      }
+      if (o.check_nans && !at::isfinite(step_loss.total).item<bool>()) {
+        const at::Tensor items = step_loss.items.to(at::kCPU);
+        std::string files;
+        for (size_t k = 0; k < batch->meta.size() && k < 4; ++k)
+          files += "\n  " + train_data.dataset->records()[batch->meta[k].index].image;
+        fail("--check-nans: non-finite loss at epoch ", epoch, ", batch ", i, " (iteration ", ni, "): box ",
+             items[0].item<double>(), ", obj ", items[1].item<double>(), ", cls ", items[2].item<double>(),
+             "; first non-finite model value: ", first_non_finite_parameter(*model), "; batch images:", files);
+      }
+      scaler.scale(step_loss.total).backward();
+
+      // Optimiser step every `accumulate` batches (upstream: ni - last_opt_step >= accumulate).
+      if (ni - run.last_opt_step >= s.accumulate) {
+        scaler.begin_step();
+        std::vector<at::Tensor> grads;
+        for (const auto& p : trainable) grads.push_back(p.grad());
+        if (o.max_grad_norm > 0) {
+          scaler.unscale(grads);  // clipping needs true gradients
+          clip_gradients(trainable, o.max_grad_norm);
+        } else {
+          scaler.check(grads);  // the fused kernel unscales
+        }
+        optimizer.step(s.lr, s.momentum, scaler.grad_scale(), scaler.found_inf());
+        scaler.update();
+        optimizer.zero_grad();
+        ema.update();
+        run.last_opt_step = ni;
+        // Ctrl-C is honoured here, where no gradient is half accumulated.
+        interrupted = g_stop_requested || (o.interrupt_after >= 0 && batches_run + 1 >= o.interrupt_after);
+      }
+      loss_sum.add_(step_loss.items.to(at::kFloat));
+      ++run.loss_count;
+      ++batches_run;
+      if (i - run.next_batch == 2) timing_start = Clock::now();  // images/s excludes the first steps
+      if (i - run.next_batch > 2) timed_images += images.size(0);
+      const bool last = i + 1 == nb || interrupted;
+      if (progress.due(last)) {
+        const at::Tensor mean = (loss_sum / static_cast<double>(run.loss_count)).to(at::kCPU);
+        const double secs = std::chrono::duration<double>(Clock::now() - timing_start).count();
+        progress.draw(epoch, reserved_memory_gb(device), {mean[0].item<double>(), mean[1].item<double>(), mean[2].item<double>()},
+                      batch->boxes, images.size(3), i, nb, timed_images > 0 && secs > 0 ? timed_images / secs : 0, last);
+      }
+      if (interrupted) {
+        const at::Tensor sums = loss_sum.to(at::kCPU).to(at::kDouble);
+        for (int k = 0; k < 3; ++k) run.loss_sum[k] = sums[k].item<double>();
+        run.next_batch = i + 1;
+        break;
+      }
+    }
+    const double timed_seconds = std::chrono::duration<double>(Clock::now() - timing_start).count();
+    const double epoch_images_per_second = timed_images > 0 ? timed_images / timed_seconds : 0.0;
+    if (interrupted) {
+      save_checkpoint(run, false, epoch - 1);
+      result.interrupted = true;
+      std::cout << "\nInterrupted: saved " << state_path << "; continue with kestrel train --resume " << save_dir << "\n";
+      break;
+    }
+    if (scaler.enabled() && scaler.skipped_steps() > 0)
+      std::cout << "  loss scale " << scaler.current_scale() << ", " << scaler.skipped_steps()
+                << " optimiser steps skipped so far (inf/NaN gradients)\n";
+
+    // ---- end of epoch: validate the EMA, log, save --------------------------------------------------
+    const at::Tensor mloss = (loss_sum / static_cast<double>(std::max<int64_t>(run.loss_count, 1))).to(at::kCPU).to(at::kDouble);
+    const std::array<double, 3> train_loss{mloss[0].item<double>(), mloss[1].item<double>(), mloss[2].item<double>()};
+    result.epoch_losses.push_back(train_loss[0] + train_loss[1] + train_loss[2]);
+    const bool final_epoch = epoch + 1 == o.epochs;
+    if (!o.noval || final_epoch) {
+      eval::ValidationOptions v;
+      v.single_cls = o.single_cls;
+      v.half = amp == "fp16";
+      last_val = eval::validate(ema.model(), *val_data.loader, *val_data.dataset, device, nc, v, val_loss);
+      if (!o.quiet) std::cout << eval::format_validation_table(last_val, names, false);
+    }
+    const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);
+    const bool best = fi >= run.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
+    if (best) run.best_fitness = fi, run.best_epoch = epoch;
+    stop = o.patience > 0 && epoch - run.best_epoch >= o.patience;
+    if (stop) std::cout << "Stopping early: no improvement in the last " << o.patience << " epochs (best epoch " << run.best_epoch << ")\n";
+    const std::vector<double> row = {train_loss[0], train_loss[1], train_loss[2], last_val.metrics.mp,
+                                     last_val.metrics.mr, last_val.metrics.map50, last_val.metrics.map, last_val.loss[0],
+                                     last_val.loss[1], last_val.loss[2], lr[0], lr[1], lr[2]};
+    results.append(epoch, row);
+    for (size_t k = 0; k < row.size(); ++k) tensorboard.add_scalar(ResultsCsv::columns()[k + 1], row[k], epoch);
+    if (epoch_images_per_second > 0) tensorboard.add_scalar("x/images_per_second", epoch_images_per_second, epoch);
+    tensorboard.flush();
+    Progression done = run;
+    done.epoch = epoch + 1;
+    done.next_batch = 0;
+    done.loss_sum = {0, 0, 0};
+    done.loss_count = 0;
+    if (!o.nosave || final_epoch || stop) save_checkpoint(done, best, epoch);
+    run.loss_sum = {0, 0, 0};
+    run.loss_count = 0;
+    result.epochs_completed = epoch + 1;
+  }
+  std::signal(SIGINT, previous_handler);
+
+  result.best_fitness = run.best_fitness;
+  result.final_map50 = last_val.metrics.map50;
+  result.final_map = last_val.metrics.map;
+  if (fs::exists(last_path)) result.last = last_path;
+  if (fs::exists(best_path)) result.best = best_path;
+  if (!result.interrupted && !result.best.empty()) {
+    // Upstream ends by validating best.pt with the per-class table.
+    models::LoadedModel best = models::load_model_weights(result.best);
+    best.model->to(device);
+    eval::ValidationOptions v;
+    v.single_cls = o.single_cls;
+    const eval::ValidationResult r = eval::validate(*best.model, *val_data.loader, *val_data.dataset, device, nc, v);
+    std::cout << "\nValidating " << result.best << "...\n" << eval::format_validation_table(r, names, true);
+  }
+  std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
+  return result;
+}
+
+}  // namespace kestrel::train

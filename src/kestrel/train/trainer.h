@@ -1,0 +1,67 @@
+// `kestrel train`: YOLOv5/YOLOv7 train.py's procedure with its flags and defaults. Builds (or loads) the
+// model, the training and validation loaders, the loss, the optimiser with its three groups, the EMA
+// and the loss scaler; runs the epochs; validates the EMA after each; writes the run folder.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kestrel::train {
+
+struct TrainOptions {
+  // Upstream flags (names and defaults of YOLOv5 v7.0 train.py where kestrel has them).
+  std::string weights;                 // initial weights (kestrel .safetensors); "" = from scratch
+  std::string cfg;                     // model YAML or shipped name (needed without --weights)
+  std::string data = "data/demo/demo.yaml";
+  std::string hyp;                     // "" = hyp.scratch-low values
+  int epochs = 100;
+  int batch_size = 16;
+  int img_size = 640;
+  bool rect = false;
+  std::string resume;                  // a run's weights/last.state.safetensors or its folder
+  bool nosave = false;                 // only the final checkpoint
+  bool noval = false;                  // validate only after the final epoch
+  std::string cache;                   // "" or "ram"
+  std::string device;                  // "", "cpu", "0", "cuda:0"
+  bool multi_scale = false;
+  bool single_cls = false;
+  std::string optimizer = "SGD";
+  int workers = 8;
+  std::string project = "runs/train";
+  std::string name = "exp";
+  bool exist_ok = false;
+  bool cos_lr = false;
+  double label_smoothing = 0.0;
+  int patience = 100;
+  std::vector<int> freeze{0};          // [n]: the first n layers; several values: those layer indices
+  int save_period = -1;
+  uint64_t seed = 0;
+
+  // kestrel's own.
+  std::string amp = "auto";            // auto (fp16 on CUDA, off on CPU), fp16, bf16, off
+  double loss_scale = 65536.0;         // initial dynamic loss scale (fp16)
+  bool check_nans = false;             // stop at the first non-finite loss (one host read per step)
+  bool freeze_bn = false;              // keep BatchNorm statistics fixed (BN layers in eval mode)
+  double max_grad_norm = 10.0;         // upstream's clip_grad_norm_(max_norm=10.0); <= 0: off
+  int max_boxes = 400;                 // target capacity per image
+  int min_warmup_iterations = -1;      // -1: 100 (YOLOv5) or 1000 (YOLOv7 recipe)
+  bool quiet = false;                  // no per-iteration progress line
+  int64_t interrupt_after = -1;        // testing aid: behave as if Ctrl-C came after this many batches
+};
+
+struct TrainResult {
+  std::string save_dir;
+  std::string last, best;              // weights files ("" if not written)
+  int epochs_completed = 0;
+  double best_fitness = 0;
+  double final_map50 = 0, final_map = 0;
+  std::vector<double> epoch_losses;    // mean training loss (box + obj + cls) per epoch run
+  bool interrupted = false;
+};
+
+TrainResult train(const TrainOptions& options);
+
+// Fitness of YOLOv5/YOLOv7: 0.1 mAP@0.5 + 0.9 mAP@0.5:0.95.
+double fitness(double map50, double map);
+
+}  // namespace kestrel::train

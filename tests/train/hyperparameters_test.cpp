@@ -1,0 +1,72 @@
+// Hyperparameter files: the shipped recipes hold upstream's values (shared/reference/peers.md §1.4), and
+// malformed files are errors naming the file and key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kestrel/core/error.h"
+#include "kestrel/train/hyperparameters.h"
+#include "test_support.h"
+
+namespace kestrel::train {
+namespace {
+
+TEST(Hyperparameters, ScratchLowIsTheDefault) {
+  const Hyperparameters file = load_hyperparameters("configs/hyps/hyp.scratch-low.yaml");
+  const Hyperparameters none = default_hyperparameters();
+  EXPECT_EQ(hyperparameters_yaml(file), hyperparameters_yaml(none));
+  EXPECT_DOUBLE_EQ(file.lrf, 0.01);
+  EXPECT_DOUBLE_EQ(file.loss.cls, 0.5);
+  EXPECT_DOUBLE_EQ(file.augment.mixup, 0.0);
+  EXPECT_FALSE(file.loss_ota);
+  EXPECT_TRUE(file.unknown_keys.empty());
+}
+
+TEST(Hyperparameters, Yolov7RecipesAreRecognised) {
+  const Hyperparameters p5 = load_hyperparameters("configs/hyps/hyp.scratch.p5.yaml");
+  EXPECT_TRUE(p5.loss_ota);
+  EXPECT_TRUE(p5.yolov7_recipe);
+  EXPECT_DOUBLE_EQ(p5.lrf, 0.1);
+  EXPECT_DOUBLE_EQ(p5.loss.obj, 0.7);
+  EXPECT_DOUBLE_EQ(p5.augment.translate, 0.2);
+  EXPECT_DOUBLE_EQ(p5.augment.scale, 0.9);
+  EXPECT_DOUBLE_EQ(p5.augment.mixup, 0.15);
+  EXPECT_DOUBLE_EQ(p5.augment.paste_in, 0.15);
+  EXPECT_DOUBLE_EQ(p5.augment.mosaic9, 0.2);
+  const Hyperparameters tiny = load_hyperparameters("configs/hyps/hyp.scratch.tiny.yaml");
+  EXPECT_DOUBLE_EQ(tiny.lrf, 0.01);
+  EXPECT_DOUBLE_EQ(tiny.augment.mixup, 0.05);
+  const Hyperparameters high = load_hyperparameters("configs/hyps/hyp.scratch-high.yaml");
+  EXPECT_DOUBLE_EQ(high.augment.copy_paste, 0.1);
+  EXPECT_FALSE(high.loss_ota);
+}
+
+TEST(Hyperparameters, BadFilesNameTheFileAndKey) {
+  const auto dir = std::filesystem::temp_directory_path() / "kestrel_hyp_test";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    const auto path = (dir / name).string();
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string text_value = write("a.yaml", "lr0: 0.01\nmomentum: fast\n");
+  try {
+    load_hyperparameters(text_value);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a.yaml:2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("momentum"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_hyperparameters(write("b.yaml", "lr0: -1\n")), Error);
+  EXPECT_THROW(load_hyperparameters(write("c.yaml", "- 1\n- 2\n")), Error);
+  EXPECT_THROW(load_hyperparameters((dir / "missing.yaml").string()), Error);
+  const Hyperparameters unknown = load_hyperparameters(write("d.yaml", "lr0: 0.02\nmy_key: 3\n"));
+  EXPECT_DOUBLE_EQ(unknown.lr0, 0.02);
+  ASSERT_EQ(unknown.unknown_keys.size(), 1u);
+  EXPECT_EQ(unknown.unknown_keys[0], "my_key");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kestrel::train

@@ -1,0 +1,49 @@
+// Run folders (upstream increment_path) and results.csv in YOLOv5's exact layout.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kestrel/train/run_files.h"
+
+namespace kestrel::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(RunFiles, RunFoldersIncrementLikeUpstream) {
+  const fs::path project = fs::temp_directory_path() / "kestrel_runs_test";
+  fs::remove_all(project);
+  EXPECT_EQ(make_run_dir(project.string(), "exp", false), (project / "exp").string());
+  EXPECT_EQ(make_run_dir(project.string(), "exp", false), (project / "exp2").string());
+  EXPECT_EQ(make_run_dir(project.string(), "exp", false), (project / "exp3").string());
+  EXPECT_EQ(make_run_dir(project.string(), "exp", true), (project / "exp").string());
+  EXPECT_TRUE(fs::is_directory(project / "exp2" / "weights"));
+  fs::remove_all(project);
+}
+
+TEST(RunFiles, ResultsCsvHasUpstreamColumnsAndFormat) {
+  const fs::path path = fs::temp_directory_path() / "kestrel_results_test.csv";
+  fs::remove(path);
+  ResultsCsv csv(path.string());
+  csv.append(0, {0.1, 0.2, 0.3, 0.5, 0.25, 0.125, 0.0625, 1, 2, 3, 0.0973, 0.0003, 0.0003});
+  csv.append(1, std::vector<double>(13, 0.123456789));
+  std::ifstream in(path);
+  std::string header, row0, row1;
+  std::getline(in, header);
+  std::getline(in, row0);
+  std::getline(in, row1);
+  // YOLOv5 v7.0 writes '%20s,' per key and '%20.5g,' per value, the trailing comma stripped.
+  EXPECT_EQ(header.substr(0, 42), "               epoch,      train/box_loss,");
+  EXPECT_NE(header.find(",metrics/mAP_0.5:0.95,"), std::string::npos);  // 20 characters: no padding
+  EXPECT_EQ(header.substr(header.size() - 21), ",               x/lr2");
+  EXPECT_EQ(row0.substr(0, 42), "                   0,                 0.1,");
+  EXPECT_EQ(row1.substr(21, 20), "             0.12346");
+  EXPECT_EQ(std::count(row0.begin(), row0.end(), ','), 13);
+  EXPECT_THROW(csv.append(2, {1.0}), std::exception);
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace kestrel::train
