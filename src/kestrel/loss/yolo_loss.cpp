@@ -11,21 +11,6 @@ constexpr double kOffsetBias = 0.5;   // upstream's g: a neighbour cell is used 
 constexpr double kFocalAlpha = 0.25;  // upstream FocalLoss default
 constexpr double kPi = 3.14159265358979323846;
 
-// Element-wise BCE with logits (pos_weight as nn.BCEWithLogitsLoss), optionally focal (upstream FocalLoss:
-// loss * (y alpha + (1 - y)(1 - alpha)) * (1 - p_t)^gamma). logits and target have the same shape.
-at::Tensor bce_elementwise(const at::Tensor& logits, const at::Tensor& target, double pos_weight, double gamma) {
-  // A device-side fill, not a host copy: keeps the step capturable.
-  const at::Tensor pw = at::full({1}, pos_weight, logits.options());
-  at::Tensor loss = at::binary_cross_entropy_with_logits(logits, target, {}, pw, at::Reduction::None);
-  if (gamma > 0) {
-    const at::Tensor p = logits.sigmoid();
-    const at::Tensor p_t = target * p + (1 - target) * (1 - p);
-    const at::Tensor alpha_factor = target * kFocalAlpha + (1 - target) * (1 - kFocalAlpha);
-    loss = loss * alpha_factor * (1 - p_t).pow(gamma);
-  }
-  return loss;
-}
-
 // True where v is less than g past a cell border and more than one cell from the low image edge:
 // upstream's (v % 1 < g) & (v > 1), with Python's % (remainder, not fmod).
 at::Tensor near_low_border(const at::Tensor& v) { return (at::remainder(v, 1.0) < kOffsetBias) & (v > 1.0); }
@@ -41,6 +26,19 @@ at::Tensor offset_coords(const at::Tensor& v, int64_t low_slot, int64_t high_slo
 }
 
 }  // namespace
+
+at::Tensor bce_elementwise(const at::Tensor& logits, const at::Tensor& target, double pos_weight, double gamma) {
+  // A device-side fill, not a host copy: keeps the step capturable.
+  const at::Tensor pw = at::full({1}, pos_weight, logits.options());
+  at::Tensor loss = at::binary_cross_entropy_with_logits(logits, target, {}, pw, at::Reduction::None);
+  if (gamma > 0) {
+    const at::Tensor p = logits.sigmoid();
+    const at::Tensor p_t = target * p + (1 - target) * (1 - p);
+    const at::Tensor alpha_factor = target * kFocalAlpha + (1 - target) * (1 - kFocalAlpha);
+    loss = loss * alpha_factor * (1 - p_t).pow(gamma);
+  }
+  return loss;
+}
 
 LossOptions scale_gains(LossOptions options, int64_t nl, int64_t nc, int64_t img_size) {
   if (nl < 1 || nc < 1 || img_size < 1)
@@ -134,18 +132,18 @@ const at::Tensor& YoloLoss::anchors_on(const at::Device& device) const {
   return anchors_;
 }
 
-void YoloLoss::check_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
-                            const at::Tensor& mask) const {
-  if (static_cast<int64_t>(levels.size()) != nl_) fail("loss: expected ", nl_, " levels, got ", levels.size());
+void check_loss_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets, const at::Tensor& mask,
+                       int64_t nl, int64_t na, int64_t nc) {
+  if (static_cast<int64_t>(levels.size()) != nl) fail("loss: expected ", nl, " levels, got ", levels.size());
   if (targets.dim() != 3 || targets.size(2) != 5)
     fail("loss: targets must be [B, M, 5] (class, cx, cy, w, h), got ", targets.sizes());
   if (mask.dim() != 2 || mask.scalar_type() != at::kBool || mask.size(0) != targets.size(0) ||
       mask.size(1) != targets.size(1))
     fail("loss: target_mask must be bool [B, M] = ", targets.sizes().slice(0, 2), ", got ", mask.sizes());
-  for (int64_t i = 0; i < nl_; ++i) {
+  for (int64_t i = 0; i < nl; ++i) {
     const at::Tensor& p = levels[i];
-    if (p.dim() != 5 || p.size(0) != targets.size(0) || p.size(1) != na_ || p.size(4) != nc_ + 5)
-      fail("loss: level ", i, " must be [B=", targets.size(0), ", na=", na_, ", ny, nx, nc+5=", nc_ + 5, "], got ",
+    if (p.dim() != 5 || p.size(0) != targets.size(0) || p.size(1) != na || p.size(4) != nc + 5)
+      fail("loss: level ", i, " must be [B=", targets.size(0), ", na=", na, ", ny, nx, nc+5=", nc + 5, "], got ",
            p.sizes());
     if (!at::isFloatingType(p.scalar_type())) fail("loss: level ", i, " is not a floating-point tensor");
     if (p.device() != targets.device() || p.device() != mask.device())
@@ -200,7 +198,7 @@ YoloLoss::LevelLoss YoloLoss::level_loss(int64_t i, const at::Tensor& level, con
 
 YoloLoss::Result YoloLoss::operator()(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
                                       const at::Tensor& target_mask) const {
-  check_inputs(levels, targets, target_mask);
+  check_loss_inputs(levels, targets, target_mask, nl_, na_, nc_);
   const at::Tensor& anchors = anchors_on(targets.device());
   at::Tensor lbox, lobj, lcls;
   for (int64_t i = 0; i < nl_; ++i) {

@@ -55,6 +55,15 @@ struct LevelTargets {
 LevelTargets build_targets(const at::Tensor& targets, const at::Tensor& mask, const at::Tensor& anchors, int64_t ny,
                            int64_t nx, double anchor_t);
 
+// Element-wise BCE with logits (pos_weight as nn.BCEWithLogitsLoss), focal when gamma > 0 (upstream FocalLoss,
+// alpha 0.25, before its reduction). logits and target have the same shape.
+at::Tensor bce_elementwise(const at::Tensor& logits, const at::Tensor& target, double pos_weight, double gamma);
+
+// Throws kestrel::Error unless levels are nl floating tensors [B, na, ny_i, nx_i, nc + 5], targets [B, M, 5] and
+// mask bool [B, M], all on one device.
+void check_loss_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets, const at::Tensor& mask,
+                       int64_t nl, int64_t na, int64_t nc);
+
 class YoloLoss {
  public:
   // options: the hyp file's values; the constructor applies scale_gains for the head's nl, nc and img_size.
@@ -79,7 +88,6 @@ class YoloLoss {
   };
   LevelLoss level_loss(int64_t i, const at::Tensor& level, const at::Tensor& targets, const at::Tensor& mask,
                        const at::Tensor& anchors) const;
-  void check_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets, const at::Tensor& mask) const;
   const at::Tensor& anchors_on(const at::Device& device) const;
 
   LossOptions options_;

@@ -1,0 +1,244 @@
+#include "kestrel/loss/ota_loss.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::loss {
+namespace {
+
+constexpr int64_t kTopIous = 10;       // dynamic k: the sum of a target's 10 largest IoUs
+constexpr double kIouCostWeight = 3.0;
+constexpr double kLogEps = 1e-8;       // -log(IoU + eps)
+constexpr double kCostCap = 1e30;      // stands in for a non-finite cost of a real pair
+
+// (cx, cy, w, h) -> (x1, y1, x2, y2) in the last dimension.
+at::Tensor xywh_to_xyxy(const at::Tensor& b) {
+  const at::Tensor xy = b.narrow(-1, 0, 2), half = b.narrow(-1, 2, 2) / 2;
+  return at::cat({xy - half, xy + half}, -1);
+}
+
+at::Tensor corner_area(const at::Tensor& b) {
+  return (b.select(-1, 2) - b.select(-1, 0)) * (b.select(-1, 3) - b.select(-1, 1));
+}
+
+// Pairwise IoU of corner boxes, a [B, P, 4] x b [B, Q, 4] -> [B, P, Q] (no eps, as upstream box_iou).
+at::Tensor pairwise_iou(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor a4 = a.unsqueeze(2), b4 = b.unsqueeze(1);  // [B, P, 1, 4], [B, 1, Q, 4]
+  const at::Tensor wh = (at::minimum(a4.narrow(-1, 2, 2), b4.narrow(-1, 2, 2)) -
+                         at::maximum(a4.narrow(-1, 0, 2), b4.narrow(-1, 0, 2)))
+                            .clamp_min(0);  // [B, P, Q, 2]
+  const at::Tensor inter = wh.select(-1, 0) * wh.select(-1, 1);
+  return inter / (corner_area(a).unsqueeze(2) + corner_area(b).unsqueeze(1) - inter);
+}
+
+// build_targets' layout [B, M, na, 5, ...] -> upstream's candidate order within an image [B, 5 na M, ...]
+// (offset, then anchor, then target), and back.
+at::Tensor to_image_order(const at::Tensor& t) {
+  std::vector<int64_t> perm = {0, 3, 2, 1}, shape = {t.size(0), -1};
+  for (int64_t d = 4; d < t.dim(); ++d) perm.push_back(d), shape.push_back(t.size(d));
+  return t.permute(perm).reshape(shape);
+}
+at::Tensor from_image_order(const at::Tensor& t, int64_t M, int64_t na) {  // [B, 5 na M] -> [B, M, na, 5]
+  return t.view({t.size(0), kCellOffsets, na, M}).permute({0, 3, 2, 1}).contiguous();
+}
+
+}  // namespace
+
+OtaLoss::OtaLoss(const models::Detect& head, LossOptions options, int64_t img_size)
+    : nc_(head.nc()), nl_(head.num_levels()), na_(head.num_anchors()), strides_(head.strides()) {
+  if (strides_.empty()) fail("loss: the detection head is not initialised (anchors are not in grid units yet)");
+  if (!(options.anchor_t > 1)) fail("loss: anchor_t must be > 1, got ", options.anchor_t);
+  if (!(options.fl_gamma >= 0)) fail("loss: fl_gamma must be >= 0, got ", options.fl_gamma);
+  if (!(options.label_smoothing >= 0 && options.label_smoothing <= 1))
+    fail("loss: label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  if (!(options.cls_pw > 0 && options.obj_pw > 0)) fail("loss: cls_pw and obj_pw must be > 0");
+  options_ = scale_gains(options, nl_, nc_, img_size);
+  balance_ = level_balance(nl_);
+  anchors_ = head.anchors().detach().to(at::kFloat).clone();  // [nl, na, 2], on the head's device
+}
+
+const at::Tensor& OtaLoss::anchors_on(const at::Device& device) const {
+  if (anchors_.device() != device) anchors_ = anchors_.to(device);
+  return anchors_;
+}
+
+std::vector<OtaLoss::LevelCandidates> OtaLoss::candidates(const std::vector<at::Tensor>& levels,
+                                                          const at::Tensor& targets, const at::Tensor& mask) const {
+  const at::Tensor& anchors = anchors_on(targets.device());
+  const int64_t B = targets.size(0), M = targets.size(1);
+  std::vector<LevelCandidates> out;
+  for (int64_t i = 0; i < nl_; ++i) {
+    const at::Tensor& level = levels[i];
+    const int64_t ny = level.size(2), nx = level.size(3), no = level.size(4);
+    LevelCandidates c;
+    c.lt = build_targets(targets, mask, anchors[i], ny, nx, options_.anchor_t);
+    c.rows = level.reshape({-1, no}).index_select(0, c.lt.cell.view(-1)).to(at::kFloat)
+                 .view({B, M, na_, kCellOffsets, no});
+    c.gi = c.lt.cell.remainder(nx);  // cell = ((b na + a) ny + gj) nx + gi
+    c.gj = at::div(c.lt.cell, nx, "floor").remainder(ny);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+OtaLoss::Assignment OtaLoss::assign(const std::vector<LevelCandidates>& cands, const std::vector<at::Tensor>& levels,
+                                    const at::Tensor& targets, const at::Tensor& mask) const {
+  at::NoGradGuard no_grad;
+  const at::Tensor& anchors = anchors_on(targets.device());
+  const int64_t B = targets.size(0), M = targets.size(1);
+
+  // Every candidate of every level in upstream's order: pred_box [B, N, 4] corners in input pixels,
+  // obj [B, N], cls [B, N, nc] logits, valid [B, N], key [B, N] its cell among all levels' cells; N = nl 5 na M.
+  std::vector<at::Tensor> boxes, obj, cls, valid, keys;
+  int64_t cells = 0;  // all levels' cells, B na ny_i nx_i each
+  for (int64_t i = 0; i < nl_; ++i) {
+    const LevelCandidates& c = cands[i];
+    const at::Tensor rows = c.rows.detach();  // [B, M, na, 5, no]
+    const double stride = strides_[i];
+    const at::Tensor grid = at::stack({c.gi, c.gj}, -1).to(at::kFloat);  // [B, M, na, 5, 2]
+    const at::Tensor pxy = (rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5 + grid) * stride;
+    const at::Tensor pwh = (rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors[i].view({1, 1, na_, 1, 2}) * stride;
+    boxes.push_back(to_image_order(xywh_to_xyxy(at::cat({pxy, pwh}, -1))));
+    obj.push_back(to_image_order(rows.select(-1, 4)));
+    cls.push_back(to_image_order(rows.narrow(-1, 5, nc_)));
+    valid.push_back(to_image_order(c.lt.valid));
+    keys.push_back(to_image_order(c.lt.cell + cells));
+    cells += levels[i].size(0) * na_ * levels[i].size(2) * levels[i].size(3);
+  }
+  const at::Tensor pred_box = at::cat(boxes, 1), pred_obj = at::cat(obj, 1), pred_cls = at::cat(cls, 1);
+  const at::Tensor cand_valid = at::cat(valid, 1);
+  const int64_t N = cand_valid.size(1);
+
+  // The same (cell, anchor) reached twice in an image (by two targets, or a neighbour offset clamped back to
+  // the own cell) must tie exactly; elementwise kernels may round the same value differently by position, so
+  // every candidate reads IoU and cost from the first candidate with its cell. first [B, M, N] (along N)
+  const auto long_opts = cand_valid.options().dtype(at::kLong);
+  const at::Tensor order = at::arange(N, long_opts).expand({B, N});
+  const at::Tensor key = at::where(cand_valid, at::cat(keys, 1), cells);  // invalid ones share a spare slot
+  const at::Tensor first_of_key = at::full({cells + 1}, N, long_opts)
+                                      .scatter_reduce(0, key.reshape(-1), order.reshape(-1), "amin", true);
+  const at::Tensor first = at::where(cand_valid, first_of_key.index_select(0, key.reshape(-1)).view({B, N}), order)
+                               .unsqueeze(1).expand({B, M, N});
+
+  // Targets in input pixels (padding rows zeroed, whatever they hold). [B, M, 4] corners
+  const at::Tensor t = targets.to(at::kFloat).masked_fill(mask.logical_not().unsqueeze(-1), 0);  // [B, M, 5]
+  const double height = static_cast<double>(levels[0].size(2)) * strides_[0];
+  const double width = static_cast<double>(levels[0].size(3)) * strides_[0];
+  const at::Tensor gt_box = xywh_to_xyxy(at::stack({t.select(2, 1) * width, t.select(2, 2) * height,
+                                                    t.select(2, 3) * width, t.select(2, 4) * height}, -1));
+
+  // IoU of every (target, candidate) pair of an image; 0 where either is not real. [B, M, N]
+  const at::Tensor pair_valid = mask.unsqueeze(2) & cand_valid.unsqueeze(1);
+  const at::Tensor iou = at::where(pair_valid, pairwise_iou(gt_box, pred_box), 0).gather(2, first);
+  const int64_t k = std::min(kTopIous, N);
+  const at::Tensor dynamic_k = std::get<0>(iou.topk(k, -1)).sum(-1).to(at::kLong).clamp(1, k);  // [B, M]
+
+  // Class cost: sum over classes of BCE(logit(y), onehot), y = sqrt(sigmoid(cls) sigmoid(obj)), that is
+  // -log(1 - y) per class, but -log(y) at the target's class: a per-candidate sum plus a correction. [B, M, N]
+  const at::Tensor y = (pred_cls.sigmoid() * pred_obj.sigmoid().unsqueeze(-1)).sqrt();  // [B, N, nc]
+  const at::Tensor neg_sum = -at::log1p(-y).sum(-1);                                     // [B, N]
+  const at::Tensor cls_id = t.select(2, 0).to(at::kLong).clamp(0, nc_ - 1);            // [B, M]
+  const at::Tensor y_at_cls = y.transpose(1, 2).gather(1, cls_id.unsqueeze(-1).expand({B, M, N}));
+  const at::Tensor cost_raw = neg_sum.unsqueeze(1) + at::log1p(-y_at_cls) - at::log(y_at_cls) -
+                              kIouCostWeight * at::log(iou + kLogEps);
+  const at::Tensor cost = at::where(pair_valid, cost_raw.nan_to_num(kCostCap, kCostCap, kCostCap),
+                                    std::numeric_limits<double>::infinity()).gather(2, first);  // [B, M, N]
+
+  // Each target claims its dynamic_k cheapest candidates: those below the k-th smallest cost, then those equal
+  // to it in candidate order until the count is reached. [B, M, N]
+  const at::Tensor smallest = std::get<0>(cost.topk(k, -1, /*largest=*/false, /*sorted=*/true));  // [B, M, k]
+  const at::Tensor threshold = smallest.gather(-1, (dynamic_k - 1).unsqueeze(-1));               // [B, M, 1]
+  const at::Tensor below = cost < threshold, tied = cost == threshold;
+  const at::Tensor quota = dynamic_k.unsqueeze(-1) - below.sum(-1, /*keepdim=*/true);
+  const at::Tensor claimed = pair_valid & (below | (tied & (tied.cumsum(-1) <= quota)));
+
+  // A candidate claimed more than once goes to the image's cheapest target. [B, N]
+  const at::Tensor claims = claimed.sum(1);
+  const at::Tensor owner_flat = at::where(claims > 1, cost.argmin(1), claimed.to(at::kInt).argmax(1));
+  const at::Tensor matched_flat = claims > 0;
+
+  Assignment out;
+  out.dynamic_k = dynamic_k;
+  const int64_t n_i = M * na_ * kCellOffsets;  // candidates per image and level
+  for (int64_t i = 0, offset = 0; i < nl_; ++i) {
+    const at::Tensor matched = from_image_order(matched_flat.narrow(1, offset, n_i), M, na_);
+    out.owner.push_back(at::where(matched, from_image_order(owner_flat.narrow(1, offset, n_i), M, na_), 0));
+    out.matched.push_back(matched);
+    offset += n_i;
+  }
+  return out;
+}
+
+OtaLoss::Assignment OtaLoss::assign(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
+                                    const at::Tensor& target_mask) const {
+  check_loss_inputs(levels, targets, target_mask, nl_, na_, nc_);
+  at::NoGradGuard no_grad;
+  return assign(candidates(levels, targets, target_mask), levels, targets, target_mask);
+}
+
+OtaLoss::Result OtaLoss::operator()(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
+                                    const at::Tensor& target_mask) const {
+  check_loss_inputs(levels, targets, target_mask, nl_, na_, nc_);
+  const at::Tensor& anchors = anchors_on(targets.device());
+  const std::vector<LevelCandidates> cands = candidates(levels, targets, target_mask);
+  const Assignment assigned = assign(cands, levels, targets, target_mask);
+  const int64_t B = targets.size(0), M = targets.size(1);
+  const at::Tensor t = targets.to(at::kFloat).masked_fill(target_mask.logical_not().unsqueeze(-1), 0);  // [B, M, 5]
+
+  at::Tensor lbox, lobj, lcls;
+  for (int64_t i = 0; i < nl_; ++i) {
+    const LevelCandidates& c = cands[i];
+    const at::Tensor& matched = assigned.matched[i];  // [B, M, na, 5]
+    const int64_t ny = levels[i].size(2), nx = levels[i].size(3);
+    const at::Tensor n = matched.sum().to(at::kFloat);  // positives of this level (device scalar)
+
+    // The assigned target of every candidate, in this level's grid units relative to the candidate's cell.
+    const int64_t slots = M * na_ * kCellOffsets;
+    const at::Tensor tgt = t.gather(1, assigned.owner[i].reshape({B, slots, 1}).expand({B, slots, 5}))
+                               .view({B, M, na_, kCellOffsets, 5});
+    const at::Tensor tbox = at::stack({tgt.select(-1, 1) * nx - c.gi.to(at::kFloat),
+                                       tgt.select(-1, 2) * ny - c.gj.to(at::kFloat), tgt.select(-1, 3) * nx,
+                                       tgt.select(-1, 4) * ny}, -1);  // [B, M, na, 5, 4]
+    const at::Tensor matched4 = matched.unsqueeze(-1);
+
+    // Box: 1 - CIoU, mean over positives (an unmatched slot gets a harmless unit box and weight 0).
+    const at::Tensor pxy = c.rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5;
+    const at::Tensor pwh = (c.rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors[i].view({1, 1, na_, 1, 2});
+    const at::Tensor ciou = bbox_ciou(at::cat({pxy, pwh}, -1), at::where(matched4, tbox, 1.0));  // [B, M, na, 5]
+    const at::Tensor box = at::where(matched, 1 - ciou, 0).sum() / n.clamp_min(1);
+
+    // Objectness: detached CIoU clamped at 0 at positive cells (the largest where a cell is assigned twice).
+    const at::Tensor obj_logits = levels[i].select(-1, 4).to(at::kFloat);  // [B, na, ny, nx]
+    const at::Tensor score = at::where(matched, ciou.detach().clamp_min(0), 0);
+    const at::Tensor tobj = at::zeros({obj_logits.numel()}, obj_logits.options())
+                                .scatter_reduce(0, c.lt.cell.view(-1), score.reshape(-1), "amax", /*include_self=*/true)
+                                .view_as(obj_logits);
+    const at::Tensor obj = bce_elementwise(obj_logits, tobj, options_.obj_pw, options_.fl_gamma).mean() * balance_[i];
+
+    // Classes (only with more than one): smoothed one-hot of the assigned target's class.
+    at::Tensor cls;
+    if (nc_ > 1) {
+      const at::Tensor logits = c.rows.narrow(-1, 5, nc_);  // [B, M, na, 5, nc]
+      const double cp = 1.0 - 0.5 * options_.label_smoothing, cn = 0.5 * options_.label_smoothing;
+      const at::Tensor hot = at::arange(nc_, targets.options().dtype(at::kLong)) ==
+                             tgt.select(-1, 0).to(at::kLong).unsqueeze(-1);
+      const at::Tensor loss =
+          bce_elementwise(logits, at::where(hot, cp, cn).to(at::kFloat), options_.cls_pw, options_.fl_gamma);
+      cls = at::where(matched4, loss, 0).sum() / (n * nc_).clamp_min(1);
+    } else {
+      cls = at::zeros({}, obj_logits.options());
+    }
+    lbox = i == 0 ? box : lbox + box;
+    lobj = i == 0 ? obj : lobj + obj;
+    lcls = i == 0 ? cls : lcls + cls;
+  }
+  const at::Tensor items = at::stack({lbox * options_.box, lobj * options_.obj, lcls * options_.cls});  // [3]
+  Result out;
+  out.total = items.sum() * static_cast<double>(B);
+  out.items = items.detach();
+  return out;
+}
+
+}  // namespace kestrel::loss
