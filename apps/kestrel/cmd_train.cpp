@@ -47,6 +47,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--max-grad-norm", o->max_grad_norm, "gradient-norm clipping (<= 0: off)")->capture_default_str();
   cmd->add_option("--max-boxes", o->max_boxes, "target capacity per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  cmd->add_option("--min-warmup-iters", o->min_warmup_iterations,
+                  "warm-up lasts at least this many iterations (-1: 100, or 1000 for YOLOv7 recipes)")->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "no per-iteration progress line");
   cmd->callback([o] { train::train(*o); });
 }

@@ -166,6 +166,15 @@ std::optional<Batch> DataLoader::next() {
   return batch;
 }
 
+void trim_targets(Batch& batch, int64_t multiple) {
+  const int64_t capacity = batch.target_mask.size(1);
+  if (capacity == 0 || batch.target_mask.size(0) == 0) return;
+  const int64_t fullest = batch.target_mask.sum(1).max().item<int64_t>();
+  const int64_t rows = std::min(capacity, std::max<int64_t>(1, (fullest + multiple - 1) / multiple) * multiple);
+  batch.targets = batch.targets.slice(1, 0, rows);
+  batch.target_mask = batch.target_mask.slice(1, 0, rows);
+}
+
 DeviceBatch to_device(const Batch& batch, const c10::Device& device, bool channels_last) {
   DeviceBatch out;
   // uint8 crosses the bus (4x less than float), the conversion runs on the device.

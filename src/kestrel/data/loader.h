@@ -79,6 +79,11 @@ class DataLoader {
 // than 1 pixel after clipping dropped.
 Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory);
 
+// Narrows targets and mask to the rows the fullest image uses, rounded up to a multiple of `multiple`
+// (boxes are packed at the front of each image's rows). The loss then costs O(boxes in the batch)
+// rather than O(max_boxes), with few distinct shapes. Host-side: reads the CPU mask only.
+void trim_targets(Batch& batch, int64_t multiple = 32);
+
 // The batch on `device`: images float32 [B, 3, H, W] in 0..1 (channels-last memory when asked),
 // targets and mask copied as they are. Copies are non-blocking (pinned source) on the current stream.
 struct DeviceBatch {

@@ -61,6 +61,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     auto t = Clock::now();
     std::optional<data::Batch> batch = loader.next();
     if (!batch) break;
+    data::trim_targets(*batch);
     const data::DeviceBatch input = data::to_device(*batch, device);
     synchronize(device);
     r.ms_per_image[0] += ms_since(t);

@@ -27,6 +27,7 @@
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
 #include "kestrel/eval/validator.h"
+#include "kestrel/loss/ota_loss.h"
 #include "kestrel/loss/yolo_loss.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/state_dict.h"
@@ -303,8 +304,16 @@ TrainResult train(const TrainOptions& requested) {
   const int64_t nb = static_cast<int64_t>(train_data.loader->num_batches());
 
   // ---- loss, optimiser, schedule, EMA, scaler -------------------------------------------------------
-  if (hyp.loss_ota) std::cout << "note: loss_ota is set; kestrel uses the YOLOv5 loss until the OTA assigner lands\n";
+  // Training loss: YOLOv7's OTA assignment when the recipe asks for it (loss_ota: 1), else YOLOv5's.
+  // Validation always reports the plain loss, as upstream's test.py/val.py.
   const loss::YoloLoss compute_loss(model->head(), hyp.loss, o.img_size);
+  std::function<loss::YoloLoss::Result(const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&)> train_loss_fn =
+      std::cref(compute_loss);
+  std::shared_ptr<const loss::OtaLoss> ota;
+  if (hyp.loss_ota) {
+    ota = std::make_shared<const loss::OtaLoss>(model->head(), hyp.loss, o.img_size);
+    train_loss_fn = [ota](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*ota)(l, t, m); };
+  }
   ScheduleOptions sched;
   sched.lr0 = hyp.lr0;
   sched.lrf = hyp.lrf;
@@ -408,7 +417,7 @@ TrainResult train(const TrainOptions& requested) {
 
   // ---- the loop -------------------------------------------------------------------------------------
   std::cout << "kestrel train: " << info.model_name << " (" << nc << " classes) on " << device << ", "
-            << optimizer_name(opt_options.kind) << ", " << nb << " batches of " << o.batch_size << " per epoch, amp "
+            << optimizer_name(opt_options.kind) << (hyp.loss_ota ? ", OTA loss" : "") << ", " << nb << " batches of " << o.batch_size << " per epoch, amp "
             << amp << ", results to " << save_dir << "\n";
   g_stop_requested = false;
   const auto previous_handler = std::signal(SIGINT, on_interrupt);
@@ -430,7 +439,8 @@ TrainResult train(const TrainOptions& requested) {
     at::Tensor loss_sum = at::tensor(std::vector<double>(run.loss_sum.begin(), run.loss_sum.end()), at::kFloat).to(device);
     train_data.loader->start_epoch(epoch, run.next_batch);
     progress.header();
-    std::array<double, 3> lr{0, 0, 0};
+    // Logged per epoch: the rates of its last iteration (also when a resumed epoch has no batch left).
+    std::array<double, 3> lr = step_settings(sched, epoch, nb * (epoch + 1) - 1, nb).lr;
     int64_t timed_images = 0;
     Clock::time_point timing_start{};
     bool interrupted = false;
@@ -440,6 +450,7 @@ TrainResult train(const TrainOptions& requested) {
       const int64_t ni = i + nb * epoch;  // iterations since the start of training
       const StepSettings s = step_settings(sched, epoch, ni, nb);
       lr = s.lr;
+      data::trim_targets(*batch);
       const data::DeviceBatch in = data::to_device(*batch, device);
       at::Tensor images = in.images;
       if (o.multi_scale) {
@@ -460,7 +471,7 @@ TrainResult train(const TrainOptions& requested) {
       {
         AutocastGuard autocast(device.type(), amp_dtype, autocast_on);
         const std::vector<at::Tensor> levels = model->forward(images);
-        step_loss = compute_loss(levels, in.targets, in.target_mask);
+        step_loss = train_loss_fn(levels, in.targets, in.target_mask);
       }
       if (o.check_nans && !at::isfinite(step_loss.total).item<bool>()) {
         const at::Tensor items = step_loss.items.to(at::kCPU);
