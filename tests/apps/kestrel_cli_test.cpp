@@ -85,3 +85,42 @@ TEST(CliData, ShowWritesAnImage) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// train -> val through the executable, on two epochs of the demo data at a small size.
+TEST(CliTrain, TrainsThenValidatesItsWeights) {
+  test::TempDir dir;
+  auto r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --epochs 2 --img 128"
+                             " --batch-size 16 --workers 2 --device cpu --quiet --project " + dir.file("runs"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 epochs completed. Results saved to " + dir.file("runs/exp")), std::string::npos) << r.output;
+  const std::string weights = dir.file("runs/exp/weights/best.safetensors");
+  ASSERT_TRUE(std::filesystem::exists(weights));
+  r = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 128 --device cpu --weights " + weights +
+                        " --save-json --project " + dir.file("val"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("mAP50-95"), std::string::npos) << r.output;
+  // 16 val images with 115 label rows (wc -l data/demo/labels/val/*.txt): every label counts, however small
+  EXPECT_NE(r.output.find("                   all         16        115"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp/best_predictions.json"))) << r.output;
+}
+
+TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
+  test::TempDir dir;
+  auto r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data " + dir.file("none.yaml") + " --project " +
+                             dir.file("runs"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(dir.file("none.yaml")), std::string::npos) << r.output;
+  r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --amp fp8");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--amp"), std::string::npos) << r.output;
+  test::write_file(dir.file("fake.safetensors"), "not a safetensors file at all");
+  r = test::run_command(test::kestrel_binary() + " val --weights " + dir.file("fake.safetensors"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(dir.file("fake.safetensors")), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -136,6 +136,29 @@ TEST(Collate, ChannelsBoxesClippingAndCapacityByHand) {
   EXPECT_EQ(b.boxes, 2);
   EXPECT_EQ(b.dropped_boxes, 1);
   EXPECT_TRUE(b.target_mask[0][0].item<bool>() && b.target_mask[0][1].item<bool>());
+  // Validation (min 0 px) keeps the sub-pixel box too.
+  Batch all = collate({s}, {SampleMeta{}}, 3, false, 0.f);
+  EXPECT_EQ(all.boxes, 3);
+  EXPECT_FLOAT_EQ(all.targets[0][2][0].item<float>(), 7);
+  EXPECT_EQ(all.dropped_boxes, 1);
+}
+
+TEST(Collate, TrimTargetsKeepsEveryRealBoxInFewShapes) {
+  Batch b;
+  b.targets = at::arange(2 * 100 * 5, at::kFloat).view({2, 100, 5});
+  b.target_mask = at::zeros({2, 100}, at::kBool);
+  b.target_mask[0].slice(0, 0, 3).fill_(true);   // image 0: 3 boxes
+  b.target_mask[1].slice(0, 0, 40).fill_(true);  // image 1: 40 boxes -> rows rounded up to 64
+  const at::Tensor before = b.targets.clone();
+  trim_targets(b, 32);
+  ASSERT_EQ(b.targets.size(1), 64);
+  EXPECT_EQ(b.target_mask.sum().item<int64_t>(), 43);  // no real box lost
+  EXPECT_TRUE(at::equal(b.targets, before.slice(1, 0, 64)));
+  trim_targets(b, 1000);  // never beyond the capacity it has
+  EXPECT_EQ(b.targets.size(1), 64);
+  b.target_mask.zero_();
+  trim_targets(b, 8);  // no boxes at all: one (padding) row keeps shapes non-empty
+  EXPECT_EQ(b.targets.size(1), 8);
 }
 
 TEST(ValidationDataset, RectShapesAndMappingBackToTheOriginal) {

@@ -16,7 +16,8 @@
 
 namespace kestrel::data {
 
-Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory) {
+Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory,
+              float min_box_pixels) {
   if (samples.empty()) fail("collate: no samples");
   const int64_t b = static_cast<int64_t>(samples.size());
   const int h = samples[0].image.rows, w = samples[0].image.cols;
@@ -42,7 +43,7 @@ Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>&
     for (const Box& box : s.boxes) {
       const float x1 = std::clamp(box.x1, 0.f, w - 1e-3f), x2 = std::clamp(box.x2, 0.f, w - 1e-3f);
       const float y1 = std::clamp(box.y1, 0.f, h - 1e-3f), y2 = std::clamp(box.y2, 0.f, h - 1e-3f);
-      if (x2 - x1 < 1.f || y2 - y1 < 1.f) continue;
+      if (x2 - x1 < min_box_pixels || y2 - y1 < min_box_pixels) continue;
       if (kept == max_boxes) {
         ++batch.dropped_boxes;
         continue;
@@ -119,7 +120,9 @@ Batch DataLoader::build_batch(int64_t batch) const {
   std::vector<Sample> samples;
   std::vector<SampleMeta> meta(end - start);
   for (size_t i = start; i < end; ++i) samples.push_back(dataset_->get(static_cast<size_t>(order_[i]), epoch_, &meta[i - start]));
-  Batch out = collate(samples, meta, options_.max_boxes, options_.pin_memory);
+  // Validation keeps every label, however small (as upstream val.py: its gt count includes them).
+  const float min_box_pixels = dataset_->options().augment ? 1.f : 0.f;
+  Batch out = collate(samples, meta, options_.max_boxes, options_.pin_memory, min_box_pixels);
   out.index = batch;
   return out;
 }

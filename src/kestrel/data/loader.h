@@ -76,8 +76,9 @@ class DataLoader {
 
 // Collates samples (same image size) into a Batch: HWC BGR -> CHW RGB bytes, boxes -> normalised
 // cxcywh clipped to the image (upstream xyxy2xywhn(clip=True, eps=1e-3)), boxes narrower or lower
-// than 1 pixel after clipping dropped.
-Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory);
+// than min_box_pixels after clipping dropped (training: 1; validation: 0, every label counts).
+Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory,
+              float min_box_pixels = 1.f);
 
 // Narrows targets and mask to the rows the fullest image uses, rounded up to a multiple of `multiple`
 // (boxes are packed at the front of each image's rows). The loss then costs O(boxes in the batch)
