@@ -2,6 +2,7 @@
 // interrupted run resumed from its state file ends with exactly the weights of an uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -111,6 +112,32 @@ TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
   EXPECT_EQ(read(fs::path(whole.save_dir) / "results.csv"), read(fs::path(second.save_dir) / "results.csv"));
+}
+
+TEST(Trainer, Fp16LossScalerSkipsOverflowingStepsAndBacksOff) {
+  test::TempDir dir;
+  TrainOptions o = quick_options(dir);
+  o.img_size = 128;
+  o.batch_size = 2;
+  o.epochs = 1;
+  o.amp = "fp16";        // CPU autocast in fp16 with the dynamic loss scaler
+  o.loss_scale = 1e38;   // loss * scale overflows float32: the first steps' gradients are inf
+  o.max_grad_norm = 0;   // no unscale before the step: the fused kernel unscales and skips
+  const TrainResult r = train(o);
+  ASSERT_EQ(r.epochs_completed, 1);
+  const auto state = load_safetensors(fs::path(r.save_dir) / "weights" / "last.state.safetensors");
+  double scale = 0, skipped = 0;
+  for (const auto& [name, t] : state.tensors) {
+    if (name == "scaler/scale") scale = t.item<double>();
+    if (name == "scaler/skipped_steps") skipped = t.item<double>();
+  }
+  EXPECT_GE(skipped, 1);
+  EXPECT_LE(scale, 0.5e38);  // halved once per skipped step
+  EXPECT_NEAR(scale, 1e38 * std::pow(0.5, skipped), 1e32);
+  // The model itself stayed finite: skipped steps never applied an inf update.
+  for (const auto& [name, t] : state.tensors)
+    if (name.rfind("model/", 0) == 0 && at::isFloatingType(t.scalar_type()))
+      EXPECT_TRUE(at::isfinite(t).all().item<bool>()) << name;
 }
 
 TEST(Trainer, BadOptionsAreClearErrors) {
