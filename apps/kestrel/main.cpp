@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kestrel::app::add_train_command(app);
   kestrel::app::add_val_command(app);
+  kestrel::app::add_detect_command(app);
   kestrel::app::add_env_command(app);
   kestrel::app::add_models_command(app);
   kestrel::app::add_data_command(app);

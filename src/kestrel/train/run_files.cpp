@@ -14,7 +14,7 @@ namespace kestrel::train {
 
 namespace fs = std::filesystem;
 
-std::string make_run_dir(const std::string& project, const std::string& name, bool exist_ok) {
+std::string make_run_dir(const std::string& project, const std::string& name, bool exist_ok, bool with_weights) {
   fs::path dir = fs::path(project) / name;
   if (!exist_ok && fs::exists(dir))
     for (int n = 2;; ++n) {
@@ -22,7 +22,7 @@ std::string make_run_dir(const std::string& project, const std::string& name, bo
       if (!fs::exists(dir)) break;
     }
   std::error_code ec;
-  fs::create_directories(dir / "weights", ec);
+  fs::create_directories(with_weights ? dir / "weights" : dir, ec);
   if (ec) fail(dir.string(), ": cannot create the run folder (", ec.message(), ")");
   return dir.string();
 }

@@ -7,8 +7,9 @@
 
 namespace kestrel::train {
 
-// project/name, or project/name2, name3 ... when it exists (unless exist_ok). The folder is created.
-std::string make_run_dir(const std::string& project, const std::string& name, bool exist_ok);
+// project/name, or project/name2, name3 ... when it exists (unless exist_ok). The folder is created,
+// with a weights/ subfolder for training runs (with_weights).
+std::string make_run_dir(const std::string& project, const std::string& name, bool exist_ok, bool with_weights = true);
 
 // Writes `text` to a temporary file beside `path` and renames it into place.
 void write_text_atomic(const std::string& path, const std::string& text);

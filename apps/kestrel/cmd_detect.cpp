@@ -1,0 +1,155 @@
+// kestrel detect: YOLOv5 detect.py on images (a file, a folder or a .txt list; no video or streams):
+// annotated copies and, with --save-txt, YOLO label files in runs/detect/<name>/.
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <ATen/ATen.h>
+
+#include "commands.h"
+#include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
+#include "kestrel/data/image_files.h"
+#include "kestrel/data/image_io.h"
+#include "kestrel/eval/detector.h"
+#include "kestrel/models/weights_file.h"
+#include "kestrel/train/run_files.h"
+
+namespace kestrel::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct DetectOptions {
+  std::string weights, source = "data/demo/images/val", device, project = "runs/detect", name = "exp";
+  std::vector<int> imgsz{640};
+  double conf_thres = 0.25, iou_thres = 0.45;
+  int max_det = 1000, line_thickness = 3;
+  std::vector<int> classes;
+  bool agnostic_nms = false, save_txt = false, save_conf = false, nosave = false, exist_ok = false;
+  bool hide_labels = false, hide_conf = false, half = false;
+};
+
+// Annotated images are written as JPEG (kestrel's one encoder): under the source's file name when that
+// is a JPEG, with ".jpg" in place of the extension otherwise.
+std::string annotated_name(const fs::path& source) {
+  std::string ext = source.extension().string();
+  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext == ".jpg" || ext == ".jpeg" ? source.filename().string() : source.stem().string() + ".jpg";
+}
+
+void run_detect(const DetectOptions& o) {
+  if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
+  const c10::Device device = parse_device(o.device);
+  models::LoadedModel loaded = models::load_model_weights(o.weights);
+  const std::vector<std::string>& names = loaded.info.names;
+
+  eval::DetectorOptions d;
+  d.img_height = o.imgsz[0];  // --imgsz h [w], one value for both (upstream)
+  d.img_width = o.imgsz.size() > 1 ? o.imgsz[1] : o.imgsz[0];
+  d.nms.conf_thres = o.conf_thres;
+  d.nms.iou_thres = o.iou_thres;
+  d.nms.max_det = o.max_det;
+  d.nms.classes = o.classes;
+  d.nms.agnostic = o.agnostic_nms;
+  d.half = o.half;
+  eval::Detector detector(loaded.model, device, d);
+  const cv::Size net = detector.network_size();
+  if (net.height != d.img_height || net.width != d.img_width)
+    std::cout << "WARNING: --imgsz " << d.img_height << " " << d.img_width << " must be multiple of max stride "
+              << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
+
+  const std::vector<std::string> images = data::list_images({o.source}, "--source");
+  if (images.empty()) fail("--source ", o.source, ": no images found");
+  const bool save_img = !o.nosave;
+  const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
+  if (o.save_txt) fs::create_directories(save_dir / "labels");
+
+  detector.warmup();
+  int64_t skipped = 0;
+  const size_t n = images.size();
+  for (size_t i = 0; i < n; ++i) {
+    const fs::path path = images[i];
+    const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
+    data::DecodedImage decoded;
+    try {
+      decoded = data::decode_image_file(path.string());
+    } catch (const Error& e) {  // reported and skipped: one bad file does not stop a folder
+      std::cout << prefix << "skipped (" << e.what() << ")" << std::endl;
+      ++skipped;
+      continue;
+    }
+    cv::Mat& image = decoded.image;
+    const eval::Detections det = detector.detect(image);
+    const int64_t count = det.boxes.size(0);
+
+    if (o.save_txt && count > 0) {
+      // Appended, one line per detection in upstream's order (reversed: least confident first).
+      const fs::path txt = save_dir / "labels" / (path.stem().string() + ".txt");
+      std::ofstream out(txt, std::ios::app);
+      for (int64_t k = count - 1; k >= 0; --k) out << eval::label_line(det.boxes[k], image.size(), o.save_conf) << "\n";
+      if (!out) fail(txt.string(), ": write failed");
+    }
+    if (save_img) {
+      eval::draw_detections(image, det.boxes, names, {o.line_thickness, o.hide_labels, o.hide_conf});
+      data::write_jpeg((save_dir / annotated_name(path)).string(), image);
+    }
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1fms", detector.last_inference_ms());
+    std::cout << prefix << det.input_size.height << "x" << det.input_size.width << " "
+              << eval::summarize_detections(det.boxes, names) << ms << std::endl;
+  }
+  if (detector.images() == 0) fail("--source ", o.source, ": none of the ", n, " images could be read");
+
+  const auto& total = detector.total_ms();
+  const double seen = static_cast<double>(detector.images());
+  std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (1, 3, %d, %d)\n",
+              total[0] / seen, total[1] / seen, total[2] / seen, net.height, net.width);
+  if (skipped) std::printf("%lld of %zu images skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n);
+  if (o.save_txt || save_img) {
+    std::cout << "Results saved to " << save_dir.string();
+    if (o.save_txt) {
+      int64_t labels = 0;
+      for (const auto& entry : fs::directory_iterator(save_dir / "labels"))
+        labels += entry.path().extension() == ".txt";
+      std::cout << "\n" << labels << " labels saved to " << (save_dir / "labels").string();
+    }
+    std::cout << std::endl;
+  }
+}
+
+}  // namespace
+
+void add_detect_command(CLI::App& app) {
+  auto o = std::make_shared<DetectOptions>();
+  auto* cmd = app.add_subcommand("detect", "detect objects in images (a file, a folder or a .txt list)");
+  cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
+  cmd->add_option("--source", o->source, "image file, folder (searched recursively) or .txt list of images")
+      ->capture_default_str();
+  cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
+      ->expected(1, 2)->check(CLI::Range(32, 8192));
+  cmd->add_option("--conf-thres", o->conf_thres, "confidence threshold")->capture_default_str();
+  cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold")->capture_default_str();
+  cmd->add_option("--max-det", o->max_det, "maximum detections per image")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
+  cmd->add_option("--classes", o->classes, "keep only these classes: --classes 0, or --classes 0 2 3");
+  cmd->add_flag("--agnostic-nms", o->agnostic_nms, "class-agnostic NMS");
+  cmd->add_flag("--save-txt", o->save_txt, "save results to <run>/labels/<image stem>.txt");
+  cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
+  cmd->add_flag("--nosave", o->nosave, "do not save annotated images");
+  cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
+  cmd->add_option("--name", o->name, "run name")->capture_default_str();
+  cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");
+  cmd->add_option("--line-thickness", o->line_thickness, "bounding box thickness (pixels)")->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  cmd->add_flag("--hide-labels", o->hide_labels, "hide labels");
+  cmd->add_flag("--hide-conf", o->hide_conf, "hide confidences");
+  cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
+  cmd->callback([o] { run_detect(*o); });
+}
+
+}  // namespace kestrel::app

@@ -1,0 +1,178 @@
+#include "kestrel/eval/detector.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <opencv2/imgproc.hpp>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
+#include "kestrel/data/augment.h"
+
+namespace kestrel::eval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+// Python's '%g' % x: C's %g is the same format (6 significant digits, trailing zeros removed).
+std::string format_g(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+}  // namespace
+
+at::Tensor scale_boxes_to_original(const at::Tensor& boxes, cv::Size input, cv::Size original) {
+  if (boxes.dim() != 2 || boxes.size(1) < 4) fail("scale_boxes_to_original: boxes must be [n, >= 4]");
+  at::Tensor out = boxes.clone();
+  if (out.size(0) == 0) return out;
+  // Upstream recomputes the gain from the shapes rather than taking letterbox's ratio; with auto padding
+  // the padded side's ratio is the larger one, so the minimum is the resize gain (up to letterbox's
+  // rounding of the resized size), and the padding is split evenly (not letterbox's integer split).
+  const double gain = std::min(double(input.height) / original.height, double(input.width) / original.width);
+  const double pad_x = (input.width - original.width * gain) / 2, pad_y = (input.height - original.height * gain) / 2;
+  out.select(1, 0).sub_(pad_x);
+  out.select(1, 2).sub_(pad_x);
+  out.select(1, 1).sub_(pad_y);
+  out.select(1, 3).sub_(pad_y);
+  out.slice(1, 0, 4).div_(gain);
+  out.select(1, 0).clamp_(0, original.width);
+  out.select(1, 2).clamp_(0, original.width);
+  out.select(1, 1).clamp_(0, original.height);
+  out.select(1, 3).clamp_(0, original.height);
+  return out;
+}
+
+Detector::Detector(std::shared_ptr<models::YoloModel> model, const c10::Device& device, DetectorOptions options)
+    : model_(std::move(model)), device_(device), options_(std::move(options)) {
+  if (!model_) fail("Detector: no model");
+  if (options_.img_height <= 0 || options_.img_width <= 0)
+    fail("--imgsz must be positive, got ", options_.img_height, "x", options_.img_width);
+  // DetectMultiBackend's stride: the model's largest, at least 32; check_img_size rounds the size up to it.
+  stride_ = static_cast<int>(std::max<int64_t>(model_->max_stride(), 32));
+  options_.img_height = round_up(options_.img_height, stride_);
+  options_.img_width = round_up(options_.img_width, stride_);
+  model_->eval();
+  model_->fuse();
+  model_->to(device_);
+}
+
+void Detector::warmup() {
+  if (device_.is_cpu()) return;  // upstream warms up accelerators only
+  torch::NoGradGuard no_grad;
+  AutocastGuard autocast(device_.type(), at::kHalf, options_.half && device_.is_cuda());
+  model_->predict(at::zeros({1, 3, options_.img_height, options_.img_width},
+                            at::TensorOptions().dtype(at::kFloat).device(device_)));
+  synchronize(device_);
+}
+
+Detections Detector::detect(const cv::Mat& bgr) {
+  if (bgr.empty() || bgr.type() != CV_8UC3) fail("Detector::detect: the image must be 8-bit BGR (CV_8UC3)");
+  torch::NoGradGuard no_grad;
+  auto t = Clock::now();
+  data::LetterboxOptions lo;
+  lo.auto_pad = true;  // detect.py's LoadImages: minimal padding to a stride multiple
+  lo.stride = stride_;
+  const data::Letterbox lb = data::letterbox(bgr, options_.img_height, options_.img_width, lo);
+  cv::Mat hwc = lb.image.isContinuous() ? lb.image : lb.image.clone();
+  const int h = hwc.rows, w = hwc.cols;
+  // [h, w, 3] uint8 BGR -> [1, 3, h, w] float RGB in 0..1; the uint8 image travels, the float is made there.
+  at::Tensor image = at::from_blob(hwc.data, {h, w, 3}, at::kByte).to(device_);
+  image = image.flip({2}).permute({2, 0, 1}).unsqueeze(0).to(at::kFloat).div_(255).contiguous();
+  synchronize(device_);
+  total_ms_[0] += ms_since(t);
+
+  t = Clock::now();
+  at::Tensor prediction;  // [1, N, nc + 5]
+  {
+    AutocastGuard autocast(device_.type(), at::kHalf, options_.half && device_.is_cuda());
+    prediction = model_->predict(image).to(at::kFloat);
+  }
+  synchronize(device_);
+  last_inference_ms_ = ms_since(t);
+  total_ms_[1] += last_inference_ms_;
+
+  t = Clock::now();
+  at::Tensor kept = non_max_suppression(prediction, options_.nms)[0].to(at::kCPU);
+  total_ms_[2] += ms_since(t);
+  ++images_;
+  return {scale_boxes_to_original(kept, {w, h}, bgr.size()), {w, h}};
+}
+
+std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf) {
+  // Upstream: (xyxy2xywh(xyxy) / gn) in float32 tensors, then '%g ' over (cls, *xywh[, conf]).
+  const at::Tensor r = row.to(at::kCPU, at::kFloat).contiguous();
+  if (r.numel() != 6) fail("label_line: a detection row has 6 values, got ", r.numel());
+  const float* v = r.data_ptr<float>();
+  const float gw = static_cast<float>(original.width), gh = static_cast<float>(original.height);
+  const float values[] = {(v[0] + v[2]) / 2 / gw, (v[1] + v[3]) / 2 / gh, (v[2] - v[0]) / gw, (v[3] - v[1]) / gh};
+  std::string line = format_g(v[5]);
+  for (float x : values) line += " " + format_g(x);
+  if (save_conf) line += " " + format_g(v[4]);
+  return line;
+}
+
+std::string summarize_detections(const at::Tensor& boxes, const std::vector<std::string>& names) {
+  if (boxes.size(0) == 0) return "(no detections), ";
+  std::map<int64_t, int64_t> counts;  // class -> detections, ascending class as torch.unique
+  const at::Tensor cls = boxes.select(1, 5).to(at::kCPU, at::kLong).contiguous();
+  const int64_t* c = cls.data_ptr<int64_t>();
+  for (int64_t i = 0; i < cls.size(0); ++i) ++counts[c[i]];
+  std::string s;
+  for (const auto& [k, n] : counts) {
+    const std::string name = k >= 0 && k < static_cast<int64_t>(names.size()) ? names[k] : std::to_string(k);
+    s += std::to_string(n) + " " + name + (n > 1 ? "s" : "") + ", ";
+  }
+  return s;
+}
+
+cv::Scalar palette_colour(int cls) {
+  // ultralytics utils/plots.py Colors: 20 hex RGB colours, indexed modulo 20.
+  static const unsigned kHex[] = {0xFF3838, 0xFF9D97, 0xFF701F, 0xFFB21D, 0xCFD231, 0x48F90A, 0x92CC17,
+                                  0x3DDB86, 0x1A9334, 0x00D4BB, 0x2C99A8, 0x00C2FF, 0x344593, 0x6473FF,
+                                  0x0018EC, 0x8438FF, 0x520085, 0xCB38FF, 0xFF95C8, 0xFF37C7};
+  const int n = static_cast<int>(sizeof kHex / sizeof kHex[0]);
+  const unsigned rgb = kHex[((cls % n) + n) % n];
+  return {double(rgb & 0xFF), double((rgb >> 8) & 0xFF), double((rgb >> 16) & 0xFF)};
+}
+
+void draw_detections(cv::Mat& bgr, const at::Tensor& boxes, const std::vector<std::string>& names,
+                     const DrawOptions& options) {
+  // Upstream Annotator(line_width=line_thickness): lw falls back to ~0.3% of the image's mean side when 0.
+  const int lw = options.line_thickness > 0
+                     ? options.line_thickness
+                     : std::max(static_cast<int>(std::nearbyint((bgr.rows + bgr.cols + 3) / 2.0 * 0.003)), 2);
+  const at::Tensor b = boxes.to(at::kCPU, at::kFloat).contiguous();
+  const float* v = b.data_ptr<float>();
+  // Upstream draws in reversed order (for *xyxy, conf, cls in reversed(det)), so the most confident box is on top.
+  for (int64_t i = b.size(0) - 1; i >= 0; --i) {
+    const float* r = v + i * 6;
+    const int cls = static_cast<int>(r[5]);
+    const cv::Scalar colour = palette_colour(cls);
+    const cv::Point p1(static_cast<int>(r[0]), static_cast<int>(r[1])), p2(static_cast<int>(r[2]), static_cast<int>(r[3]));
+    cv::rectangle(bgr, p1, p2, colour, lw, cv::LINE_AA);
+    if (options.hide_labels) continue;
+    const std::string name = cls >= 0 && cls < static_cast<int>(names.size()) ? names[cls] : std::to_string(cls);
+    char conf[32];
+    std::snprintf(conf, sizeof conf, " %.2f", static_cast<double>(r[4]));
+    const std::string label = options.hide_conf ? name : name + conf;
+    const int tf = std::max(lw - 1, 1);  // font thickness
+    const double scale = lw / 3.0;
+    const cv::Size text = cv::getTextSize(label, cv::FONT_HERSHEY_SIMPLEX, scale, tf, nullptr);
+    const bool outside = p1.y - text.height >= 3;  // label above the box when it fits
+    const cv::Point q2(p1.x + text.width, outside ? p1.y - text.height - 3 : p1.y + text.height + 3);
+    cv::rectangle(bgr, p1, q2, colour, cv::FILLED, cv::LINE_AA);
+    cv::putText(bgr, label, {p1.x, outside ? p1.y - 2 : p1.y + text.height + 2}, cv::FONT_HERSHEY_SIMPLEX, scale,
+                cv::Scalar(255, 255, 255), tf, cv::LINE_AA);
+  }
+}
+
+}  // namespace kestrel::eval

@@ -1,0 +1,96 @@
+// Inference on single images, YOLOv5 v7.0 detect.py's procedure: decode, letterbox to the network size
+// with minimal padding (auto: pad only to a multiple of the largest stride, enlarging allowed), one
+// image per forward pass, NMS at conf 0.25 / IoU 0.45 / max_det 1000, boxes scaled back to the original
+// image. Also the pieces detect.py writes with: label-file lines, the per-image summary and the
+// annotated image (upstream's Annotator and colour palette).
+#pragma once
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <opencv2/core.hpp>
+
+#include "kestrel/eval/nms.h"
+#include "kestrel/models/yolo_model.h"
+
+namespace kestrel::eval {
+
+struct DetectorOptions {
+  int img_height = 640, img_width = 640;  // --imgsz; rounded up to a multiple of the largest stride
+  NmsOptions nms = [] {
+    NmsOptions o;  // detect.py defaults
+    o.conf_thres = 0.25;
+    o.iou_thres = 0.45;
+    o.max_det = 1000;
+    return o;
+  }();
+  bool half = false;  // fp16 autocast on CUDA (detect.py --half); ignored on the CPU
+};
+
+struct Detections {
+  at::Tensor boxes;     // [n, 6] x1, y1, x2, y2, conf, cls: original-image pixels, float32, CPU, conf descending
+  cv::Size input_size;  // the letterboxed network input (w, h), e.g. 640 x 480 for a 640 x 480 photo at 640
+};
+
+// detect.py's scale_boxes without ratio_pad: the gain and padding are recomputed from the two shapes,
+// gain = min(input.h / original.h, input.w / original.w), pad = (input - original * gain) / 2 per axis,
+// then boxes (x - pad.x) / gain, (y - pad.y) / gain, clipped to the original image. boxes [n, >= 4]
+// (columns 4.. untouched); returns a new tensor.
+at::Tensor scale_boxes_to_original(const at::Tensor& boxes, cv::Size input, cv::Size original);
+
+// Runs one model on one image at a time. The model is moved to `device`, put in eval mode and fused
+// (BN folded; as upstream's DetectMultiBackend does) on construction.
+class Detector {
+ public:
+  Detector(std::shared_ptr<models::YoloModel> model, const c10::Device& device, DetectorOptions options);
+
+  // bgr: H x W x 3 CV_8UC3 as decode_image returns it.
+  Detections detect(const cv::Mat& bgr);
+
+  // One forward pass on a zero image of the network size on accelerators (upstream's model.warmup),
+  // so the first image's time is not the cuDNN autotuning time. Not counted in the timings.
+  void warmup();
+
+  int stride() const { return stride_; }
+  cv::Size network_size() const { return {options_.img_width, options_.img_height}; }  // after rounding
+  // Milliseconds summed over detect() calls: pre-process (letterbox, to tensor, to device), inference, NMS.
+  const std::array<double, 3>& total_ms() const { return total_ms_; }
+  double last_inference_ms() const { return last_inference_ms_; }
+  int64_t images() const { return images_; }
+
+ private:
+  std::shared_ptr<models::YoloModel> model_;
+  c10::Device device_;
+  DetectorOptions options_;
+  int stride_;
+  std::array<double, 3> total_ms_{0, 0, 0};
+  double last_inference_ms_ = 0;
+  int64_t images_ = 0;
+};
+
+// One line of a YOLO label file for a detection row [6] in original pixels of an image of size `original`:
+// "cls cx cy w h" normalised (plus " conf" with save_conf), each number as Python's '%g' (6 significant
+// digits, no trailing zeros), as detect.py --save-txt [--save-conf].
+std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf);
+
+// detect.py's per-image summary: "2 persons, 1 tie, " (classes in ascending index order, a plain "s"
+// for plurals), or "(no detections), ".
+std::string summarize_detections(const at::Tensor& boxes, const std::vector<std::string>& names);
+
+struct DrawOptions {
+  int line_thickness = 3;  // --line-thickness
+  bool hide_labels = false, hide_conf = false;
+};
+
+// Draws boxes and "name 0.87" labels onto `bgr` in place, as upstream's Annotator (cv2 path) with
+// its 20-colour palette.
+void draw_detections(cv::Mat& bgr, const at::Tensor& boxes, const std::vector<std::string>& names,
+                     const DrawOptions& options = {});
+
+// Upstream's Colors palette (ultralytics hex colours), as BGR.
+cv::Scalar palette_colour(int cls);
+
+}  // namespace kestrel::eval

@@ -1,0 +1,222 @@
+// kestrel detect: box scaling back to the original image, label-file lines, summaries, the class filter,
+// and the kestrel binary end to end on demo images (weights of a freshly built, untrained yolov5n).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/data/augment.h"
+#include "kestrel/eval/detector.h"
+#include "kestrel/models/weights_file.h"
+#include "test_support.h"
+
+namespace kestrel::eval {
+namespace {
+
+namespace fs = std::filesystem;
+
+at::Tensor rows(std::vector<float> values) {
+  const int64_t n = static_cast<int64_t>(values.size()) / 6;
+  return at::tensor(values, at::kFloat).view({n, 6});
+}
+
+void expect_row(const at::Tensor& t, int64_t i, std::vector<float> expected) {
+  for (size_t k = 0; k < expected.size(); ++k)
+    EXPECT_NEAR(t[i][static_cast<int64_t>(k)].item<float>(), expected[k], 1e-3) << "row " << i << " column " << k;
+}
+
+std::shared_ptr<models::YoloModel> tiny_model(int nc) {
+  return models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), nc);
+}
+
+TEST(DetectScaleBoxes, WideImagePaddedTopAndBottom) {
+  // 1000 x 333 at 640 with stride 32: gain 0.64, resized 640 x 213 (round(213.12)), height padded by
+  // 427 % 32 = 11 rows (5 above, 6 below) to 640 x 224.
+  const cv::Mat image(333, 1000, CV_8UC3, cv::Scalar::all(0));
+  const data::Letterbox lb = data::letterbox(image, 640, 640, data::LetterboxOptions{});
+  ASSERT_EQ(lb.image.size(), cv::Size(640, 224));
+  // Upstream recomputes from the shapes: gain = min(224 / 333, 640 / 1000) = 0.64,
+  // pad = ((640 - 640) / 2, (224 - 213.12) / 2) = (0, 5.44).
+  const at::Tensor input = rows({64, 69.44f, 320, 133.44f, 0.9f, 2,  // -> 100, 100, 500, 200
+                                 -10, 0, 700, 230, 0.5f, 7});     // outside on every side -> clipped
+  const at::Tensor out = scale_boxes_to_original(input, lb.image.size(), image.size());
+  expect_row(out, 0, {100, 100, 500, 200, 0.9f, 2});
+  // x1 -15.6 -> 0, y1 -8.5 -> 0, x2 1093.75 -> 1000, y2 350.875 -> 333; conf and class untouched
+  expect_row(out, 1, {0, 0, 1000, 333, 0.5f, 7});
+  EXPECT_EQ(input[0][0].item<float>(), 64) << "the input is not modified";
+}
+
+TEST(DetectScaleBoxes, TallImagePaddedLeftAndRight) {
+  // 480 x 640 (w x h) at 320: gain 0.5, resized 240 x 320, width padded by 80 % 32 = 16 (8 per side).
+  const cv::Mat image(640, 480, CV_8UC3, cv::Scalar::all(0));
+  const data::Letterbox lb = data::letterbox(image, 320, 320, data::LetterboxOptions{});
+  ASSERT_EQ(lb.image.size(), cv::Size(256, 320));
+  const at::Tensor out = scale_boxes_to_original(rows({8, 0, 248, 320, 0.3f, 0, 58, 50, 108, 150, 0.2f, 1}),
+                                                 lb.image.size(), image.size());
+  expect_row(out, 0, {0, 0, 480, 640, 0.3f, 0});
+  expect_row(out, 1, {100, 100, 200, 300, 0.2f, 1});
+  EXPECT_EQ(scale_boxes_to_original(at::zeros({0, 6}), {256, 320}, {480, 640}).size(0), 0);
+}
+
+TEST(DetectLabelLine, UpstreamPercentGFormat) {
+  // Box 100..500 x 100..200 in a 1000 x 333 image: cx 0.3, cy 150/333, w 0.4, h 100/333 ('%g': 6 digits).
+  const at::Tensor r = rows({100, 100, 500, 200, 0.87654321f, 3});
+  EXPECT_EQ(label_line(r[0], {1000, 333}, false), "3 0.3 0.45045 0.4 0.3003");
+  EXPECT_EQ(label_line(r[0], {1000, 333}, true), "3 0.3 0.45045 0.4 0.3003 0.876543");
+  // Whole image: integers print without a decimal point, as Python's '%g'.
+  EXPECT_EQ(label_line(rows({0, 0, 640, 480, 1, 0})[0], {640, 480}, true), "0 0.5 0.5 1 1 1");
+  // Small values switch to exponent form like Python: '%g' % 1e-05 == '1e-05'.
+  EXPECT_EQ(label_line(rows({0, 0, 0.01f, 0.01f, 0.25f, 12})[0], {1000, 1000}, true), "12 5e-06 5e-06 1e-05 1e-05 0.25");
+}
+
+TEST(DetectSummary, CountsPerClassInClassOrder) {
+  const std::vector<std::string> names = {"person", "bicycle", "car", "tie"};
+  EXPECT_EQ(summarize_detections(rows({0, 0, 1, 1, 0.9f, 3, 0, 0, 1, 1, 0.8f, 0, 0, 0, 1, 1, 0.7f, 0}), names),
+            "2 persons, 1 tie, ");
+  EXPECT_EQ(summarize_detections(at::zeros({0, 6}), names), "(no detections), ");
+}
+
+TEST(DetectDrawing, DrawsBoxesInThePaletteColour) {
+  cv::Mat image(100, 200, CV_8UC3, cv::Scalar::all(0));
+  draw_detections(image, rows({20, 40, 120, 90, 0.5f, 0}), {"person"}, {3, false, false});
+  const cv::Scalar c = palette_colour(0);  // FF3838 as BGR
+  EXPECT_EQ(c, cv::Scalar(0x38, 0x38, 0xFF));
+  const cv::Vec3b left_edge = image.at<cv::Vec3b>(65, 20);  // middle of the box's left side
+  EXPECT_EQ(left_edge, cv::Vec3b(0x38, 0x38, 0xFF));
+  EXPECT_EQ(image.at<cv::Vec3b>(65, 70), cv::Vec3b(0, 0, 0)) << "the inside stays untouched";
+  EXPECT_EQ(palette_colour(20), palette_colour(0));
+}
+
+TEST(Detector, ClassFilterAndBoxesInsideTheOriginal) {
+  // An untrained 3-class yolov5n: every score is near the bias priors, so conf 0.0001 keeps plenty.
+  const cv::Mat image = [] {
+    cv::Mat m(150, 260, CV_8UC3);
+    cv::randu(m, 0, 255);
+    return m;
+  }();
+  DetectorOptions o;
+  o.img_height = o.img_width = 100;  // rounded up to 128
+  o.nms.conf_thres = 0.0001;
+  o.nms.max_det = 1000;
+  Detector all(tiny_model(3), c10::Device(c10::kCPU), o);
+  EXPECT_EQ(all.network_size(), cv::Size(128, 128));
+  const Detections d = all.detect(image);
+  ASSERT_GT(d.boxes.size(0), 0);
+  // 260 x 150 at 128: gain 128/260, resized 128 x 74, padded by 54 % 32 = 22 to 128 x 96
+  EXPECT_EQ(d.input_size, cv::Size(128, 96));
+  EXPECT_GE(d.boxes.slice(1, 0, 4).min().item<float>(), 0);
+  EXPECT_LE(d.boxes.select(1, 0).max().item<float>(), 260);
+  EXPECT_LE(d.boxes.select(1, 2).max().item<float>(), 260);
+  EXPECT_LE(d.boxes.select(1, 3).max().item<float>(), 150);
+  const at::Tensor classes = d.boxes.select(1, 5);
+  ASSERT_GT(classes.eq(1).sum().item<int64_t>(), 0) << "the untrained model proposes class 1 somewhere";
+  ASSERT_GT(classes.ne(1).sum().item<int64_t>(), 0);
+
+  o.nms.classes = {1};
+  Detector only(tiny_model(3), c10::Device(c10::kCPU), o);
+  const Detections f = only.detect(image);
+  ASSERT_GT(f.boxes.size(0), 0);
+  EXPECT_TRUE(f.boxes.select(1, 5).eq(1).all().item<bool>());
+  EXPECT_EQ(only.images(), 1);
+}
+
+// ---- the kestrel binary ------------------------------------------------------------------------------
+
+struct DetectRun {
+  test::TempDir dir;
+  std::string weights = dir.file("w.safetensors"), source = dir.file("src"), project = dir.file("runs");
+  const std::vector<std::string> demo = {"000000000139.jpg", "000000000632.jpg"};
+
+  DetectRun() {
+    auto model = tiny_model(3);
+    models::save_model_weights(weights, *model, models::describe_config("yolov5n", {"person", "bicycle", "car"}));
+    fs::create_directories(source);
+    for (const auto& name : demo) fs::copy_file("data/demo/images/val/" + name, source + "/" + name);
+  }
+  test::CommandResult detect(const std::string& args) const {
+    return test::run_command(test::kestrel_binary() + " detect --device cpu --weights " + weights + " --source " + source +
+                             " --project " + project + " --img 320 " + args);
+  }
+};
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+TEST(DetectCli, WritesAnnotatedImagesLabelsAndUpstreamLines) {
+  DetectRun run;
+  const auto r = run.detect("--conf-thres 0.0001 --save-txt --save-conf --max-det 50");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string exp = run.project + "/exp";
+  // 000000000139.jpg is 640 x 426: at 320 gain 0.5, 320 x 213 padded to 320 x 224
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("image 1/2 " + run.source + "/000000000139.jpg: 224x320 (\\d+ (person|bicycle|car)s?, )+[0-9.]+ms\n")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("image 2/2 " + run.source + "/000000000632.jpg: \\d+x\\d+ .*ms\n"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("Speed: [0-9.]+ms pre-process, [0-9.]+ms inference, [0-9.]+ms NMS per image at shape \\(1, 3, 320, 320\\)")))
+      << r.output;
+  EXPECT_NE(r.output.find("Results saved to " + exp + "\n2 labels saved to " + exp + "/labels\n"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(exp + "/weights")) << "detect runs have no weights folder";
+  for (const auto& name : run.demo) {
+    EXPECT_GT(fs::file_size(exp + "/" + name), 1000) << name;
+    const auto labels = lines_of(exp + "/labels/" + fs::path(name).stem().string() + ".txt");
+    ASSERT_GT(labels.size(), 0u) << name;
+    EXPECT_LE(labels.size(), 50u) << "--max-det";
+    double previous_conf = 0;
+    for (const auto& line : labels) {
+      std::istringstream in(line);
+      double cls, cx, cy, w, h, conf;
+      ASSERT_TRUE(in >> cls >> cx >> cy >> w >> h >> conf) << line;
+      EXPECT_TRUE(in.eof()) << line;
+      EXPECT_TRUE(cls == 0 || cls == 1 || cls == 2) << line;
+      for (double v : {cx, cy, w, h}) EXPECT_TRUE(v >= 0 && v <= 1) << line;
+      EXPECT_GE(conf, 0.0001) << line;
+      EXPECT_GE(conf, previous_conf) << "upstream writes reversed(det): least confident first";
+      previous_conf = conf;
+    }
+  }
+
+  // The same run again goes to exp2; --nosave writes no images; --classes keeps one class.
+  const auto again = run.detect("--conf-thres 0.0001 --save-txt --nosave --classes 2");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("Results saved to " + run.project + "/exp2"), std::string::npos) << again.output;
+  EXPECT_FALSE(fs::exists(run.project + "/exp2/" + run.demo[0]));
+  for (const auto& name : run.demo)
+    for (const auto& line : lines_of(run.project + "/exp2/labels/" + fs::path(name).stem().string() + ".txt")) {
+      EXPECT_EQ(line.rfind("2 ", 0), 0u) << line;
+      EXPECT_EQ(std::count(line.begin(), line.end(), ' '), 4) << "no confidence without --save-conf: " << line;
+    }
+}
+
+TEST(DetectCli, CorruptImageIsReportedAndSkipped) {
+  DetectRun run;
+  test::write_file(run.source + "/broken.jpg", "not a jpeg");
+  // Default thresholds: an untrained model detects nothing at conf 0.25.
+  const auto r = run.detect("--name plain");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("image 3/3 " + run.source + "/broken.jpg: skipped ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("broken.jpg: unsupported image format"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 of 3 images skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("000000000139.jpg: 224x320 (no detections), "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Results saved to " + run.project + "/plain\n"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(run.project + "/plain/" + run.demo[0]));
+  EXPECT_TRUE(fs::exists(run.project + "/plain/" + run.demo[1]));
+  EXPECT_FALSE(fs::exists(run.project + "/plain/broken.jpg"));
+
+  // Nothing readable at all is an error, not a silent success.
+  test::TempDir bad;
+  test::write_file(bad.file("x.png"), "nope");
+  const auto none = test::run_command(test::kestrel_binary() + " detect --device cpu --weights " + run.weights +
+                                      " --source " + bad.path() + " --project " + run.project);
+  EXPECT_EQ(none.exit_code, 1) << none.output;
+  EXPECT_NE(none.output.find("none of the 1 images could be read"), std::string::npos) << none.output;
+}
+
+}  // namespace
+}  // namespace kestrel::eval
