@@ -10,6 +10,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
+#include "kestrel/train/step_bench.h"
 
 namespace kestrel::app {
 namespace {
@@ -55,6 +56,24 @@ void run_bench_data(const BenchDataOptions& o) {
   if (o.json) std::cout << result.dump() << "\n";
 }
 
+void print_step_results(const std::vector<train::StepBenchResult>& rows, const train::StepBenchOptions& o, bool json) {
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows)
+      out.push_back({{"what", "train_step"}, {"cfg", o.cfg}, {"batch", o.batch_size}, {"img", o.img_size},
+                     {"config", r.label}, {"images_per_second", r.images_per_second}, {"ms_per_step", r.ms_per_step},
+                     {"peak_memory_gb", r.peak_memory_gb}});
+    std::cout << (rows.size() == 1 ? out[0].dump() : out.dump()) << "\n";
+    return;
+  }
+  std::printf("%s training step, batch %d, %d px, %d timed steps after %d warm-up\n", o.cfg.c_str(), o.batch_size,
+              o.img_size, o.steps, o.warmup);
+  std::printf("%-28s %12s %10s %9s %12s\n", "configuration", "images/s", "ms/step", "speed-up", "peak mem GB");
+  for (const auto& r : rows)
+    std::printf("%-28s %12.1f %10.1f %8.2fx %12.2f\n", r.label.c_str(), r.images_per_second, r.ms_per_step,
+                r.images_per_second / rows[0].images_per_second, r.peak_memory_gb);
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -73,6 +92,28 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--bind", o->bind, "bind worker i to CPU core i");
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->callback([o] { run_bench_data(*o); });
+
+  auto t = std::make_shared<train::StepBenchOptions>();
+  auto tjson = std::make_shared<bool>(false), ablation = std::make_shared<bool>(false);
+  auto* step = bench->add_subcommand("train", "the training step alone on synthetic data (images/s, ms/step, peak memory)");
+  step->add_option("--cfg", t->cfg, "model YAML or shipped name")->capture_default_str();
+  step->add_option("--batch-size", t->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
+  step->add_option("--img,--img-size,--imgsz", t->img_size, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
+  step->add_option("--device", t->device, "cuda device (0, cuda:0) or cpu");
+  step->add_option("--precision", t->precision, "fp32, fp16 (loss scaling) or bf16")->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  step->add_flag("--channels-last", t->channels_last, "channels-last weights and activations");
+  step->add_option("--optimizer", t->optimizer, "SGD, Adam or AdamW")->capture_default_str();
+  step->add_flag("--ota", t->ota, "YOLOv7's OTA loss");
+  step->add_option("--targets", t->targets_per_image, "boxes per image")->capture_default_str()->check(CLI::Range(0, 10000));
+  step->add_option("--warmup", t->warmup, "untimed steps")->capture_default_str()->check(CLI::Range(0, 10000));
+  step->add_option("--steps", t->steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
+  step->add_flag("--ablation", *ablation, "table: fp32, + mixed precision, + channels-last");
+  step->add_flag("--json", *tjson, "machine-readable output");
+  step->callback([t, tjson, ablation] {
+    print_step_results(*ablation ? train::bench_train_ablation(*t) : std::vector<train::StepBenchResult>{train::bench_train_step(*t)},
+                       *t, *tjson);
+  });
 }
 
 }  // namespace kestrel::app

@@ -40,6 +40,7 @@
 #include "kestrel/train/run_files.h"
 #include "kestrel/train/schedule.h"
 #include "kestrel/train/tensorboard.h"
+#include "kestrel/train/train_step.h"
 
 namespace kestrel::train {
 namespace fs = std::filesystem;
@@ -115,18 +116,6 @@ int freeze_layers(models::YoloModel& model, const std::vector<int>& freeze) {
 void set_batchnorm_eval(torch::nn::Module& model) {
   for (const auto& m : model.modules())
     if (dynamic_cast<torch::nn::BatchNorm2dImpl*>(m.get())) m->eval();
-}
-
-// Gradient clipping over all parameters' gradients, on the device (torch.nn.utils.clip_grad_norm_).
-void clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
-  std::vector<at::Tensor> grads;
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return;
-  const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
-  const at::Tensor total = at::stack(norms).norm();
-  const at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  at::_foreach_mul_(grads, coef);
 }
 
 std::string first_non_finite_parameter(torch::nn::Module& model) {
@@ -330,9 +319,6 @@ TrainResult train(const TrainOptions& requested) {
   opt_options.weight_decay = scaled_weight_decay(sched, hyp.weight_decay);
   const ParamGroups groups = split_parameters(*model);
   Optimizer optimizer(groups, opt_options);
-  std::vector<at::Tensor> trainable;
-  for (const auto& p : model->parameters())
-    if (p.requires_grad()) trainable.push_back(p);
 
   std::string amp = o.amp;
   if (amp == "auto") amp = device.is_cuda() ? "fp16" : "off";
@@ -383,6 +369,11 @@ TrainResult train(const TrainOptions& requested) {
       if (key.rfind("ema/", 0) == 0) ema_t.emplace_back(key.substr(4), t);
     models::load_state_dict(ema.model(), ema_t, true, o.resume);
   }
+  StepOptions step_options;
+  step_options.autocast = autocast_on;
+  step_options.autocast_dtype = amp_dtype;
+  step_options.max_grad_norm = o.max_grad_norm;
+  TrainStep step(*model, train_loss_fn, optimizer, scaler, &ema, step_options);
 
   const fs::path weights_dir = fs::path(save_dir) / "weights";
   fs::create_directories(weights_dir);
@@ -466,13 +457,7 @@ TrainResult train(const TrainOptions& requested) {
         }
       }
 
-      // Forward and loss under autocast; backward of the scaled loss outside it.
-      loss::YoloLoss::Result step_loss;
-      {
-        AutocastGuard autocast(device.type(), amp_dtype, autocast_on);
-        const std::vector<at::Tensor> levels = model->forward(images);
-        step_loss = train_loss_fn(levels, in.targets, in.target_mask);
-      }
+      const loss::YoloLoss::Result step_loss = step.forward_backward(images, in.targets, in.target_mask);
       if (o.check_nans && !at::isfinite(step_loss.total).item<bool>()) {
         const at::Tensor items = step_loss.items.to(at::kCPU);
         std::string files;
@@ -482,23 +467,9 @@ TrainResult train(const TrainOptions& requested) {
              items[0].item<double>(), ", obj ", items[1].item<double>(), ", cls ", items[2].item<double>(),
              "; first non-finite model value: ", first_non_finite_parameter(*model), "; batch images:", files);
       }
-      scaler.scale(step_loss.total).backward();
-
       // Optimiser step every `accumulate` batches (upstream: ni - last_opt_step >= accumulate).
       if (ni - run.last_opt_step >= s.accumulate) {
-        scaler.begin_step();
-        std::vector<at::Tensor> grads;
-        for (const auto& p : trainable) grads.push_back(p.grad());
-        if (o.max_grad_norm > 0) {
-          scaler.unscale(grads);  // clipping needs true gradients
-          clip_gradients(trainable, o.max_grad_norm);
-        } else {
-          scaler.check(grads);  // the fused kernel unscales
-        }
-        optimizer.step(s.lr, s.momentum, scaler.grad_scale(), scaler.found_inf());
-        scaler.update();
-        optimizer.zero_grad();
-        ema.update();
+        step.optimizer_step(s);
         run.last_opt_step = ni;
         // Ctrl-C is honoured here, where no gradient is half accumulated.
         interrupted = g_stop_requested || (o.interrupt_after >= 0 && batches_run + 1 >= o.interrupt_after);

@@ -1,0 +1,38 @@
+// `kestrel bench train`: the training step alone (forward, loss, backward, fused optimiser, EMA) on
+// synthetic images and targets, so that the step's speed is measured apart from the data pipeline.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kestrel::train {
+
+struct StepBenchOptions {
+  std::string cfg = "yolov5s";
+  int batch_size = 64;
+  int img_size = 640;
+  std::string device;                 // "" = first GPU if any, else CPU
+  std::string precision = "fp32";     // fp32, fp16 (with loss scaling), bf16
+  bool channels_last = false;
+  std::string optimizer = "SGD";
+  bool ota = false;                   // YOLOv7's OTA loss instead of YOLOv5's
+  int targets_per_image = 32;         // about a mosaic of four COCO images
+  int warmup = 3;                     // untimed steps (allocator, cuDNN autotuning)
+  int steps = 10;                     // timed steps
+  uint64_t seed = 0;
+};
+
+struct StepBenchResult {
+  std::string label;                  // e.g. "fp16 + channels-last"
+  double images_per_second = 0;
+  double ms_per_step = 0;
+  double peak_memory_gb = 0;          // device: peak reserved by the caching allocator; CPU: peak RSS of the process
+  std::vector<double> losses;         // total loss of every step (warm-up included), for equivalence checks
+};
+
+StepBenchResult bench_train_step(const StepBenchOptions& options);
+
+// The ablation table: fp32 baseline, + mixed precision (fp16 on CUDA, bf16 on CPU), + channels-last.
+std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options);
+
+}  // namespace kestrel::train

@@ -1,0 +1,64 @@
+#include "kestrel/train/train_step.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "kestrel/core/device.h"
+
+namespace kestrel::train {
+
+TrainStep::TrainStep(models::YoloModel& model, LossFn loss, Optimizer& optimizer, GradScaler& scaler, ModelEma* ema,
+                     StepOptions options)
+    : model_(model), loss_(std::move(loss)), optimizer_(optimizer), scaler_(scaler), ema_(ema), options_(options) {
+  for (const auto& p : model_.parameters())
+    if (p.requires_grad()) trainable_.push_back(p);
+}
+
+loss::YoloLoss::Result TrainStep::forward_backward(const at::Tensor& images, const at::Tensor& targets,
+                                                   const at::Tensor& mask) {
+  const at::Tensor input = options_.channels_last ? images.contiguous(at::MemoryFormat::ChannelsLast) : images;
+  loss::YoloLoss::Result result;
+  {
+    // Forward and loss under autocast (the loss computes in float32 itself); backward outside it.
+    AutocastGuard autocast(input.device().type(), options_.autocast_dtype, options_.autocast);
+    result = loss_(model_.forward(input), targets, mask);
+  }
+  scaler_.scale(result.total).backward();
+  return result;
+}
+
+void TrainStep::optimizer_step(const StepSettings& s) {
+  scaler_.begin_step();
+  std::vector<at::Tensor> grads;
+  for (const auto& p : trainable_) grads.push_back(p.grad());
+  if (options_.max_grad_norm > 0) {
+    scaler_.unscale(grads);  // clipping needs true gradients
+    clip_gradients(trainable_, options_.max_grad_norm);
+  } else {
+    scaler_.check(grads);  // the fused kernel unscales
+  }
+  optimizer_.step(s.lr, s.momentum, scaler_.grad_scale(), scaler_.found_inf());
+  scaler_.update();
+  optimizer_.zero_grad();
+  if (ema_) ema_->update();
+}
+
+void clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+  const at::Tensor total = at::stack(norms).norm();
+  const at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  at::_foreach_mul_(grads, coef);
+}
+
+void to_channels_last(models::YoloModel& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters())
+    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+}
+
+}  // namespace kestrel::train

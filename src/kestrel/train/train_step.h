@@ -1,0 +1,58 @@
+// One training step of YOLOv5/YOLOv7 train.py, shared by `kestrel train` and `kestrel bench train`:
+// forward and loss under autocast, backward of the scaled loss, and (every `accumulate` batches) the
+// optimiser step: unscale + clip, fused update that skips inf/NaN steps, loss-scale update, EMA.
+// Nothing here reads a device value back to the host.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "kestrel/loss/yolo_loss.h"
+#include "kestrel/models/yolo_model.h"
+#include "kestrel/train/ema.h"
+#include "kestrel/train/grad_scaler.h"
+#include "kestrel/train/optimizer.h"
+#include "kestrel/train/schedule.h"
+
+namespace kestrel::train {
+
+// levels, targets [B, M, 5], mask [B, M] -> total (with grad) and items [3].
+using LossFn = std::function<loss::YoloLoss::Result(const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&)>;
+
+struct StepOptions {
+  bool autocast = false;
+  at::ScalarType autocast_dtype = at::kHalf;
+  double max_grad_norm = 10.0;  // <= 0: no clipping
+  bool channels_last = false;   // images enter in channels-last memory
+};
+
+class TrainStep {
+ public:
+  TrainStep(models::YoloModel& model, LossFn loss, Optimizer& optimizer, GradScaler& scaler, ModelEma* ema,
+            StepOptions options);
+
+  // images [B, 3, H, W] float 0..1 on the model's device. Gradients accumulate until optimizer_step().
+  loss::YoloLoss::Result forward_backward(const at::Tensor& images, const at::Tensor& targets, const at::Tensor& mask);
+  void optimizer_step(const StepSettings& settings);
+
+  const StepOptions& options() const { return options_; }
+
+ private:
+  models::YoloModel& model_;
+  LossFn loss_;
+  Optimizer& optimizer_;
+  GradScaler& scaler_;
+  ModelEma* ema_;
+  StepOptions options_;
+  std::vector<at::Tensor> trainable_;  // parameters with requires_grad
+};
+
+// Gradient clipping over the given parameters' gradients on the device (torch.nn.utils.clip_grad_norm_).
+void clip_gradients(const std::vector<at::Tensor>& params, double max_norm);
+
+// Parameters and buffers of 4-d tensors (convolution weights) in channels-last memory.
+void to_channels_last(models::YoloModel& model);
+
+}  // namespace kestrel::train
