@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs to run kestrel into build-device/ (git-ignored, carried by the device
+# tool): the kestrel and kestrel_tests binaries built here, and the non-torch shared libraries they load
+# (yaml-cpp, OpenCV core/imgproc and their dependencies, libpng, libjpeg-turbo ...). The GPU machine has
+# PyTorch 2.11 (its LibTorch and CUDA libraries) but no package registry and no C++ -dev libraries, so
+# LibTorch, the CUDA runtime and glibc are taken from there; everything else travels.
+#
+#   bash bench/gpu/bundle.sh            # after `make` (scripts/setup.sh) here
+#   then, with the device tool:  run(command="bash bench/gpu/run.sh", carry=["build-device"], timeout_s=540)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${KESTREL_BUILD_DIR:-build}
+OUT=build-device
+rm -rf "$OUT" && mkdir -p "$OUT/lib"
+cp "$BUILD/kestrel" "$BUILD/tests/kestrel_tests" "$OUT/"
+# Libraries resolved here that are neither LibTorch's, nor CUDA's, nor the C runtime's.
+for bin in "$OUT/kestrel" "$OUT/kestrel_tests"; do
+  ldd "$bin" | awk '$3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  case "$lib" in
+    */torch/lib/*|*/cuda*/*|*/nvidia/*) continue ;;
+    */libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libgcc_s.so*|*/libstdc++.so*) continue ;;
+  esac
+  cp -L "$lib" "$OUT/lib/"
+done
+strip --strip-unneeded "$OUT"/kestrel "$OUT"/kestrel_tests "$OUT"/lib/* 2>/dev/null || true
+# coco128's train split (22 MB) for the end-to-end run, validated on itself as upstream's coco128.yaml
+# does; the device tool carries at most 64 MiB in all, so the val split stays behind.
+COCO=${COCO128:-../shared/datasets/coco128}
+if [ -d "$COCO/images/train2017" ]; then
+  mkdir -p "$OUT/coco128/images" "$OUT/coco128/labels"
+  cp -r "$COCO/images/train2017" "$OUT/coco128/images/"
+  cp -r "$COCO/labels/train2017" "$OUT/coco128/labels/"
+  sed -e 's|^val:.*|val: images/train2017|' "$COCO/coco128.yaml" > "$OUT/coco128/coco128.yaml"
+fi
+du -sh "$OUT"

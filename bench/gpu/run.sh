@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The standard GPU check and benchmark set, run ON the GPU machine from the repository root with the
+# bundle from bench/gpu/bundle.sh carried as build-device/. About 6-8 minutes on an H200. Writes every
+# figure to $OUT (the device tool brings it back) and prints a summary.
+#
+#   run(command="bash bench/gpu/run.sh", carry=["build-device"], timeout_s=540)
+#
+# Steps: kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, CUDA runtime queries);
+# the training-step ablation (yolov5s, batch 64, 640) and single rows for yolov5n, yolov3 and yolov7
+# with OTA; the loader on 16 cores; a short end-to-end training run on coco128.
+set -uo pipefail
+OUT=${OUT:-/tmp/kestrel-gpu-out}
+mkdir -p "$OUT"
+PY=${KESTREL_PYTHON:-python3}
+TORCH_LIB=$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+NVIDIA_LIBS=$("$PY" - <<'PYEOF'
+import glob, os, site
+dirs = set()
+for root in site.getsitepackages():
+    for lib in glob.glob(os.path.join(root, "nvidia", "**", "lib"), recursive=True):
+        dirs.add(lib)
+print(":".join(sorted(dirs)))
+PYEOF
+)
+export LD_LIBRARY_PATH="$PWD/build-device/lib:$TORCH_LIB:$NVIDIA_LIBS:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+K=build-device/kestrel
+T=build-device/kestrel_tests
+step() { echo; echo "=== $*"; }
+
+step env;                 $K env 2>&1 | tee "$OUT/env.txt"
+step cuda tests;          timeout 120 $T --gtest_filter='*Cuda*:*CUDA*:DevicePrefetcher*:NmsCuda*' 2>&1 | tail -25 | tee "$OUT/cuda_tests.txt"
+step ablation yolov5s;    timeout 150 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation --steps 20 2>&1 | tee "$OUT/ablation_yolov5s.txt"
+for row in "yolov5n" "yolov3" "yolov7 --ota"; do
+  step "bench $row";      timeout 90 $K bench train --cfg $row --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --steps 10 --json 2>&1 | tee -a "$OUT/bench_models.jsonl"
+done
+DATA=build-device/coco128/coco128.yaml
+[ -f "$DATA" ] || DATA=data/demo/demo.yaml
+step "loader 16 workers ($DATA)"; timeout 90 $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 4 --epochs 3 2>&1 | tee "$OUT/bench_data.txt"
+step "train e2e ($DATA)"; timeout 150 $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 --device 0 --workers 16 --cache ram --project /tmp/kruns --name gpu 2>&1 | grep -v '^ \{10,\}[a-z]' | tail -20 | tee "$OUT/train_e2e.txt"
+echo; echo "figures in $OUT"
