@@ -11,6 +11,7 @@
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/loader.h"
+#include "kestrel/eval/yolo_to_coco.h"
 
 namespace kestrel::app {
 namespace {
@@ -89,6 +90,24 @@ void run_show(const DataShowOptions& o) {
               static_cast<long long>(batch->boxes), o.out.c_str());
 }
 
+struct DataCocoOptions {
+  std::string data, split = "val", out;
+};
+
+// The converter takes one folder of images (eval/yolo_to_coco.h); a split given as a .txt list or as
+// several entries has no single images root for file_name, so it is refused rather than guessed.
+void run_coco(const DataCocoOptions& o) {
+  const data::DatasetConfig cfg = data::load_dataset_config(o.data);
+  const std::vector<std::string>& entries = cfg.split(o.split);
+  if (entries.empty()) fail(cfg.source, ": no '", o.split, "' split");
+  if (entries.size() != 1 || !std::filesystem::is_directory(entries[0]))
+    fail(cfg.source, ": the '", o.split, "' split must be a single folder of images to convert to COCO");
+  const std::filesystem::path out(o.out);
+  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  eval::write_yolo_as_coco(entries[0], cfg.names, o.out);
+  std::printf("%s: '%s' split (%s) -> %s\n", cfg.source.c_str(), o.split.c_str(), entries[0].c_str(), o.out.c_str());
+}
+
 }  // namespace
 
 void add_data_command(CLI::App& app) {
@@ -112,6 +131,13 @@ void add_data_command(CLI::App& app) {
   shw->add_flag("--yolov7", show->yolov7, "YOLOv7 augmentation semantics (also implied by a YOLOv7 hyp file)");
   shw->add_option("--out", show->out, "output image");
   shw->callback([show] { run_show(*show); });
+
+  auto coco = std::make_shared<DataCocoOptions>();
+  auto* cc = data->add_subcommand("coco", "write a split's YOLO labels as a COCO annotation JSON (for kestrel val --save-json scoring)");
+  cc->add_option("data", coco->data, "dataset YAML")->required();
+  cc->add_option("--split", coco->split, "split to convert")->check(CLI::IsMember({"train", "val", "test"}));
+  cc->add_option("--out", coco->out, "output JSON")->required();
+  cc->callback([coco] { run_coco(*coco); });
 }
 
 }  // namespace kestrel::app
