@@ -158,4 +158,29 @@ void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": cannot write (rename failed)");
 }
 
+void write_png(const std::string& path, const cv::Mat& bgr) {
+  if (bgr.type() != CV_8UC3 || bgr.empty()) fail(path, ": write_png needs a non-empty 8-bit BGR image");
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(bgr.cols);
+  png.height = static_cast<png_uint_32>(bgr.rows);
+  png.format = PNG_FORMAT_BGR;
+  // Two passes of libpng's simplified API: the first (null buffer) sizes the encoded image.
+  png_alloc_size_t size = 0;
+  const auto stride = static_cast<png_int_32>(bgr.step / bgr.elemSize1());
+  if (!png_image_write_to_memory(&png, nullptr, &size, 0, bgr.data, stride, nullptr))
+    fail(path, ": PNG encoding failed (", png.message, ")");
+  std::vector<uint8_t> encoded(size);
+  if (!png_image_write_to_memory(&png, encoded.data(), &size, 0, bgr.data, stride, nullptr))
+    fail(path, ": PNG encoding failed (", png.message, ")");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(encoded.data()), static_cast<std::streamsize>(size));
+    if (!out) fail(path, ": cannot write");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": cannot write (rename failed)");
+}
+
 }  // namespace kestrel::data

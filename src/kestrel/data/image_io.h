@@ -23,6 +23,9 @@ DecodedImage decode_image_file(const std::string& path);
 // Encodes 8-bit BGR as JPEG (libjpeg-turbo) and writes it atomically.
 void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality = 90);
 
+// Encodes 8-bit BGR as PNG (libpng, lossless: charts and plots) and writes it atomically.
+void write_png(const std::string& path, const cv::Mat& bgr);
+
 // EXIF orientation tag (1..8) of a JPEG, 1 when absent or unreadable.
 int jpeg_exif_orientation(const uint8_t* data, size_t size);
 

@@ -52,13 +52,17 @@ double interp(double x, const std::vector<double>& xp, const std::vector<double>
 
 // YOLOv5's compute_ap: sentinels (recall 0 -> precision 1, recall 1 -> precision 0), precision envelope,
 // trapezoid rule over the envelope sampled at 101 recall points.
-double compute_ap(const std::vector<double>& recall, const std::vector<double>& precision) {
+// With `envelope`, also upstream's py row: the envelope interpolated at recall `px` (for PR_curve.png).
+double compute_ap(const std::vector<double>& recall, const std::vector<double>& precision,
+                  const std::vector<double>* px = nullptr, double* envelope = nullptr) {
   std::vector<double> mrec{0.0}, mpre{1.0};
   mrec.insert(mrec.end(), recall.begin(), recall.end());
   mpre.insert(mpre.end(), precision.begin(), precision.end());
   mrec.push_back(1.0);
   mpre.push_back(0.0);
   for (size_t i = mpre.size() - 1; i-- > 0;) mpre[i] = std::max(mpre[i], mpre[i + 1]);
+  if (px && envelope)
+    for (size_t k = 0; k < px->size(); ++k) envelope[k] = interp((*px)[k], mrec, mpre, mpre.front(), mpre.back());
   static const std::vector<double> x = unit_linspace(101);
   double area = 0, previous = interp(x[0], mrec, mpre, mpre.front(), mpre.back());
   for (size_t i = 1; i < x.size(); ++i) {
@@ -99,7 +103,7 @@ constexpr int kCurvePoints = 1000;  // confidence axis of the P, R, F1 curves
 // confidence threshold px (interpolated between predictions, as upstream).
 void class_curves(const std::vector<int64_t>& rows, const std::vector<uint8_t>& correct, int64_t T,
                   const std::vector<double>& conf, double targets, const std::vector<double>& px,
-                  double* ap, double* p_curve, double* r_curve) {
+                  double* ap, double* p_curve, double* r_curve, double* pr_curve) {
   const size_t n = rows.size();
   std::vector<double> neg_conf(n);
   for (size_t i = 0; i < n; ++i) neg_conf[i] = -conf[rows[i]];
@@ -111,7 +115,7 @@ void class_curves(const std::vector<int64_t>& rows, const std::vector<uint8_t>& 
       recall[i] = tp / (targets + 1e-16);
       precision[i] = tp / (tp + fp);
     }
-    ap[t] = compute_ap(recall, precision);
+    ap[t] = t == 0 ? compute_ap(recall, precision, &px, pr_curve) : compute_ap(recall, precision);
     if (t != 0) continue;
     for (int k = 0; k < kCurvePoints; ++k) {
       r_curve[k] = interp(-px[k], neg_conf, recall, 0.0, recall.back());
@@ -179,6 +183,7 @@ void take_operating_point(const std::vector<double>& p, const std::vector<double
   const std::vector<double> smoothed = smooth(mean_f1, 0.1);
   const int64_t best = std::max_element(smoothed.begin(), smoothed.end()) - smoothed.begin();  // first peak
   out.best_confidence = unit_linspace(kCurvePoints)[best];
+  std::copy(f1.begin(), f1.end(), out.f1_curve.data_ptr<double>());
   for (int64_t c = 0; c < nc; ++c) {
     const size_t at = c * kCurvePoints + best;
     const double tp = std::nearbyint(r[at] * static_cast<double>(counts[c]));  // half to even, like np.round
@@ -213,6 +218,9 @@ ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const
   out.ap = at::zeros({nc, T}, f64);
   for (at::Tensor* t : {&out.precision, &out.recall, &out.f1, &out.true_positives, &out.false_positives})
     *t = at::zeros({nc}, f64);
+  out.px = at::tensor(unit_linspace(kCurvePoints), f64);
+  for (at::Tensor* t : {&out.precision_curve, &out.recall_curve, &out.f1_curve, &out.pr_curve})
+    *t = at::zeros({nc, kCurvePoints}, f64);
   if (nc == 0 || std::none_of(hits.begin(), hits.end(), [](uint8_t h) { return h != 0; })) return out;
 
   const std::vector<double> confidence = to_doubles(conf);
@@ -227,9 +235,11 @@ ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const
       if (predicted[i] == classes[c]) rows.push_back(i);
     if (!rows.empty())
       class_curves(rows, hits, T, confidence, static_cast<double>(counts[c]), px, out.ap.data_ptr<double>() + c * T,
-                   &p[c * kCurvePoints], &r[c * kCurvePoints]);
+                   &p[c * kCurvePoints], &r[c * kCurvePoints], out.pr_curve.data_ptr<double>() + c * kCurvePoints);
   }
   take_operating_point(p, r, counts, out);
+  std::copy(p.begin(), p.end(), out.precision_curve.data_ptr<double>());
+  std::copy(r.begin(), r.end(), out.recall_curve.data_ptr<double>());
   out.mp = out.precision.mean().item<double>();
   out.mr = out.recall.mean().item<double>();
   out.map50 = out.ap.select(1, 0).mean().item<double>();

@@ -36,6 +36,13 @@ struct ApPerClass {
   double best_confidence = 0;  // the confidence chosen for P, R, F1 (a point of linspace(0, 1, 1000))
   double mp = 0, mr = 0;       // mean P and R over classes
   double map50 = 0, map = 0;   // mean AP at the first threshold, and over all thresholds
+  // The curves upstream plots (utils/metrics.py plot_pr_curve / plot_mc_curve), rows in `classes` order;
+  // always defined (zeros where a class has no prediction, or nothing was correct at all).
+  at::Tensor px;               // [1000] double: linspace(0, 1, 1000), the confidence (P/R/F1) or recall (PR) axis
+  at::Tensor precision_curve;  // [nc, 1000] double: P at confidence px, IoU 0.5
+  at::Tensor recall_curve;     // [nc, 1000] double: R at confidence px
+  at::Tensor f1_curve;         // [nc, 1000] double: 2PR/(P+R) at confidence px (unsmoothed)
+  at::Tensor pr_curve;         // [nc, 1000] double: upstream's py, the AP@0.5 precision envelope at recall px
 };
 
 // ap_per_class over a whole validation set, concatenated over images:

@@ -1,0 +1,475 @@
+#include "kestrel/eval/plots.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "kestrel/core/error.h"
+#include "kestrel/data/image_io.h"
+
+namespace kestrel::eval {
+namespace {
+
+std::vector<double> rows_of(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+std::string format(const char* fmt, double v) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, fmt, v);
+  return buffer;
+}
+
+// ---- drawing primitives -------------------------------------------------------------------------------
+
+const cv::Scalar kBlack(0, 0, 0), kWhite(255, 255, 255), kGrey(128, 128, 128), kMeanBlue(255, 0, 0);
+constexpr int kFont = cv::FONT_HERSHEY_SIMPLEX;
+
+// matplotlib's tab10 cycle, BGR: the colours upstream's per-class curves get.
+cv::Scalar tab10(size_t i) {
+  static const cv::Scalar colours[] = {{180, 119, 31}, {14, 127, 255}, {44, 160, 44},   {40, 39, 214},  {189, 103, 148},
+                                       {75, 86, 140},  {194, 119, 227}, {127, 127, 127}, {34, 189, 188}, {207, 190, 23}};
+  return colours[i % 10];
+}
+
+void text(cv::Mat& img, const std::string& s, cv::Point at, double scale, const cv::Scalar& colour = kBlack,
+          int thickness = 2) {
+  cv::putText(img, s, at, kFont, scale, colour, thickness, cv::LINE_AA);
+}
+
+cv::Size text_size(const std::string& s, double scale, int thickness = 2) {
+  int baseline = 0;
+  return cv::getTextSize(s, kFont, scale, thickness, &baseline);
+}
+
+// Text centred on `centre`, optionally rotated 90 degrees counter-clockwise (y-axis labels): Hershey text
+// is horizontal only, so it is drawn on its own patch and the patch rotated.
+void centred_text(cv::Mat& img, const std::string& s, cv::Point centre, double scale, bool vertical = false,
+                  const cv::Scalar& colour = kBlack) {
+  const cv::Size size = text_size(s, scale);
+  if (!vertical) {
+    text(img, s, {centre.x - size.width / 2, centre.y + size.height / 2}, scale, colour);
+    return;
+  }
+  cv::Mat patch(size.height * 2, size.width + 4, CV_8UC3, kWhite);
+  text(patch, s, {2, size.height * 3 / 2}, scale, colour);
+  cv::Mat rotated;
+  cv::rotate(patch, rotated, cv::ROTATE_90_COUNTERCLOCKWISE);
+  cv::Rect where(centre.x - rotated.cols / 2, centre.y - rotated.rows / 2, rotated.cols, rotated.rows);
+  where &= cv::Rect(0, 0, img.cols, img.rows);
+  if (where.area() > 0) {
+    cv::Mat mask;
+    cv::Mat src = rotated(cv::Rect(where.x - (centre.x - rotated.cols / 2), where.y - (centre.y - rotated.rows / 2),
+                                   where.width, where.height));
+    cv::inRange(src, kWhite, kWhite, mask);
+    cv::bitwise_not(mask, mask);
+    src.copyTo(img(where), mask);  // only the glyphs: the cell colour under a label stays
+  }
+}
+
+// One plotting area: data ranges mapped onto a pixel rectangle, with matplotlib-like ticks.
+struct Axes {
+  cv::Rect box;
+  double x0, x1, y0, y1;
+  cv::Point map(double x, double y) const {
+    const double fx = (x - x0) / (x1 - x0 == 0 ? 1 : x1 - x0), fy = (y - y0) / (y1 - y0 == 0 ? 1 : y1 - y0);
+    return {box.x + static_cast<int>(std::lround(fx * box.width)),
+            box.y + box.height - static_cast<int>(std::lround(fy * box.height))};
+  }
+};
+
+// Ticks at 1, 2 or 5 times a power of ten, about five of them.
+std::vector<double> ticks(double lo, double hi) {
+  if (!(hi > lo)) return {lo};
+  const double raw = (hi - lo) / 5, power = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = power;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (raw <= m * power) {
+      step = m * power;
+      break;
+    }
+  std::vector<double> out;
+  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + step * 1e-9; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
+  return out;
+}
+
+std::string tick_label(double v, double step) {
+  int decimals = 0;  // as many as the step needs: 2.5 -> 1, 0.25 -> 2, 0.02 -> 2
+  for (double scaled = step; decimals < 6 && std::abs(scaled - std::round(scaled)) > 1e-6 * scaled; scaled *= 10) ++decimals;
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, v);
+  return buffer;
+}
+
+void draw_axes(cv::Mat& img, const Axes& ax, const std::string& xlabel, const std::string& ylabel,
+               const std::string& title, double font) {
+  cv::rectangle(img, ax.box, kBlack, 2);
+  const int tick = std::max(6, ax.box.width / 120);
+  const auto xt = ticks(ax.x0, ax.x1), yt = ticks(ax.y0, ax.y1);
+  const double xs = xt.size() > 1 ? xt[1] - xt[0] : 1, ys = yt.size() > 1 ? yt[1] - yt[0] : 1;
+  for (double t : xt) {
+    const cv::Point p = ax.map(t, ax.y0);
+    cv::line(img, p, {p.x, p.y + tick}, kBlack, 2);
+    centred_text(img, tick_label(t, xs), {p.x, p.y + tick + text_size("0", font).height}, font);
+  }
+  int widest = 0;
+  for (double t : yt) {
+    const cv::Point p = ax.map(ax.x0, t);
+    cv::line(img, p, {p.x - tick, p.y}, kBlack, 2);
+    const std::string s = tick_label(t, ys);
+    const cv::Size size = text_size(s, font);
+    widest = std::max(widest, size.width);
+    text(img, s, {p.x - tick - 8 - size.width, p.y + size.height / 2}, font);
+  }
+  const int h = text_size("0", font).height;
+  if (!xlabel.empty()) centred_text(img, xlabel, {ax.box.x + ax.box.width / 2, ax.box.y + ax.box.height + tick + h * 3}, font * 1.1);
+  if (!ylabel.empty()) centred_text(img, ylabel, {ax.box.x - tick - widest - h * 2, ax.box.y + ax.box.height / 2}, font * 1.1, true);
+  if (!title.empty()) centred_text(img, title, {ax.box.x + ax.box.width / 2, ax.box.y - h}, font * 1.1);
+}
+
+void curve(cv::Mat& img, const Axes& ax, const std::vector<double>& x, const std::vector<double>& y, const cv::Scalar& colour,
+           int thickness) {
+  std::vector<cv::Point> points;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+    if (std::isfinite(x[i]) && std::isfinite(y[i])) points.push_back(ax.map(x[i], y[i]));
+  if (points.size() > 1) cv::polylines(img, points, false, colour, thickness, cv::LINE_AA);
+}
+
+struct LegendEntry {
+  std::string label;
+  cv::Scalar colour;
+  int thickness;
+};
+
+// Legend outside the axes on the right, as upstream's bbox_to_anchor=(1.04, 1), loc="upper left".
+void legend(cv::Mat& img, const Axes& ax, const std::vector<LegendEntry>& entries, double font) {
+  if (entries.empty()) return;
+  const int h = text_size("Ag", font).height, row = h * 2, sample = h * 3;
+  int width = 0;
+  for (const auto& e : entries) width = std::max(width, text_size(e.label, font).width);
+  const cv::Rect frame(ax.box.x + ax.box.width + h * 2, ax.box.y, sample + width + h * 3,
+                       row * static_cast<int>(entries.size()) + h);
+  cv::rectangle(img, frame, cv::Scalar(204, 204, 204), 2);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int y = frame.y + h + static_cast<int>(i) * row + h / 2;
+    cv::line(img, {frame.x + h / 2, y}, {frame.x + h / 2 + sample, y}, entries[i].colour, entries[i].thickness, cv::LINE_AA);
+    text(img, entries[i].label, {frame.x + h + sample, y + h / 2}, font);
+  }
+}
+
+void save(const cv::Mat& img, const std::string& path) {
+  const std::filesystem::path p(path);
+  if (p.has_parent_path() && !std::filesystem::is_directory(p.parent_path()))
+    fail(path, ": cannot write the plot (no folder ", p.parent_path().string(), ")");
+  data::write_png(path, img);
+}
+
+std::string class_name(const std::vector<std::string>& names, int64_t c) {
+  return c >= 0 && static_cast<size_t>(c) < names.size() ? names[c] : std::to_string(c);
+}
+
+// Box filter over fraction f of the curve, ends padded with the end values (upstream's smooth()).
+std::vector<double> smooth(const std::vector<double>& y, double f) {
+  const int64_t n = static_cast<int64_t>(y.size());
+  if (n == 0) return y;
+  const int64_t taps = static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * f * 2)) / 2 + 1;
+  std::vector<double> out(n, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = -taps / 2; k <= taps / 2; ++k) out[i] += y[std::clamp<int64_t>(i + k, 0, n - 1)] / static_cast<double>(taps);
+  return out;
+}
+
+// scipy.ndimage.gaussian_filter1d(y, sigma) with its defaults: truncate 4, mode 'reflect' (d c b a | a b c d | d c b a).
+std::vector<double> gaussian_filter1d(const std::vector<double>& y, double sigma) {
+  const int64_t n = static_cast<int64_t>(y.size()), radius = static_cast<int64_t>(4.0 * sigma + 0.5);
+  std::vector<double> weights(2 * radius + 1);
+  double total = 0;
+  for (int64_t k = -radius; k <= radius; ++k) total += weights[k + radius] = std::exp(-0.5 * k * k / (sigma * sigma));
+  std::vector<double> out(n, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = -radius; k <= radius; ++k) {
+      int64_t j = i + k;
+      while (j < 0 || j >= n) j = j < 0 ? -j - 1 : 2 * n - j - 1;
+      out[i] += y[j] * weights[k + radius] / total;
+    }
+  return out;
+}
+
+// matplotlib's 'Blues' colour map (its nine defining colours, BGR), linearly interpolated; v in [0, 1].
+cv::Scalar blues(double v) {
+  static const double stops[9][3] = {{255, 251, 247}, {247, 235, 222}, {239, 219, 198}, {225, 202, 158}, {214, 174, 107},
+                                     {198, 146, 66},  {181, 113, 33},  {156, 81, 8},    {107, 48, 8}};
+  const double x = std::clamp(v, 0.0, 1.0) * 8;
+  const int i = std::min(7, static_cast<int>(x));
+  const double f = x - i;
+  return {stops[i][0] + f * (stops[i + 1][0] - stops[i][0]), stops[i][1] + f * (stops[i + 1][1] - stops[i][1]),
+          stops[i][2] + f * (stops[i + 1][2] - stops[i][2])};
+}
+
+}  // namespace
+
+// ---- confusion matrix ---------------------------------------------------------------------------------
+
+ConfusionMatrix::ConfusionMatrix(int64_t nc, double conf, double iou_thres)
+    : nc_(nc), conf_(conf), iou_thres_(iou_thres), counts_((nc + 1) * (nc + 1), 0) {
+  if (nc < 1) fail("ConfusionMatrix: nc must be at least 1, got ", nc);
+}
+
+void ConfusionMatrix::process_batch(const at::Tensor& detections, const at::Tensor& labels) {
+  const auto check = [&](const at::Tensor& t, int64_t cols, const char* name) {
+    if (t.defined() && t.numel() > 0 && (t.dim() != 2 || t.size(1) != cols))
+      fail("ConfusionMatrix: ", name, " has shape ", t.sizes(), ", expected [n, ", cols, "]");
+  };
+  check(detections, 6, "detections");
+  check(labels, 5, "labels");
+  const std::vector<double> det = detections.defined() ? rows_of(detections) : std::vector<double>{};
+  const std::vector<double> lab = labels.defined() ? rows_of(labels) : std::vector<double>{};
+  const int64_t M = static_cast<int64_t>(lab.size() / 5);
+  const auto in_range = [&](double c, const char* what) {
+    const auto i = static_cast<int64_t>(c);
+    if (i < 0 || i >= nc_) fail("ConfusionMatrix: ", what, " class ", c, " outside [0, ", nc_, ")");
+    return i;
+  };
+  struct Box { double x1, y1, x2, y2; int64_t cls; };
+  std::vector<Box> gts, dets;
+  for (int64_t i = 0; i < M; ++i)
+    gts.push_back({lab[i * 5 + 1], lab[i * 5 + 2], lab[i * 5 + 3], lab[i * 5 + 4], in_range(lab[i * 5], "label")});
+  for (size_t i = 0; i + 6 <= det.size(); i += 6)
+    if (det[i + 4] > conf_) dets.push_back({det[i], det[i + 1], det[i + 2], det[i + 3], in_range(det[i + 5], "detection")});
+
+  // Candidates in torch.where's order (gt-major), then upstream's two de-duplications by descending IoU.
+  struct Match { int64_t gt, det; double iou; };
+  std::vector<Match> matches;
+  for (int64_t g = 0; g < M; ++g)
+    for (size_t d = 0; d < dets.size(); ++d) {
+      const Box &a = gts[g], &b = dets[d];
+      const double inter = std::max(0.0, std::min(a.x2, b.x2) - std::max(a.x1, b.x1)) *
+                           std::max(0.0, std::min(a.y2, b.y2) - std::max(a.y1, b.y1));
+      const double iou = inter / ((a.x2 - a.x1) * (a.y2 - a.y1) + (b.x2 - b.x1) * (b.y2 - b.y1) - inter + 1e-7);
+      if (iou > iou_thres_) matches.push_back({g, static_cast<int64_t>(d), iou});
+    }
+  const auto keep_best = [&](bool per_detection) {
+    std::stable_sort(matches.begin(), matches.end(), [](const Match& a, const Match& b) { return a.iou > b.iou; });
+    std::vector<Match> kept;
+    for (const Match& m : matches)
+      if (std::none_of(kept.begin(), kept.end(), [&](const Match& k) { return per_detection ? k.det == m.det : k.gt == m.gt; }))
+        kept.push_back(m);
+    matches = kept;
+  };
+  keep_best(true);
+  keep_best(false);
+
+  const bool any = !matches.empty();
+  for (int64_t g = 0; g < M; ++g) {
+    const auto m = std::find_if(matches.begin(), matches.end(), [&](const Match& x) { return x.gt == g; });
+    const int64_t predicted = m != matches.end() ? dets[m->det].cls : nc_;
+    ++counts_[predicted * (nc_ + 1) + gts[g].cls];
+  }
+  if (!any) return;  // v7.0: background false positives only counted in images with some match
+  for (size_t d = 0; d < dets.size(); ++d)
+    if (std::none_of(matches.begin(), matches.end(), [&](const Match& x) { return x.det == static_cast<int64_t>(d); }))
+      ++counts_[dets[d].cls * (nc_ + 1) + nc_];
+}
+
+at::Tensor ConfusionMatrix::matrix() const {
+  return at::tensor(counts_, at::kLong).view({nc_ + 1, nc_ + 1});
+}
+
+void plot_confusion_matrix(const ConfusionMatrix& cm, const std::vector<std::string>& names, const std::string& path) {
+  const int64_t n = cm.nc() + 1;
+  std::vector<double> column_sum(n, 0.0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < n; ++c) column_sum[c] += static_cast<double>(cm.count(r, c));
+  cv::Mat img(kConfusionHeight, kConfusionWidth, CV_8UC3, kWhite);
+  const bool named = !names.empty() && names.size() < 99 && static_cast<int64_t>(names.size()) == cm.nc();
+  const int side = 1650, cell = side / static_cast<int>(n);
+  const cv::Rect grid(650, 250, cell * static_cast<int>(n), cell * static_cast<int>(n));
+  const double font = std::clamp(cell / 90.0, 0.5, 1.6), tick_font = cm.nc() < 50 ? 1.3 : 1.0;
+  double vmax = 0;
+  std::vector<double> value(n * n);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      value[r * n + c] = static_cast<double>(cm.count(r, c)) / (column_sum[c] + 1e-9);
+      vmax = std::max(vmax, value[r * n + c]);
+    }
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const double v = value[r * n + c];
+      if (v < 0.005) continue;  // blank, as upstream's NaN cells
+      const cv::Rect box(grid.x + static_cast<int>(c) * cell, grid.y + static_cast<int>(r) * cell, cell, cell);
+      const cv::Scalar colour = blues(vmax > 0 ? v / vmax : 0);
+      cv::rectangle(img, box, colour, cv::FILLED);
+      if (cm.nc() < 30)
+        centred_text(img, format("%.2f", v), {box.x + cell / 2, box.y + cell / 2}, font, false,
+                     v / std::max(vmax, 1e-9) > 0.5 ? kWhite : kBlack);
+    }
+  // Tick labels: names + background, or indices (seaborn's "auto" when there are too many to name).
+  const int every = named ? 1 : std::max<int>(1, static_cast<int>(n) / 20);
+  for (int64_t i = 0; i < n; i += every) {
+    const std::string label = named ? (i == cm.nc() ? "background" : names[i]) : std::to_string(i);
+    const int mid = static_cast<int>(i) * cell + cell / 2;
+    const cv::Size s = text_size(label, tick_font);
+    text(img, label, {grid.x - s.width - 20, grid.y + mid + s.height / 2}, tick_font);
+    centred_text(img, label, {grid.x + mid, grid.y + grid.height + 20 + s.width / 2}, tick_font, true);
+  }
+  centred_text(img, "True", {grid.x + grid.width / 2, kConfusionHeight - 60}, 2.0);
+  centred_text(img, "Predicted", {120, grid.y + grid.height / 2}, 2.0, true);
+  centred_text(img, "Confusion Matrix", {grid.x + grid.width / 2, grid.y - 90}, 2.2);
+  // Colour bar on the right, 0 .. vmax.
+  const cv::Rect bar(grid.x + grid.width + 80, grid.y, 70, grid.height);
+  for (int y = 0; y < bar.height; ++y)
+    cv::line(img, {bar.x, bar.y + y}, {bar.x + bar.width, bar.y + y}, blues(1.0 - static_cast<double>(y) / bar.height));
+  cv::rectangle(img, bar, kBlack, 2);
+  for (double t : ticks(0, std::max(vmax, 1e-9))) {
+    const int y = bar.y + bar.height - static_cast<int>(std::lround(t / std::max(vmax, 1e-9) * bar.height));
+    cv::line(img, {bar.x + bar.width, y}, {bar.x + bar.width + 12, y}, kBlack, 2);
+    text(img, format("%.1f", t), {bar.x + bar.width + 20, y + 15}, 1.2);
+  }
+  save(img, path);
+}
+
+// ---- PR and confidence curves -------------------------------------------------------------------------
+
+namespace {
+
+Axes curve_axes(const std::string& xlabel, const std::string& ylabel, cv::Mat& img) {
+  img = cv::Mat(kCurveHeight, kCurveWidth, CV_8UC3, kWhite);
+  Axes ax{cv::Rect(260, 110, 1250, 1200), 0, 1, 0, 1};
+  draw_axes(img, ax, xlabel, ylabel, "", 1.4);
+  return ax;
+}
+
+std::vector<double> row(const std::vector<double>& m, int64_t r, int64_t width) {
+  return std::vector<double>(m.begin() + r * width, m.begin() + (r + 1) * width);
+}
+
+}  // namespace
+
+void plot_pr_curve(const ApPerClass& m, const std::vector<std::string>& names, const std::string& path) {
+  if (!m.pr_curve.defined() || !m.px.defined()) fail(path, ": no PR curve to plot (ApPerClass without curves)");
+  cv::Mat img;
+  const Axes ax = curve_axes("Recall", "Precision", img);
+  const std::vector<double> px = rows_of(m.px), py = rows_of(m.pr_curve), ap = rows_of(m.ap);
+  const auto classes = rows_of(m.classes);
+  const int64_t nc = m.pr_curve.size(0), k = m.pr_curve.size(1), T = m.ap.dim() == 2 ? m.ap.size(1) : 1;
+  std::vector<LegendEntry> entries;
+  std::vector<double> mean(k, 0.0);
+  for (int64_t c = 0; c < nc; ++c) {
+    const auto y = row(py, c, k);
+    for (int64_t i = 0; i < k; ++i) mean[i] += y[i] / static_cast<double>(nc);
+    const bool few = nc < 21;
+    curve(img, ax, px, y, few ? tab10(c) : kGrey, few ? 2 : 1);
+    if (few)
+      entries.push_back({class_name(names, static_cast<int64_t>(classes[c])) + " " + format("%.3f", ap[c * T]), tab10(c), 3});
+  }
+  if (nc > 0) {
+    curve(img, ax, px, mean, kMeanBlue, 8);
+    entries.push_back({"all classes " + format("%.3f", m.map50) + " mAP@0.5", kMeanBlue, 8});
+  }
+  legend(img, ax, entries, 1.1);
+  centred_text(img, "Precision-Recall Curve", {ax.box.x + ax.box.width / 2, ax.box.y - 50}, 1.6);
+  save(img, path);
+}
+
+void plot_confidence_curve(const ApPerClass& m, CurveKind kind, const std::vector<std::string>& names,
+                           const std::string& path) {
+  const at::Tensor& t = kind == CurveKind::f1 ? m.f1_curve : kind == CurveKind::precision ? m.precision_curve : m.recall_curve;
+  const char* ylabel = kind == CurveKind::f1 ? "F1" : kind == CurveKind::precision ? "Precision" : "Recall";
+  if (!t.defined() || !m.px.defined()) fail(path, ": no ", ylabel, " curve to plot (ApPerClass without curves)");
+  cv::Mat img;
+  const Axes ax = curve_axes("Confidence", ylabel, img);
+  const std::vector<double> px = rows_of(m.px), py = rows_of(t);
+  const auto classes = rows_of(m.classes);
+  const int64_t nc = t.size(0), k = t.size(1);
+  std::vector<LegendEntry> entries;
+  std::vector<double> mean(k, 0.0);
+  for (int64_t c = 0; c < nc; ++c) {
+    const auto y = row(py, c, k);
+    for (int64_t i = 0; i < k; ++i) mean[i] += y[i] / static_cast<double>(nc);
+    const bool few = nc < 21;
+    curve(img, ax, px, y, few ? tab10(c) : kGrey, few ? 2 : 1);
+    if (few) entries.push_back({class_name(names, static_cast<int64_t>(classes[c])), tab10(c), 3});
+  }
+  if (nc > 0) {
+    const std::vector<double> smoothed = smooth(mean, 0.05);  // upstream plot_mc_curve: smooth(py.mean(0), 0.05)
+    const size_t best = std::max_element(smoothed.begin(), smoothed.end()) - smoothed.begin();
+    curve(img, ax, px, smoothed, kMeanBlue, 8);
+    entries.push_back({"all classes " + format("%.2f", smoothed[best]) + " at " + format("%.3f", px[best]), kMeanBlue, 8});
+  }
+  legend(img, ax, entries, 1.1);
+  centred_text(img, std::string(ylabel) + "-Confidence Curve", {ax.box.x + ax.box.width / 2, ax.box.y - 50}, 1.6);
+  save(img, path);
+}
+
+// ---- results.png ----------------------------------------------------------------------------------------
+
+void plot_results(const std::string& csv_path, const std::string& path) {
+  std::ifstream in(csv_path);
+  if (!in) fail(csv_path, ": cannot read");
+  const auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) {
+      const size_t a = cell.find_first_not_of(" \t\r"), b = cell.find_last_not_of(" \t\r");
+      cells.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+    }
+    return cells;
+  };
+  std::string line;
+  if (!std::getline(in, line)) fail(csv_path, ": empty results file");
+  const std::vector<std::string> header = split(line);
+  if (header.size() < 11) fail(csv_path, ": ", header.size(), " columns, a YOLOv5 results.csv has at least 11");
+  std::vector<std::vector<double>> columns(header.size());
+  for (int number = 2; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto cells = split(line);
+    if (cells.size() != header.size()) fail(csv_path, ":", number, ": ", cells.size(), " values for ", header.size(), " columns");
+    for (size_t i = 0; i < cells.size(); ++i) {
+      char* end = nullptr;
+      const double v = std::strtod(cells[i].c_str(), &end);
+      if (end == cells[i].c_str()) fail(csv_path, ":", number, ": '", cells[i], "' is not a number");
+      columns[i].push_back(v);
+    }
+  }
+  cv::Mat img(kResultsHeight, kResultsWidth, CV_8UC3, kWhite);
+  const int order[10] = {1, 2, 3, 4, 5, 8, 9, 10, 6, 7};  // upstream plot_results
+  const std::vector<double>& x = columns[0];
+  const int pw = kResultsWidth / 5, ph = kResultsHeight / 2;
+  for (int i = 0; i < 10; ++i) {
+    const std::vector<double>& y = columns[order[i]];
+    double lo = 0, hi = 1;
+    if (!y.empty()) {
+      lo = *std::min_element(y.begin(), y.end()), hi = *std::max_element(y.begin(), y.end());
+      const double pad = hi > lo ? (hi - lo) * 0.05 : std::max(std::abs(hi) * 0.05, 0.01);
+      lo -= pad, hi += pad;
+    }
+    const double xlo = x.empty() ? 0 : x.front(), xhi = x.empty() ? 1 : std::max(x.back(), x.front() + 1);
+    Axes ax{cv::Rect((i % 5) * pw + 120, (i / 5) * ph + 70, pw - 150, ph - 150), xlo, xhi, lo, hi};
+    draw_axes(img, ax, "", "", header[order[i]], 0.8);
+    curve(img, ax, x, y, tab10(0), 3);
+    for (size_t k = 0; k < y.size(); ++k) cv::circle(img, ax.map(x[k], y[k]), 5, tab10(0), cv::FILLED, cv::LINE_AA);
+    if (y.size() > 1) {
+      // dotted smoothing line: short dashes of the Gaussian-filtered curve
+      const std::vector<double> s = gaussian_filter1d(y, 3);
+      for (size_t k = 0; k + 1 < s.size(); ++k) {
+        const cv::Point a = ax.map(x[k], s[k]), b = ax.map(x[k + 1], s[k + 1]);
+        const double length = std::hypot(b.x - a.x, b.y - a.y);
+        for (double t = 0; t < length; t += 12)
+          cv::line(img, a + (b - a) * (t / length), a + (b - a) * (std::min(length, t + 5) / length), tab10(1), 3, cv::LINE_AA);
+      }
+    }
+    if (i == 1) legend(img, Axes{cv::Rect(ax.box.x + ax.box.width - 300, ax.box.y + 10, 0, 0), 0, 1, 0, 1},
+                       {{"results", tab10(0), 3}, {"smooth", tab10(1), 3}}, 0.7);
+  }
+  save(img, path);
+}
+
+}  // namespace kestrel::eval
