@@ -12,6 +12,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/eval/coco_eval.h"
+#include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/train/run_files.h"
@@ -24,7 +25,7 @@ struct ValOptions {
   int batch_size = 32, img_size = 640, workers = 8;
   double conf_thres = 0.001, iou_thres = 0.6;
   int max_det = 300;
-  bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false;
+  bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false, noplots = false;
 };
 
 void run_val(const ValOptions& o) {
@@ -64,14 +65,25 @@ void run_val(const ValOptions& o) {
   v.single_cls = o.single_cls;
   v.half = o.half;
   v.save_json = o.save_json || !o.coco_ann.empty();
+  eval::ConfusionMatrix confusion(nc);  // val.py's defaults: conf 0.25, IoU 0.45
+  if (!o.noplots) v.confusion = &confusion;
   const eval::ValidationResult r = eval::validate(*loaded.model, loader, *dataset, device, nc, v);
   const std::vector<std::string> names = o.single_cls ? std::vector<std::string>{"item"} : loaded.info.names;
   std::cout << eval::format_validation_table(r, names, o.verbose || nc < 50);
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%d, 3, %d, %d)\n",
               r.ms_per_image[0], r.ms_per_image[1], r.ms_per_image[2], o.batch_size, d.img_size, d.img_size);
+  if (!v.save_json && o.noplots) return;  // nothing to write: no run folder
+  const std::string dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
+  if (!o.noplots) {
+    const auto file = [&](const char* name) { return (std::filesystem::path(dir) / name).string(); };
+    eval::plot_confusion_matrix(confusion, names, file("confusion_matrix.png"));
+    eval::plot_pr_curve(r.metrics, names, file("PR_curve.png"));
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, names, file("F1_curve.png"));
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, names, file("P_curve.png"));
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, names, file("R_curve.png"));
+    std::cout << "Plots saved to " << dir << "\n";
+  }
   if (v.save_json) {
-    const std::string dir = train::make_run_dir(o.project, o.name, o.exist_ok);
-    std::filesystem::remove(std::filesystem::path(dir) / "weights");  // val runs have no weights folder
     const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(o.weights).stem().string() + "_predictions.json")).string();
     train::write_text_atomic(path, r.predictions.dump());
     std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
@@ -106,6 +118,7 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
   cmd->add_option("--name", o->name, "run name")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");
+  cmd->add_flag("--noplots", o->noplots, "do not write confusion_matrix.png and the PR/F1/P/R curves");
   cmd->callback([o] { run_val(*o); });
 }
 

@@ -53,14 +53,14 @@ cv::Size text_size(const std::string& s, double scale, int thickness = 2) {
 // Text centred on `centre`, optionally rotated 90 degrees counter-clockwise (y-axis labels): Hershey text
 // is horizontal only, so it is drawn on its own patch and the patch rotated.
 void centred_text(cv::Mat& img, const std::string& s, cv::Point centre, double scale, bool vertical = false,
-                  const cv::Scalar& colour = kBlack) {
-  const cv::Size size = text_size(s, scale);
+                  const cv::Scalar& colour = kBlack, int thickness = 2) {
+  const cv::Size size = text_size(s, scale, thickness);
   if (!vertical) {
-    text(img, s, {centre.x - size.width / 2, centre.y + size.height / 2}, scale, colour);
+    text(img, s, {centre.x - size.width / 2, centre.y + size.height / 2}, scale, colour, thickness);
     return;
   }
   cv::Mat patch(size.height * 2, size.width + 4, CV_8UC3, kWhite);
-  text(patch, s, {2, size.height * 3 / 2}, scale, colour);
+  text(patch, s, {2, size.height * 3 / 2}, scale, colour, thickness);
   cv::Mat rotated;
   cv::rotate(patch, rotated, cv::ROTATE_90_COUNTERCLOCKWISE);
   cv::Rect where(centre.x - rotated.cols / 2, centre.y - rotated.rows / 2, rotated.cols, rotated.rows);
@@ -292,7 +292,8 @@ void plot_confusion_matrix(const ConfusionMatrix& cm, const std::vector<std::str
   const bool named = !names.empty() && names.size() < 99 && static_cast<int64_t>(names.size()) == cm.nc();
   const int side = 1650, cell = side / static_cast<int>(n);
   const cv::Rect grid(650, 250, cell * static_cast<int>(n), cell * static_cast<int>(n));
-  const double font = std::clamp(cell / 90.0, 0.5, 1.6), tick_font = cm.nc() < 50 ? 1.3 : 1.0;
+  // Tick labels shrink with the cells so that 80 names stay readable (seaborn's font_scale 0.8 for nc >= 50).
+  const double font = std::clamp(cell / 90.0, 0.5, 1.6), tick_font = std::clamp(cell * 0.033, 0.45, 1.3);
   double vmax = 0;
   std::vector<double> value(n * n);
   for (int64_t r = 0; r < n; ++r)
@@ -316,9 +317,10 @@ void plot_confusion_matrix(const ConfusionMatrix& cm, const std::vector<std::str
   for (int64_t i = 0; i < n; i += every) {
     const std::string label = named ? (i == cm.nc() ? "background" : names[i]) : std::to_string(i);
     const int mid = static_cast<int>(i) * cell + cell / 2;
-    const cv::Size s = text_size(label, tick_font);
-    text(img, label, {grid.x - s.width - 20, grid.y + mid + s.height / 2}, tick_font);
-    centred_text(img, label, {grid.x + mid, grid.y + grid.height + 20 + s.width / 2}, tick_font, true);
+    const int thickness = tick_font < 0.8 ? 1 : 2;
+    const cv::Size s = text_size(label, tick_font, thickness);
+    text(img, label, {grid.x - s.width - 20, grid.y + mid + s.height / 2}, tick_font, kBlack, thickness);
+    centred_text(img, label, {grid.x + mid, grid.y + grid.height + 20 + s.width / 2}, tick_font, true, kBlack, thickness);
   }
   centred_text(img, "True", {grid.x + grid.width / 2, kConfusionHeight - 60}, 2.0);
   centred_text(img, "Predicted", {120, grid.y + grid.height / 2}, 2.0, true);

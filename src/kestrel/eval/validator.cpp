@@ -11,6 +11,7 @@
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
+#include "kestrel/eval/plots.h"
 
 namespace kestrel::eval {
 namespace {
@@ -104,6 +105,8 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
       }
       if (pred.size(0) == 0) {
         if (labels.size(0) == 0) continue;  // val.py: nothing to count
+        // val.py's detections=None: only the label classes count (all missed), so the boxes may stay normalised.
+        if (options.confusion) options.confusion->process_batch(at::Tensor(), labels);
         correct.push_back(at::zeros({0, iou_thresholds.size(0)}, at::kBool));
         conf.push_back(at::zeros({0}));
         pred_cls.push_back(at::zeros({0}));
@@ -116,6 +119,9 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
       const at::Tensor half_wh = labels.slice(1, 3, 5) * at::tensor({w / 2, h / 2}, at::kFloat);
       const at::Tensor gt_boxes = to_original(at::cat({cxcy - half_wh, cxcy + half_wh}, 1), meta);
       correct.push_back(match_predictions(pred_boxes, pred.select(1, 5), gt_boxes, tcls.to(at::kFloat), iou_thresholds));
+      if (options.confusion && labels.size(0) > 0)  // val.py: only images with labels
+        options.confusion->process_batch(at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1),
+                                         at::cat({tcls.to(gt_boxes.dtype()).unsqueeze(1), gt_boxes}, 1));
       conf.push_back(pred.select(1, 4));
       pred_cls.push_back(pred.select(1, 5));
       target_cls.push_back(tcls);

@@ -20,6 +20,8 @@
 
 namespace kestrel::eval {
 
+class ConfusionMatrix;  // eval/plots.h
+
 struct ValidationOptions {
   NmsOptions nms = [] {
     NmsOptions o;
@@ -33,6 +35,9 @@ struct ValidationOptions {
   bool half = false;                    // fp16 autocast on CUDA (val.py --half; training validates in fp16)
   bool save_json = false;               // collect COCO-format predictions
   std::vector<int> coco_category_ids;   // class index -> category id in JSON (empty: the class index)
+  // When set, every image with labels is added to it as val.py does for confusion_matrix.png
+  // (predictions and labels in original-image pixels; its nc must be the validation's).
+  ConfusionMatrix* confusion = nullptr;
 };
 
 // The loss to report on the validation set: raw levels, targets, mask -> [3] (box, obj, cls) items.
