@@ -50,6 +50,8 @@ void plot_confusion_matrix(const ConfusionMatrix& cm, const std::vector<std::str
 
 // PR_curve.png: precision against recall at IoU 0.5 per class (grey when 21 classes or more, named
 // otherwise) and their mean, labelled "all classes 0.xxx mAP@0.5". `names` is indexed by class id.
+// The mean curve averages every class with targets; upstream's averages only those with predictions
+// (its py skips the others), so the two differ when a class was never predicted. The label is the same.
 void plot_pr_curve(const ApPerClass& m, const std::vector<std::string>& names, const std::string& path);
 
 enum class CurveKind { f1, precision, recall };
