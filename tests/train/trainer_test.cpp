@@ -75,6 +75,12 @@ TEST(Trainer, Yolov5nMemorisesFourImages) {
   EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / "results.csv"));
   EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / "hyp.yaml"));
   EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / "opt.yaml"));
+  for (const char* chart : {"results.png", "confusion_matrix.png", "PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png"})
+    EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / chart)) << chart;
+  bool events = false;
+  for (const auto& entry : fs::directory_iterator(r.save_dir))
+    events = events || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_TRUE(events) << "no TensorBoard event file in " << r.save_dir;
 }
 
 TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {

@@ -26,6 +26,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
+#include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/loss/ota_loss.h"
 #include "kestrel/loss/yolo_loss.h"
@@ -552,9 +553,20 @@ TrainResult train(const TrainOptions& requested) {
     best.model->to(device);
     eval::ValidationOptions v;
     v.single_cls = o.single_cls;
+    eval::ConfusionMatrix confusion(nc);
+    v.confusion = &confusion;
     const eval::ValidationResult r = eval::validate(*best.model, *val_data.loader, *val_data.dataset, device, nc, v);
     std::cout << "\nValidating " << result.best << "...\n" << eval::format_validation_table(r, names, true);
+    // Upstream's end-of-training charts (val.py with plots=True on best.pt, and plot_results).
+    const fs::path dir(save_dir);
+    eval::plot_confusion_matrix(confusion, names, (dir / "confusion_matrix.png").string());
+    eval::plot_pr_curve(r.metrics, names, (dir / "PR_curve.png").string());
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, names, (dir / "F1_curve.png").string());
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, names, (dir / "P_curve.png").string());
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, names, (dir / "R_curve.png").string());
   }
+  if (!result.interrupted && fs::exists(results.path()))
+    eval::plot_results(results.path(), (fs::path(save_dir) / "results.png").string());
   std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
   return result;
 }
