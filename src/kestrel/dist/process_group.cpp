@@ -1,0 +1,315 @@
+#include "kestrel/dist/process_group.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/generated/variable_factories.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/nn/module.h>
+
+// Gloo's own headers are not in the torch wheel (its implementation is, inside libtorch_cpu); the
+// Debian/Ubuntu package libgloo-dev provides them. Without them this build has no CPU backend.
+#if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
+#define KESTREL_HAVE_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if defined(KESTREL_WITH_CUDA) && defined(USE_C10D_NCCL) && __has_include(<nccl.h>)
+#define KESTREL_HAVE_NCCL 1
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::dist {
+namespace {
+
+const char* env_or_null(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+int env_int(const char* name, int fallback, int min_value, int max_value) {
+  const char* v = env_or_null(name);
+  if (v == nullptr) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < min_value || x > max_value)
+    fail("environment variable ", name, "=\"", v, "\": expected an integer in [", min_value, ", ", max_value, "]");
+  return static_cast<int>(x);
+}
+
+// The rendezvous of the process group failed: name who is missing and where.
+[[noreturn]] void fail_join(const std::string& where, int rank, int world_size, std::chrono::seconds timeout,
+                            const std::string& detail) {
+  std::string missing = rank == 0 ? (world_size == 2 ? std::string("rank 1") : cat("ranks 1..", world_size - 1))
+                                  : std::string("rank 0 (or another rank)");
+  fail("distributed: rank ", rank, " of ", world_size, ": ", missing, " did not join within ", timeout.count(),
+       " s at ", where, " (", detail, ")");
+}
+
+std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace
+
+DistEnv read_env() {
+  DistEnv env;
+  env.world_size = env_int("WORLD_SIZE", 1, 1, 1 << 20);
+  env.rank = env_int("RANK", 0, 0, env.world_size - 1);
+  env.local_rank = env_int("LOCAL_RANK", env.rank, 0, env.world_size - 1);
+  if (env.world_size == 1) return env;
+  if (env_or_null("RANK") == nullptr) fail("environment variable WORLD_SIZE=", env.world_size, " but RANK is not set");
+  const char* addr = env_or_null("MASTER_ADDR");
+  if (addr == nullptr) fail("environment variable MASTER_ADDR is not set (WORLD_SIZE=", env.world_size, ")");
+  env.master_addr = addr;
+  if (env_or_null("MASTER_PORT") == nullptr) fail("environment variable MASTER_PORT is not set (WORLD_SIZE=", env.world_size, ")");
+  env.master_port = env_int("MASTER_PORT", 0, 1, 65535);
+  const char* agent = env_or_null("TORCHELASTIC_USE_AGENT_STORE");
+  env.agent_store = agent != nullptr && std::string(agent) == "True";
+  env.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, std::numeric_limits<int>::max());
+  return env;
+}
+
+bool backend_available(const c10::Device& device) {
+  if (device.is_cuda()) {
+#ifdef KESTREL_HAVE_NCCL
+    return true;
+#else
+    return false;
+#endif
+  }
+#ifdef KESTREL_HAVE_GLOO
+  return device.is_cpu();
+#else
+  return false;
+#endif
+}
+
+DistContext init_with_store(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size, int local_rank,
+                            const c10::Device& device, std::chrono::seconds timeout) {
+  DistContext ctx;
+  ctx.rank = rank;
+  ctx.world_size = world_size;
+  ctx.local_rank = local_rank;
+  ctx.enabled = world_size > 1;
+  if (!ctx.enabled) return ctx;
+  if (rank < 0 || rank >= world_size) fail("distributed: rank ", rank, " outside world size ", world_size);
+  store->setTimeout(timeout);
+  const auto op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  if (device.is_cuda()) {
+#ifdef KESTREL_HAVE_NCCL
+    c10::cuda::set_device(device.has_index() ? device.index() : static_cast<c10::DeviceIndex>(local_rank));
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = op_timeout;
+    // NCCL communicators are created lazily at the first collective; the store exchange happens then.
+    ctx.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
+    return ctx;
+#else
+    fail("distributed: device ", device.str(), " needs NCCL, but this kestrel build has no NCCL support "
+         "(configure with KESTREL_WITH_CUDA=ON and NCCL headers)");
+#endif
+  }
+  if (!device.is_cpu()) fail("distributed: no process-group backend for device ", device.str());
+#ifdef KESTREL_HAVE_GLOO
+  auto options = c10d::ProcessGroupGloo::Options::create(op_timeout);
+  const char* ifname = env_or_null("GLOO_SOCKET_IFNAME");
+  const char* addr = env_or_null("MASTER_ADDR");
+  const bool loopback = addr == nullptr || std::string(addr) == "127.0.0.1" || std::string(addr) == "localhost";
+  try {
+    if (ifname != nullptr) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else if (loopback) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  } catch (const std::exception& e) {
+    fail("distributed: cannot open a Gloo network device", ifname ? cat(" on interface GLOO_SOCKET_IFNAME=", ifname) : "",
+         ": ", first_line(e.what()));
+  }
+  options->threads = 2;
+  try {
+    // The constructor connects to every other rank through the store (full mesh); it throws after
+    // `timeout` when a rank never publishes its address.
+    ctx.group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
+  } catch (const std::exception& e) {
+    fail_join("the Gloo rendezvous", rank, world_size, timeout, first_line(e.what()));
+  }
+  return ctx;
+#else
+  fail("distributed: CPU training on several processes needs Gloo, and this kestrel build has no Gloo headers "
+       "(install libgloo-dev and rebuild)");
+#endif
+}
+
+DistContext init(const DistEnv& env, const c10::Device& device, std::chrono::seconds timeout) {
+  if (env.world_size <= 1) {
+    DistContext ctx;
+    ctx.local_rank = env.local_rank;
+    return ctx;
+  }
+  if (!backend_available(device))
+    fail("distributed: WORLD_SIZE=", env.world_size, " on device ", device.str(), ", but this kestrel build has no ",
+         device.is_cuda() ? "NCCL support (configure with KESTREL_WITH_CUDA=ON and NCCL headers)"
+                          : "Gloo support (install libgloo-dev and rebuild)");
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = env.rank == 0 && !env.agent_store;
+  o.numWorkers = env.world_size;
+  o.waitWorkers = !env.agent_store;
+  o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  o.multiTenant = true;
+  const std::string where = cat("MASTER_ADDR:MASTER_PORT=", env.master_addr, ":", env.master_port);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  } catch (const std::exception& e) {
+    const std::string what = first_line(e.what());
+    if (o.isServer && (what.find("in use") != std::string::npos || what.find("bind") != std::string::npos))
+      fail("distributed: rank 0 cannot host the store at ", where, ": ", what,
+           " (another job on this port? under torchrun set TORCHELASTIC_USE_AGENT_STORE=True)");
+    if (o.isServer) fail_join(cat("the TCP store ", where), env.rank, env.world_size, timeout, what);
+    fail("distributed: rank ", env.rank, " of ", env.world_size, " could not reach the store at ", where,
+         " within ", timeout.count(), " s (is rank 0 running, MASTER_ADDR reachable?): ", what);
+  }
+  if (env.agent_store) store = c10::make_intrusive<c10d::PrefixStore>(cat("/worker/attempt_", env.restart_count), store);
+  return init_with_store(store, env.rank, env.world_size, env.local_rank, device, timeout);
+}
+
+DistContext init_from_env(const c10::Device& device, std::chrono::seconds timeout) {
+  return init(read_env(), device, timeout);
+}
+
+void broadcast_tensors(const std::vector<at::Tensor>& tensors, const DistContext& ctx, int root) {
+  if (!ctx.enabled || tensors.empty()) return;
+  torch::NoGradGuard no_grad;
+  // Gloo and NCCL broadcast one tensor per call here; group by dtype into flat buffers to keep the
+  // number of collectives small.
+  std::vector<std::vector<size_t>> groups;
+  std::vector<at::ScalarType> dtypes;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].defined() || tensors[i].numel() == 0) continue;
+    const auto dt = tensors[i].scalar_type();
+    size_t g = 0;
+    while (g < dtypes.size() && (dtypes[g] != dt || tensors[groups[g][0]].device() != tensors[i].device())) ++g;
+    if (g == dtypes.size()) {
+      dtypes.push_back(dt);
+      groups.emplace_back();
+    }
+    groups[g].push_back(i);
+  }
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  for (const auto& g : groups) {
+    std::vector<at::Tensor> flat_parts;
+    flat_parts.reserve(g.size());
+    for (size_t i : g) flat_parts.push_back(tensors[i].reshape(-1));
+    std::vector<at::Tensor> buf{at::cat(flat_parts)};
+    ctx.group->broadcast(buf, opts)->wait();
+    int64_t off = 0;
+    for (size_t i : g) {
+      const int64_t n = tensors[i].numel();
+      tensors[i].copy_(buf[0].narrow(0, off, n).view(tensors[i].sizes()));
+      off += n;
+    }
+  }
+}
+
+void broadcast_module(torch::nn::Module& module, const DistContext& ctx) {
+  if (!ctx.enabled) return;
+  std::vector<at::Tensor> all;
+  for (const auto& p : module.parameters()) all.push_back(p);
+  for (const auto& b : module.buffers()) all.push_back(b);
+  broadcast_tensors(all, ctx, 0);
+}
+
+bool any_rank(bool flag, const DistContext& ctx) {
+  if (!ctx.enabled) return flag;
+  // A one-element tensor on the group's device type (NCCL needs CUDA tensors).
+  const bool cuda = ctx.group->getBackendName() == "nccl";
+  at::Tensor t = at::full({1}, flag ? 1.0f : 0.0f,
+                          at::TensorOptions().dtype(at::kFloat).device(cuda ? at::Device(at::kCUDA, ctx.local_rank) : at::Device(at::kCPU)));
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MAX;
+  ctx.group->allreduce(v, opts)->wait();
+  return v[0].item<float>() > 0.5f;
+}
+
+void barrier(const DistContext& ctx) {
+  if (!ctx.enabled) return;
+  ctx.group->barrier()->wait();
+}
+
+GradientReducer::GradientReducer(std::vector<at::Tensor> params, DistContext ctx, double bucket_mb)
+    : params_(std::move(params)), ctx_(std::move(ctx)) {
+  if (!ctx_.enabled) return;
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024.0 * 1024.0));
+  Bucket cur;
+  int64_t cur_bytes = 0, cur_numel = 0;
+  auto close = [&]() {
+    if (cur.params.empty()) return;
+    const auto& p0 = params_[cur.params[0]];
+    cur.flat = at::zeros({cur_numel}, p0.options().requires_grad(false));
+    bucket_numel_.push_back(static_cast<size_t>(cur_numel));
+    buckets_.push_back(std::move(cur));
+    cur = Bucket();
+    cur_bytes = cur_numel = 0;
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
+    if (!cur.params.empty()) {
+      const auto& p0 = params_[cur.params[0]];
+      if (p0.scalar_type() != p.scalar_type() || p0.device() != p.device() ||
+          cur_bytes + static_cast<int64_t>(p.nbytes()) > cap)
+        close();
+    }
+    cur.params.push_back(i);
+    cur.offsets.push_back(cur_numel);
+    cur_numel += p.numel();
+    cur_bytes += static_cast<int64_t>(p.nbytes());
+  }
+  close();
+}
+
+void GradientReducer::reduce() {
+  if (!ctx_.enabled) return;
+  torch::NoGradGuard no_grad;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::vector<at::Tensor>> bufs(buckets_.size());
+  works.reserve(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bk = buckets_[b];
+    for (size_t j = 0; j < bk.params.size(); ++j) {
+      const at::Tensor& p = params_[bk.params[j]];
+      at::Tensor slot = bk.flat.narrow(0, bk.offsets[j], p.numel()).view(p.sizes());
+      const at::Tensor& g = p.grad();
+      if (g.defined()) slot.copy_(g);  // copy_ handles channels-last / strided gradients
+      else slot.zero_();
+    }
+    bufs[b] = {bk.flat};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    works.push_back(ctx_.group->allreduce(bufs[b], opts));
+  }
+  const double inv = 1.0 / ctx_.world_size;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    works[b]->wait();
+    Bucket& bk = buckets_[b];
+    bk.flat.mul_(inv);
+    for (size_t j = 0; j < bk.params.size(); ++j) {
+      at::Tensor& p = params_[bk.params[j]];
+      at::Tensor slot = bk.flat.narrow(0, bk.offsets[j], p.numel()).view(p.sizes());
+      if (p.grad().defined()) p.mutable_grad().copy_(slot);
+      else p.mutable_grad() = slot.clone(p.suggest_memory_format());
+    }
+  }
+}
+
+}  // namespace kestrel::dist

@@ -1,0 +1,296 @@
+// Data parallel over c10d with Gloo on CPU: each rank is a thread of this test with its own process
+// group over a shared FileStore (or the TCPStore of init()). Checks the initial broadcast, that
+// bucketed gradient averaging over 2 ranks with loss x world_size equals one process accumulating
+// the two half-batches, and that a missing rank is a clear error after the timeout, not a hang.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/optim/sgd.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/dist/process_group.h"
+#include "kestrel/loss/yolo_loss.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/yolo_model.h"
+#include "test_support.h"
+
+namespace kestrel::dist {
+namespace {
+
+using namespace std::chrono_literals;
+
+const c10::Device kCpu(c10::kCPU);
+
+// Runs fn(rank) on `world` threads; rethrows the first failure after all have finished.
+void run_ranks(int world, const std::function<void(int)>& fn) {
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+DistContext file_group(const std::string& path, int rank, int world, std::chrono::seconds timeout = 30s) {
+  auto store = c10::make_intrusive<c10d::FileStore>(path, world);
+  return init_with_store(store, rank, world, rank, kCpu, timeout);
+}
+
+std::shared_ptr<models::YoloModel> yolov5n() {
+  return models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+}
+
+void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
+  torch::NoGradGuard g;
+  auto pf = from.parameters(), pt = to.parameters();
+  for (size_t i = 0; i < pf.size(); ++i) pt[i].copy_(pf[i]);
+  auto bf = from.buffers(), bt = to.buffers();
+  for (size_t i = 0; i < bf.size(); ++i) bt[i].copy_(bf[i]);
+}
+
+// ||a - b|| <= tol ||b|| (+ a floor for all-zero tensors).
+::testing::AssertionResult close_rel(const at::Tensor& a, const at::Tensor& b, double tol) {
+  const double diff = (a - b).norm().item<double>(), ref = b.norm().item<double>();
+  if (diff <= tol * ref + 1e-12) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "relative difference " << diff / std::max(ref, 1e-30) << " (|b| " << ref << ")";
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Sets environment variables for one test and restores them afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::vector<std::pair<std::string, std::string>> vars) {
+    for (auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      saved_.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+      if (v.empty()) ::unsetenv(k.c_str());
+      else ::setenv(k.c_str(), v.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (auto& [k, v] : saved_) {
+      if (v) ::setenv(k.c_str(), v->c_str(), 1);
+      else ::unsetenv(k.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(DistEnv, SingleProcessWithoutVariables) {
+  ScopedEnv env({{"WORLD_SIZE", ""}, {"RANK", ""}, {"LOCAL_RANK", ""}});
+  const DistContext ctx = init_from_env(kCpu, 5s);
+  EXPECT_FALSE(ctx.enabled);
+  EXPECT_EQ(ctx.world_size, 1);
+  EXPECT_EQ(ctx.rank, 0);
+}
+
+TEST(DistEnv, BadVariablesAreNamed) {
+  auto message = [](std::vector<std::pair<std::string, std::string>> vars) {
+    ScopedEnv env(std::move(vars));
+    try {
+      (void)read_env();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({{"WORLD_SIZE", "two"}}).find("WORLD_SIZE=\"two\""), std::string::npos);
+  EXPECT_NE(message({{"WORLD_SIZE", "2"}, {"RANK", "2"}}).find("RANK=\"2\""), std::string::npos);
+  EXPECT_NE(message({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", ""}}).find("MASTER_ADDR"), std::string::npos);
+  EXPECT_NE(message({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "99999"}})
+                .find("MASTER_PORT"),
+            std::string::npos);
+  ScopedEnv env({{"WORLD_SIZE", "4"}, {"RANK", "3"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"},
+                 {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  const DistEnv e = read_env();
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.master_addr, "10.0.0.1");
+  EXPECT_EQ(e.master_port, 29500);
+  EXPECT_TRUE(e.agent_store);
+  EXPECT_EQ(e.restart_count, 2);
+}
+
+class DistGloo : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!backend_available(kCpu)) GTEST_SKIP() << "this build has no Gloo headers (libgloo-dev)";
+  }
+  test::TempDir dir;
+};
+
+TEST_F(DistGloo, BroadcastMakesRank1EqualRank0) {
+  torch::manual_seed(1);
+  auto m0 = yolov5n();
+  torch::manual_seed(2);
+  auto m1 = yolov5n();
+  {
+    torch::NoGradGuard g;
+    for (auto& b : m1->buffers())
+      if (at::isFloatingType(b.scalar_type())) b.add_(0.5);  // BN running stats differ too
+  }
+  ASSERT_FALSE(at::equal(m0->parameters()[0], m1->parameters()[0]));
+  std::vector<at::Tensor> before0;
+  for (auto& p : m0->parameters()) before0.push_back(p.clone());
+  run_ranks(2, [&](int rank) {
+    const DistContext ctx = file_group(dir.file("store"), rank, 2);
+    EXPECT_TRUE(ctx.enabled);
+    broadcast_module(rank == 0 ? *m0 : *m1, ctx);
+  });
+  auto p0 = m0->parameters(), p1 = m1->parameters();
+  for (size_t i = 0; i < p0.size(); ++i) {
+    EXPECT_TRUE(at::equal(p0[i], p1[i])) << "parameter " << i;
+    EXPECT_TRUE(at::equal(p0[i], before0[i])) << "rank 0 changed parameter " << i;
+  }
+  auto b0 = m0->buffers(), b1 = m1->buffers();
+  for (size_t i = 0; i < b0.size(); ++i) EXPECT_TRUE(at::equal(b0[i], b1[i])) << "buffer " << i;
+}
+
+// Upstream DDP convention: each rank's loss x WORLD_SIZE, gradients averaged by the all-reduce
+// == one process summing the gradients of the same half-batches (BN sees the same halves in both).
+TEST_F(DistGloo, GradientAveragingEqualsSingleProcessAccumulation) {
+  constexpr int kWorld = 2;
+  torch::manual_seed(0);
+  auto reference = yolov5n();
+  torch::manual_seed(3);
+  const at::Tensor images = at::rand({4, 3, 64, 64});
+  // targets [B, M, 5] (class, x, y, w, h normalised), two slots per image, the second padding on odd images.
+  at::Tensor targets = at::zeros({4, 2, 5});
+  targets.select(-1, 0).copy_(at::randint(0, 3, {4, 2}));
+  targets.narrow(-1, 1, 2).copy_(at::rand({4, 2, 2}) * 0.6 + 0.2);
+  targets.narrow(-1, 3, 2).copy_(at::rand({4, 2, 2}) * 0.3 + 0.1);
+  const at::Tensor mask = at::tensor({1, 1, 1, 0, 1, 1, 1, 0}).to(at::kBool).view({4, 2});
+  const loss::YoloLoss criterion(reference->head(), loss::LossOptions{}, 64);
+  auto half = [&](const at::Tensor& t, int r) { return t.narrow(0, 2 * r, 2); };
+
+  std::vector<std::shared_ptr<models::YoloModel>> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    torch::manual_seed(10 + r);  // different until the broadcast
+    ranks.push_back(yolov5n());
+  }
+  copy_state(*reference, *ranks[0]);
+
+  // One process: both halves one after the other, gradients summed; then one SGD step.
+  reference->train();
+  for (int r = 0; r < kWorld; ++r) {
+    const auto res = criterion(reference->forward(half(images, r)), half(targets, r), half(mask, r));
+    res.total.backward();
+  }
+  torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).nesterov(true));
+  std::vector<at::Tensor> ref_grads;
+  for (auto& p : reference->parameters()) ref_grads.push_back(p.grad().clone());
+  ref_opt.step();
+
+  size_t buckets = 0;
+  run_ranks(kWorld, [&](int rank) {
+    const DistContext ctx = file_group(dir.file("store"), rank, kWorld);
+    auto& model = *ranks[rank];
+    broadcast_module(model, ctx);
+    model.train();
+    GradientReducer reducer(model.parameters(), ctx, /*bucket_mb=*/1.0);  // several buckets
+    if (rank == 0) buckets = reducer.num_buckets();
+    const auto res = criterion(model.forward(half(images, rank)), half(targets, rank), half(mask, rank));
+    (res.total * ctx.world_size).backward();
+    // Not vacuous: before the all-reduce this rank's gradient is not the reference's.
+    EXPECT_GT((model.parameters().back().grad() - ref_grads.back()).norm().item<double>(),
+              1e-3 * ref_grads.back().norm().item<double>());
+    reducer.reduce();
+    torch::optim::SGD opt(model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).nesterov(true));
+    opt.step();
+  });
+  EXPECT_GT(buckets, 1u);
+
+  const auto pref = reference->parameters();
+  for (int r = 0; r < kWorld; ++r) {
+    const auto p = ranks[r]->parameters();
+    ASSERT_EQ(p.size(), pref.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      EXPECT_TRUE(close_rel(p[i].grad(), ref_grads[i], 1e-5)) << "rank " << r << " gradient of parameter " << i;
+      EXPECT_TRUE(close_rel(p[i], pref[i], 1e-5)) << "rank " << r << " parameter " << i << " after SGD";
+    }
+  }
+  // And the ranks agree exactly with each other (same averaged gradient, same step).
+  for (size_t i = 0; i < pref.size(); ++i)
+    EXPECT_TRUE(at::equal(ranks[0]->parameters()[i], ranks[1]->parameters()[i])) << "parameter " << i;
+}
+
+TEST_F(DistGloo, MissingRankIsAClearErrorNotAHang) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)file_group(dir.file("store"), 0, 2, 3s);
+    FAIL() << "rank 0 joined a 2-rank group alone";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 did not join within 3 s"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+TEST_F(DistGloo, TcpStoreRendezvousAndMissingRank) {
+  DistEnv env;
+  env.world_size = 2;
+  env.master_addr = "127.0.0.1";
+  env.master_port = free_port();
+  // Both ranks through the real path: rank 0 hosts the TCPStore, rank 1 connects; then an all-reduce.
+  std::vector<bool> stop(2);
+  run_ranks(2, [&](int rank) {
+    DistEnv e = env;
+    e.rank = e.local_rank = rank;
+    const DistContext ctx = init(e, kCpu, 30s);
+    stop[rank] = any_rank(rank == 1, ctx);
+    std::vector<at::Tensor> t{at::full({3}, float(rank + 1))};
+    GradientReducer none({}, ctx);  // no parameters: nothing to do
+    none.reduce();
+    barrier(ctx);
+  });
+  EXPECT_TRUE(stop[0]);
+  EXPECT_TRUE(stop[1]);
+
+  // Rank 0 alone: the store's server waits for rank 1 and gives up after the timeout.
+  env.master_port = free_port();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)init(env, kCpu, 3s);
+    FAIL() << "rank 0 joined a 2-rank group alone";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 did not join within 3 s"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+}  // namespace
+}  // namespace kestrel::dist
