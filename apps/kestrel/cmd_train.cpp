@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "kestrel/dist/launcher.h"
 #include "kestrel/train/trainer.h"
 
 namespace kestrel::app {
@@ -50,7 +51,20 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--min-warmup-iters", o->min_warmup_iterations,
                   "warm-up lasts at least this many iterations (-1: 100, or 1000 for YOLOv7 recipes)")->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "no per-iteration progress line");
-  cmd->callback([o] { train::train(*o); });
+  auto nproc = std::make_shared<int>(1);
+  cmd->add_option("--nproc-per-node", *nproc,
+                  "data-parallel processes on this node (runs this command N times with RANK, WORLD_SIZE, "
+                  "MASTER_ADDR/PORT set, as torchrun --nproc-per-node; --batch-size stays the total batch)")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->callback([o, nproc] {
+    // The launcher re-executes this command line; the workers see WORLD_SIZE and train.
+    if (*nproc > 1 && !dist::launched_worker()) {
+      const int code = dist::launch_local(*nproc, dist::own_command_line());
+      if (code != 0) throw CLI::RuntimeError(code);
+      return;
+    }
+    train::train(*o);
+  });
 }
 
 }  // namespace kestrel::app

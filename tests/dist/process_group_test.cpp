@@ -20,6 +20,7 @@
 #include <torch/optim/sgd.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/dist/launcher.h"
 #include "kestrel/dist/process_group.h"
 #include "kestrel/loss/yolo_loss.h"
 #include "kestrel/models/model_config.h"
@@ -290,6 +291,37 @@ TEST_F(DistGloo, TcpStoreRendezvousAndMissingRank) {
     EXPECT_NE(std::string(e.what()).find("127.0.0.1:"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+// Launched by DistLauncher.* (this test binary re-executed per rank): rank 1 exits with 3 after
+// checking its environment; others exit 0. Skipped in a normal test run.
+TEST(DistLauncherChild, ExitWithRankCode) {
+  const char* mode = std::getenv("KESTREL_LAUNCHER_TEST");
+  if (mode == nullptr) GTEST_SKIP() << "only runs under DistLauncher tests";
+  const DistEnv e = read_env();
+  const bool env_ok = e.world_size == 2 && e.local_rank == e.rank && e.master_addr == "127.0.0.1" && e.master_port > 0;
+  if (!env_ok) std::_Exit(9);
+  if (std::string(mode) == "fail" && e.rank == 1) std::_Exit(3);
+  if (std::string(mode) == "hang" && e.rank == 0) {
+    std::this_thread::sleep_for(60s);  // stopped by the launcher when rank 1 fails
+  }
+  if (std::string(mode) == "hang" && e.rank == 1) std::_Exit(4);
+  std::_Exit(0);
+}
+
+int launch_child(const std::string& mode) {
+  ScopedEnv env({{"KESTREL_LAUNCHER_TEST", mode}, {"WORLD_SIZE", ""}, {"MASTER_PORT", ""}});
+  return launch_local(2, {"kestrel_tests", "--gtest_filter=DistLauncherChild.ExitWithRankCode"});
+}
+
+TEST(DistLauncher, AllRanksSucceed) { EXPECT_EQ(launch_child("ok"), 0); }
+
+TEST(DistLauncher, ReturnsTheFailingRanksExitCode) { EXPECT_EQ(launch_child("fail"), 3); }
+
+TEST(DistLauncher, StopsTheOthersWhenOneFails) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(launch_child("hang"), 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+#include "kestrel/dist/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::dist {
+namespace {
+
+std::atomic<int> g_forward_signal{0};
+
+void on_signal(int sig) { g_forward_signal.store(sig); }
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) fail("launcher: cannot open a socket to find a free port: ", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    fail("launcher: cannot find a free port on 127.0.0.1: ", std::strerror(errno));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+bool launched_worker() {
+  const char* ws = std::getenv("WORLD_SIZE");
+  return ws != nullptr && *ws != '\0';
+}
+
+std::vector<std::string> own_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  if (!in) fail("launcher: cannot read /proc/self/cmdline");
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t start = 0;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i] == '\0') {
+      args.push_back(all.substr(start, i - start));
+      start = i + 1;
+    }
+  if (start < all.size()) args.push_back(all.substr(start));
+  return args;
+}
+
+int launch_local(int nproc, const std::vector<std::string>& argv, int master_port) {
+  if (nproc < 1) fail("--nproc-per-node ", nproc, ": expected at least 1");
+  if (argv.empty()) fail("launcher: empty command line");
+  if (master_port == 0) {
+    const char* p = std::getenv("MASTER_PORT");
+    master_port = (p != nullptr && *p != '\0') ? std::atoi(p) : free_port();
+  }
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) fail("launcher: cannot resolve /proc/self/exe: ", std::strerror(errno));
+  exe[n] = '\0';
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+
+  std::cout << "launcher: " << nproc << " processes on this node, MASTER_ADDR=127.0.0.1 MASTER_PORT=" << master_port
+            << std::endl;
+  std::vector<pid_t> pids(nproc, -1);
+  for (int r = 0; r < nproc; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) fail("launcher: fork failed: ", std::strerror(errno));
+    if (pid == 0) {
+      // The worker: its own environment, then the same command line.
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
+      const std::string rank = std::to_string(r), world = std::to_string(nproc), port = std::to_string(master_port);
+      ::setenv("RANK", rank.c_str(), 1);
+      ::setenv("LOCAL_RANK", rank.c_str(), 1);
+      ::setenv("GROUP_RANK", "0", 1);
+      ::setenv("WORLD_SIZE", world.c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", port.c_str(), 1);
+      if (nproc > 1) ::setenv("OMP_NUM_THREADS", "1", 0);  // as torchrun: do not oversubscribe the cores
+      std::vector<char*> args;
+      args.push_back(exe);
+      for (size_t i = 1; i < argv.size(); ++i) args.push_back(const_cast<char*>(argv[i].c_str()));
+      args.push_back(nullptr);
+      ::execv(exe, args.data());
+      std::cerr << "launcher: cannot execute " << exe << ": " << std::strerror(errno) << std::endl;
+      ::_exit(127);
+    }
+    pids[r] = pid;
+  }
+
+  int result = 0, alive = nproc;
+  bool stopping = false;
+  while (alive > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) {
+        const int sig = g_forward_signal.exchange(0);
+        if (sig != 0) {
+          for (pid_t p : pids)
+            if (p > 0) ::kill(p, sig);
+          if (result == 0) result = 128 + sig;
+          stopping = true;
+        }
+        continue;
+      }
+      break;  // ECHILD: nothing left
+    }
+    int rank = -1;
+    for (int r = 0; r < nproc; ++r)
+      if (pids[r] == pid) rank = r;
+    if (rank < 0) continue;
+    pids[rank] = -1;
+    --alive;
+    const int code = exit_code_of(status);
+    if (code != 0 && result == 0) {
+      result = code;
+      std::cerr << "launcher: rank " << rank << " failed (exit code " << code << ")"
+                << (alive > 0 ? "; stopping the others" : "") << std::endl;
+    }
+    if (code != 0 && !stopping) {
+      stopping = true;
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGTERM);
+    }
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  return result;
+}
+
+}  // namespace kestrel::dist

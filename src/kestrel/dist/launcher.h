@@ -1,0 +1,21 @@
+// A local launcher, the single-node part of torchrun: runs the same command N times with RANK,
+// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and MASTER_PORT set, forwards
+// SIGINT/SIGTERM to the workers, stops the others when one fails and returns the first failure's
+// exit code (128 + signal for a worker killed by a signal), 0 when all succeed.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kestrel::dist {
+
+// True when this process is already a worker of a launched job (WORLD_SIZE is set).
+bool launched_worker();
+
+// argv[0] is replaced by this executable (/proc/self/exe). master_port 0: MASTER_PORT from the
+// environment, else a free port.
+int launch_local(int nproc, const std::vector<std::string>& argv, int master_port = 0);
+
+// This process's command line (/proc/self/cmdline).
+std::vector<std::string> own_command_line();
+
+}  // namespace kestrel::dist
