@@ -95,7 +95,9 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
     const pid_t pid = ::fork();
     if (pid < 0) fail("launcher: fork failed: ", std::strerror(errno));
     if (pid == 0) {
-      // The worker: its own environment, then the same command line.
+      // The worker: its own process group (a terminal's Ctrl-C reaches only the launcher, which
+      // forwards it once), its own environment, then the same command line.
+      ::setpgid(0, 0);
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
       const std::string rank = std::to_string(r), world = std::to_string(nproc), port = std::to_string(master_port);
@@ -129,7 +131,6 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
         if (sig != 0) {
           for (pid_t p : pids)
             if (p > 0) ::kill(p, sig);
-          if (result == 0) result = 128 + sig;
           stopping = true;
         }
         continue;

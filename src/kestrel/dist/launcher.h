@@ -1,7 +1,8 @@
 // A local launcher, the single-node part of torchrun: runs the same command N times with RANK,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and MASTER_PORT set, forwards
 // SIGINT/SIGTERM to the workers, stops the others when one fails and returns the first failure's
-// exit code (128 + signal for a worker killed by a signal), 0 when all succeed.
+// exit code (128 + signal for a worker killed by a signal), 0 when all succeed (also after a forwarded
+// Ctrl-C that the workers handled by saving and exiting normally).
 #pragma once
 #include <string>
 #include <vector>
