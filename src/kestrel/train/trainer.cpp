@@ -193,7 +193,7 @@ SplitLoader make_loader(const data::DatasetConfig& cfg, const std::string& split
   l.max_boxes = o.max_boxes;
   l.shuffle = training && !o.rect;
   l.seed = o.seed;
-  l.pin_memory = false;
+  l.pin_memory = parse_device(o.device).is_cuda();  // page-locked batches: asynchronous host-to-device copies
   out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
   return out;
 }
