@@ -174,8 +174,14 @@ void trim_targets(Batch& batch, int64_t multiple) {
   if (capacity == 0 || batch.target_mask.size(0) == 0) return;
   const int64_t fullest = batch.target_mask.sum(1).max().item<int64_t>();
   const int64_t rows = std::min(capacity, std::max<int64_t>(1, (fullest + multiple - 1) / multiple) * multiple);
-  batch.targets = batch.targets.slice(1, 0, rows);
-  batch.target_mask = batch.target_mask.slice(1, 0, rows);
+  // Contiguous copies, pinned like the originals: a strided or pageable source would make the
+  // host-to-device copy synchronous.
+  auto narrow = [rows](const at::Tensor& t) {
+    const at::Tensor part = t.slice(1, 0, rows);
+    return at::empty(part.sizes(), part.options().pinned_memory(t.is_pinned())).copy_(part);
+  };
+  batch.targets = narrow(batch.targets);
+  batch.target_mask = narrow(batch.target_mask);
 }
 
 DeviceBatch to_device(const Batch& batch, const c10::Device& device, bool channels_last) {
