@@ -249,6 +249,39 @@ TEST_F(DistGloo, GradientAveragingEqualsSingleProcessAccumulation) {
     EXPECT_TRUE(at::equal(ranks[0]->parameters()[i], ranks[1]->parameters()[i])) << "parameter " << i;
 }
 
+// Mixed dtypes make separate buckets; a parameter without a gradient counts as zeros and receives
+// the average; channels-last gradients keep their layout; any_rank is a logical OR over the ranks.
+TEST_F(DistGloo, ReducerEdgeCases) {
+  std::vector<std::vector<at::Tensor>> params(2);
+  for (int r = 0; r < 2; ++r) {
+    params[r] = {at::zeros({2, 3, 4, 4}).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(),
+                 at::zeros({5}, at::kDouble).requires_grad_(), at::zeros({7}).requires_grad_()};
+    params[r][0].mutable_grad() = at::full({2, 3, 4, 4}, float(r + 1)).contiguous(at::MemoryFormat::ChannelsLast);
+    params[r][1].mutable_grad() = at::full({5}, double(10 * r), at::kDouble);
+    if (r == 1) params[r][2].mutable_grad() = at::full({7}, 4.0f);  // rank 0 has no gradient here
+  }
+  std::vector<size_t> buckets(2);
+  std::vector<bool> any(4);
+  run_ranks(2, [&](int rank) {
+    const DistContext ctx = file_group(dir.file("store"), rank, 2);
+    GradientReducer reducer(params[rank], ctx);
+    buckets[rank] = reducer.num_buckets();
+    reducer.reduce();
+    any[rank] = any_rank(rank == 0, ctx);
+    any[2 + rank] = any_rank(false, ctx);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(buckets[r], 3u);  // float, double, float: a dtype change closes a bucket
+    EXPECT_TRUE(at::allclose(params[r][0].grad(), at::full({2, 3, 4, 4}, 1.5f)));
+    EXPECT_TRUE(params[r][0].grad().is_contiguous(at::MemoryFormat::ChannelsLast));
+    EXPECT_TRUE(at::allclose(params[r][1].grad(), at::full({5}, 5.0, at::kDouble)));
+    ASSERT_TRUE(params[r][2].grad().defined());
+    EXPECT_TRUE(at::allclose(params[r][2].grad(), at::full({7}, 2.0f)));
+    EXPECT_TRUE(any[r]);
+    EXPECT_FALSE(any[2 + r]);
+  }
+}
+
 TEST_F(DistGloo, MissingRankIsAClearErrorNotAHang) {
   const auto start = std::chrono::steady_clock::now();
   try {
