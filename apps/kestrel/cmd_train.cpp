@@ -32,7 +32,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--name", o->name, "run name (project/name, name2, ...)")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name if it exists");
   cmd->add_flag("--cos-lr", o->cos_lr, "cosine learning-rate schedule");
-  cmd->add_flag("--linear-lr", [o](int64_t) { o->cos_lr = false; }, "linear schedule (YOLOv7 spelling; the default here)");
+  cmd->add_flag("--linear-lr", o->linear_lr, "linear schedule for YOLOv7 recipes (which default to cosine, as its train.py)");
   cmd->add_option("--label-smoothing", o->label_smoothing, "class label smoothing epsilon")->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--patience", o->patience, "early stopping: epochs without improvement (0: off)")->capture_default_str();

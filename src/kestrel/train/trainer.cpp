@@ -63,7 +63,7 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"batch_size", o.batch_size}, {"imgsz", o.img_size}, {"rect", o.rect}, {"nosave", o.nosave},
           {"noval", o.noval}, {"cache", o.cache}, {"device", o.device}, {"multi_scale", o.multi_scale},
           {"single_cls", o.single_cls}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
-          {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"label_smoothing", o.label_smoothing},
+          {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"linear_lr", o.linear_lr}, {"label_smoothing", o.label_smoothing},
           {"patience", o.patience}, {"freeze", o.freeze}, {"save_period", o.save_period}, {"seed", o.seed},
           {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn},
           {"max_grad_norm", o.max_grad_norm}, {"max_boxes", o.max_boxes},
@@ -78,7 +78,7 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
     o.nosave = j.at("nosave"); o.noval = j.at("noval"); o.cache = j.at("cache"); o.device = j.at("device");
     o.multi_scale = j.at("multi_scale"); o.single_cls = j.at("single_cls"); o.optimizer = j.at("optimizer");
     o.workers = j.at("workers"); o.project = j.at("project"); o.name = j.at("name"); o.exist_ok = j.at("exist_ok");
-    o.cos_lr = j.at("cos_lr"); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
+    o.cos_lr = j.at("cos_lr"); o.linear_lr = j.value("linear_lr", false); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
     o.freeze = j.at("freeze").get<std::vector<int>>(); o.save_period = j.at("save_period"); o.seed = j.at("seed");
     o.amp = j.at("amp"); o.loss_scale = j.at("loss_scale"); o.check_nans = j.at("check_nans");
     o.freeze_bn = j.at("freeze_bn"); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
@@ -311,7 +311,8 @@ TrainResult train(const TrainOptions& requested) {
   sched.warmup_epochs = hyp.warmup_epochs;
   sched.warmup_momentum = hyp.warmup_momentum;
   sched.warmup_bias_lr = hyp.warmup_bias_lr;
-  sched.cos_lr = o.cos_lr;
+  // YOLOv5: linear unless --cos-lr; YOLOv7's train.py: cosine (one_cycle) unless --linear-lr.
+  sched.cos_lr = o.cos_lr || (hyp.yolov7_recipe && !o.linear_lr);
   sched.epochs = o.epochs;
   sched.batch_size = o.batch_size;
   sched.min_warmup_iterations = o.min_warmup_iterations >= 0 ? o.min_warmup_iterations : (hyp.yolov7_recipe ? 1000 : 100);

@@ -30,7 +30,8 @@ struct TrainOptions {
   std::string project = "runs/train";
   std::string name = "exp";
   bool exist_ok = false;
-  bool cos_lr = false;
+  bool cos_lr = false;                 // YOLOv5 --cos-lr
+  bool linear_lr = false;              // YOLOv7 --linear-lr: its recipes default to the cosine schedule
   double label_smoothing = 0.0;
   int patience = 100;
   std::vector<int> freeze{0};          // [n]: the first n layers; several values: those layer indices
