@@ -11,5 +11,6 @@ void add_bench_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_val_command(CLI::App& app);
 void add_detect_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 }  // namespace kestrel::app

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   kestrel::app::add_train_command(app);
   kestrel::app::add_val_command(app);
   kestrel::app::add_detect_command(app);
+  kestrel::app::add_export_command(app);
   kestrel::app::add_env_command(app);
   kestrel::app::add_models_command(app);
   kestrel::app::add_data_command(app);

@@ -38,6 +38,11 @@ class Conv : public Layer {
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
 
+  // Read-only views for exporters.
+  const torch::nn::Conv2d& conv2d() const { return conv; }
+  bool has_batch_norm() const { return !bn.is_empty(); }
+  const Activation& activation() const { return act_; }
+
  private:
   torch::nn::Conv2d conv{nullptr};
   torch::nn::BatchNorm2d bn{nullptr};
@@ -51,6 +56,10 @@ class Bottleneck : public Layer {
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
 
+  const Conv& first() const { return *cv1; }
+  const Conv& second() const { return *cv2; }
+  bool shortcut() const { return add_; }
+
  private:
   std::shared_ptr<Conv> cv1, cv2;
   bool add_;
@@ -62,6 +71,11 @@ class C3 : public Layer {
   C3(int64_t c1, int64_t c2, int64_t n = 1, bool shortcut = true, int64_t g = 1, double e = 0.5, Activation act = {});
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
+
+  const Conv& conv1() const { return *cv1; }
+  const Conv& conv2() const { return *cv2; }
+  const Conv& conv3() const { return *cv3; }
+  const std::vector<std::shared_ptr<Bottleneck>>& bottlenecks() const { return m_; }
 
  private:
   std::shared_ptr<Conv> cv1, cv2, cv3;
@@ -75,6 +89,10 @@ class SPP : public Layer {
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
 
+  const Conv& conv1() const { return *cv1; }
+  const Conv& conv2() const { return *cv2; }
+  const std::vector<int64_t>& kernels() const { return ks_; }
+
  private:
   std::shared_ptr<Conv> cv1, cv2;
   std::vector<int64_t> ks_;
@@ -86,6 +104,10 @@ class SPPF : public Layer {
   SPPF(int64_t c1, int64_t c2, int64_t k = 5, Activation act = {});
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
+
+  const Conv& conv1() const { return *cv1; }
+  const Conv& conv2() const { return *cv2; }
+  int64_t kernel() const { return k_; }
 
  private:
   std::shared_ptr<Conv> cv1, cv2;
@@ -102,6 +124,8 @@ class Focus : public Layer {
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
 
+  const Conv& conv_layer() const { return *conv; }
+
  private:
   std::shared_ptr<Conv> conv;
 };
@@ -111,6 +135,8 @@ class Concat : public Layer {
   explicit Concat(int64_t dim = 1) : dim_(dim) {}
   at::Tensor forward(const at::Tensor& x) override { return x; }
   at::Tensor forward_inputs(const std::vector<at::Tensor>& xs) override;
+
+  int64_t dim() const { return dim_; }
 
  private:
   int64_t dim_;
@@ -122,6 +148,8 @@ class Upsample : public Layer {
   explicit Upsample(double scale) : scale_(scale) {}
   at::Tensor forward(const at::Tensor& x) override;
 
+  double scale() const { return scale_; }
+
  private:
   double scale_;
 };
@@ -132,6 +160,10 @@ class MaxPool : public Layer {
   MaxPool(int64_t k, int64_t s, int64_t p) : k_(k), s_(s), p_(p) {}
   at::Tensor forward(const at::Tensor& x) override;
 
+  int64_t kernel() const { return k_; }
+  int64_t stride() const { return s_; }
+  int64_t padding() const { return p_; }
+
  private:
   int64_t k_, s_, p_;
 };
@@ -141,6 +173,8 @@ class ZeroPad : public Layer {
  public:
   explicit ZeroPad(std::vector<int64_t> pad) : pad_(std::move(pad)) {}
   at::Tensor forward(const at::Tensor& x) override;
+
+  const std::vector<int64_t>& padding() const { return pad_; }
 
  private:
   std::vector<int64_t> pad_;
@@ -153,6 +187,8 @@ class Repeat : public Layer {
   explicit Repeat(const std::vector<std::shared_ptr<Layer>>& layers);
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
+
+  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
 
  private:
   std::vector<std::shared_ptr<Layer>> layers_;

@@ -34,6 +34,7 @@ class Detect : public Layer {
   int64_t num_anchors() const { return na_; }    // per level
   const std::vector<double>& strides() const { return strides_; }
   const at::Tensor& anchors() const { return anchors_; }  // [nl, na, 2] in grid units (after initialize)
+  const std::vector<torch::nn::Conv2d>& output_convs() const { return m_; }  // for exporters
 
  private:
   int64_t nc_, no_, nl_, na_;

@@ -40,6 +40,7 @@ class YoloModel : public torch::nn::Module {
   Detect& head() { return *head_; }
   const Detect& head() const { return *head_; }
   const std::vector<LayerInfo>& layer_info() const { return info_; }
+  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }  // the head is the last entry
   const std::string& name() const { return name_; }
   int64_t in_channels() const { return in_channels_; }
   int64_t max_stride() const;

@@ -1,0 +1,53 @@
+// kestrel export --weights W [--format onnx] [--img 640] [--batch-size 1] [--opset 17] [--out PATH]:
+// writes the fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]).
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kestrel/core/error.h"
+#include "kestrel/export/onnx_export.h"
+#include "kestrel/models/weights_file.h"
+
+namespace kestrel::app {
+namespace {
+
+struct ExportOptions {
+  std::string weights, format = "onnx", out;
+  exporting::OnnxExportOptions onnx;
+};
+
+void run_export(const ExportOptions& o) {
+  if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
+  if (o.format != "onnx") fail("--format ", o.format, ": only onnx is supported");
+  models::LoadedModel loaded = models::load_model_weights(o.weights);
+  loaded.model->eval();
+  std::string out = o.out;
+  if (out.empty()) out = std::filesystem::path(o.weights).replace_extension(".onnx").string();
+  std::map<std::string, std::string> metadata;
+  metadata["names"] = nlohmann::json(loaded.info.names).dump();
+  metadata["imgsz"] = nlohmann::json({o.onnx.img, o.onnx.img}).dump();
+  metadata["batch"] = std::to_string(o.onnx.batch);
+  exporting::export_onnx(*loaded.model, out, o.onnx, metadata);
+  std::cout << "exported " << o.weights << " -> " << out << " (ONNX opset " << o.onnx.opset << ", input images ["
+            << o.onnx.batch << ", " << loaded.model->in_channels() << ", " << o.onnx.img << ", " << o.onnx.img
+            << "], output output0 [" << o.onnx.batch << ", N, " << loaded.model->head().num_outputs() << "])\n";
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto opts = std::make_shared<ExportOptions>();
+  auto* cmd = app.add_subcommand("export", "export trained weights for deployment (ONNX, decode included)");
+  cmd->add_option("--weights", opts->weights, "kestrel weights file (.safetensors)")->required();
+  cmd->add_option("--format", opts->format, "export format (onnx)")->check(CLI::IsMember({"onnx"}));
+  cmd->add_option("--img,--img-size,--imgsz", opts->onnx.img, "square input size (multiple of the largest stride)")
+      ->check(CLI::Range(32, 8192));
+  cmd->add_option("--batch-size,--batch", opts->onnx.batch, "fixed batch size of the graph")->check(CLI::Range(1, 4096));
+  cmd->add_option("--opset", opts->onnx.opset, "ONNX opset")->check(CLI::Range(11, 21));
+  cmd->add_option("--out,-o", opts->out, "output file (default: the weights path with .onnx)");
+  cmd->callback([opts] { run_export(*opts); });
+}
+
+}  // namespace kestrel::app
