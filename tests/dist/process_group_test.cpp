@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -324,6 +326,44 @@ TEST_F(DistGloo, TcpStoreRendezvousAndMissingRank) {
     EXPECT_NE(std::string(e.what()).find("127.0.0.1:"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+// kestrel train --nproc-per-node 2 end to end (Gloo on CPU): one run folder written by rank 0, the
+// ranks share each epoch (5 images: 3 per rank, batches of 2), and a bad flag on the ranks fails the launch.
+TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir.file("data/images/train"));
+  fs::create_directories(dir.file("data/labels/train"));
+  for (const char* stem : {"000000000025", "000000000030", "000000000036", "000000000042", "000000000049"}) {
+    fs::copy_file(cat("data/demo/images/train/", stem, ".jpg"), dir.file(cat("data/images/train/", stem, ".jpg")));
+    fs::copy_file(cat("data/demo/labels/train/", stem, ".txt"), dir.file(cat("data/labels/train/", stem, ".txt")));
+  }
+  std::ifstream demo("data/demo/demo.yaml");
+  std::string line, names;
+  bool in_names = false;
+  while (std::getline(demo, line)) {
+    if (line.rfind("nc:", 0) == 0) in_names = true;
+    if (in_names) names += line + "\n";
+  }
+  test::write_file(dir.file("data/tiny.yaml"), "path: " + dir.file("data") + "\ntrain: images/train\nval: images/train\n" + names);
+  const std::string common = test::kestrel_binary() + " train --nproc-per-node 2 --cfg yolov5n --data " +
+                             dir.file("data/tiny.yaml") + " --img 160 --device cpu --workers 1 --quiet --project " +
+                             dir.file("runs");
+  const auto r = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT " + common + " --batch 4 --epochs 2 --noval");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 batches of 4 per epoch"), std::string::npos) << r.output;  // 3 images per rank
+  EXPECT_TRUE(fs::exists(dir.file("runs/exp/weights/last.safetensors")));
+  EXPECT_TRUE(fs::exists(dir.file("runs/exp/results.csv")));
+  EXPECT_FALSE(fs::exists(dir.file("runs/exp2"))) << "a second rank made its own run folder";
+  // One "epochs completed" line: only rank 0 prints.
+  const auto first = r.output.find("epochs completed");
+  EXPECT_NE(first, std::string::npos);
+  EXPECT_EQ(r.output.find("epochs completed", first + 1), std::string::npos) << r.output;
+
+  // A failing rank's error reaches the user and the launcher's exit code is non-zero.
+  const auto bad = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT " + common + " --epochs 1 --batch 3");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("must be a multiple of WORLD_SIZE 2"), std::string::npos) << bad.output;
 }
 
 // Launched by DistLauncher.* (this test binary re-executed per rank): rank 1 exits with 3 after

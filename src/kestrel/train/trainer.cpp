@@ -26,6 +26,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
+#include "kestrel/dist/process_group.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/loss/ota_loss.h"
@@ -167,7 +168,7 @@ struct SplitLoader {
 };
 
 SplitLoader make_loader(const data::DatasetConfig& cfg, const std::string& split, const TrainOptions& o, bool training,
-                        const Hyperparameters& hyp, int stride, int nc_for_check) {
+                        const Hyperparameters& hyp, int stride, int nc_for_check, int rank = 0, int world_size = 1) {
   const auto images = data::list_images(cfg.split(split), cfg.source);
   data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, o.workers, true});
   if (!index.skipped.empty()) std::cout << data::describe(index, split, 20);
@@ -178,7 +179,8 @@ SplitLoader make_loader(const data::DatasetConfig& cfg, const std::string& split
   d.img_size = o.img_size;
   d.augment = training;
   d.rect = training ? o.rect : true;
-  d.batch_size = training ? o.batch_size : o.batch_size * 2;
+  // Data parallel: each rank loads batch_size / WORLD_SIZE images of its share (upstream train.py).
+  d.batch_size = training ? std::max(1, o.batch_size / world_size) : o.batch_size * 2;
   d.stride = stride;
   d.pad = training ? 0.0 : 0.5;
   d.hyp = hyp.augment;
@@ -194,6 +196,7 @@ SplitLoader make_loader(const data::DatasetConfig& cfg, const std::string& split
   l.shuffle = training && !o.rect;
   l.seed = o.seed;
   l.pin_memory = parse_device(o.device).is_cuda();  // page-locked batches: asynchronous host-to-device copies
+  if (training) l.rank = rank, l.world_size = world_size;
   out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
   return out;
 }
@@ -236,7 +239,19 @@ TrainResult train(const TrainOptions& requested) {
   if (o.batch_size < 1) fail("--batch-size must be >= 1");
   if (o.cfg.empty() && o.weights.empty()) fail("give --cfg (a model YAML or name such as yolov5s) or --weights");
   if (!o.cache.empty() && o.cache != "ram") fail("--cache ", o.cache, ": only 'ram' is supported");
-  const c10::Device device = parse_device(o.device);
+  c10::Device device = parse_device(o.device);
+  // Data parallel (torchrun or --nproc-per-node): one process per device, gradients averaged over ranks.
+  const dist::DistEnv dist_env = dist::read_env();
+  if (dist_env.world_size > 1 && device.is_cuda()) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist_env.local_rank));
+  const dist::DistContext dist_ctx = dist::init(dist_env, device, std::chrono::seconds(3600));
+  if (dist_ctx.enabled && o.batch_size % dist_ctx.world_size != 0)
+    fail("--batch-size ", o.batch_size, " must be a multiple of WORLD_SIZE ", dist_ctx.world_size);
+  // Only rank 0 prints, validates and writes the run folder; the others write to a scratch folder.
+  std::streambuf* const cout_buffer = std::cout.rdbuf();
+  if (!dist_ctx.is_main()) {
+    o.quiet = true;
+    std::cout.rdbuf(nullptr);
+  }
 
   // ---- hyperparameters, data, model --------------------------------------------------------------
   Hyperparameters hyp = o.hyp.empty() ? default_hyperparameters() : load_hyperparameters(o.hyp);
@@ -282,6 +297,7 @@ TrainResult train(const TrainOptions& requested) {
     std::cout << "Transferred " << transfer.size() << "/" << target.size() << " items from " << o.weights << "\n";
   }
   model->to(device);
+  dist::broadcast_module(*model, dist_ctx);  // every rank starts from rank 0's weights
   ema_model = build();
   ema_model->to(device);
   const int frozen = freeze_layers(*model, o.freeze);
@@ -289,7 +305,8 @@ TrainResult train(const TrainOptions& requested) {
 
   const int stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
   if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
-  SplitLoader train_data = make_loader(data_cfg, "train", o, true, hyp, stride, static_cast<int>(data_cfg.names.size()));
+  SplitLoader train_data = make_loader(data_cfg, "train", o, true, hyp, stride, static_cast<int>(data_cfg.names.size()),
+                                       dist_ctx.rank, dist_ctx.world_size);
   SplitLoader val_data = make_loader(data_cfg, "val", o, false, hyp, stride, static_cast<int>(data_cfg.names.size()));
   const int64_t nb = static_cast<int64_t>(train_data.loader->num_batches());
 
@@ -303,6 +320,14 @@ TrainResult train(const TrainOptions& requested) {
   if (hyp.loss_ota) {
     ota = std::make_shared<const loss::OtaLoss>(model->head(), hyp.loss, o.img_size);
     train_loss_fn = [ota](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*ota)(l, t, m); };
+  }
+  if (dist_ctx.enabled) {
+    train_loss_fn = [inner = train_loss_fn, ws = static_cast<double>(dist_ctx.world_size)](
+                        const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) {
+      loss::YoloLoss::Result r = inner(l, t, m);
+      r.total = r.total * ws;
+      return r;
+    };
   }
   ScheduleOptions sched;
   sched.lr0 = hyp.lr0;
@@ -361,8 +386,13 @@ TrainResult train(const TrainOptions& requested) {
     }
     if (run.epoch >= o.epochs) fail(o.resume, ": this run already finished its ", o.epochs, " epochs; nothing to resume");
     std::cout << "Resuming " << save_dir << " from epoch " << run.epoch << ", batch " << run.next_batch << "\n";
-  } else {
+  } else if (dist_ctx.is_main()) {
     save_dir = make_run_dir(o.project, o.name, o.exist_ok);
+  }
+  const std::string run_dir = save_dir;
+  if (!dist_ctx.is_main()) {
+    save_dir = (fs::temp_directory_path() / cat("kestrel-rank", dist_ctx.rank, "-", ::getpid())).string();
+    fs::create_directories(save_dir);
   }
   ModelEma ema(ema_model, *model, EmaOptions{}, ema_updates);
   if (!o.resume.empty()) {
@@ -376,6 +406,10 @@ TrainResult train(const TrainOptions& requested) {
   step_options.autocast_dtype = amp_dtype;
   step_options.max_grad_norm = o.max_grad_norm;
   TrainStep step(*model, train_loss_fn, optimizer, scaler, &ema, step_options);
+  std::vector<at::Tensor> trainable;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  dist::GradientReducer reducer(trainable, dist_ctx);  // after backward, before each optimiser step
 
   const fs::path weights_dir = fs::path(save_dir) / "weights";
   fs::create_directories(weights_dir);
@@ -418,6 +452,7 @@ TrainResult train(const TrainOptions& requested) {
   TrainResult result;
   result.save_dir = save_dir;
   int64_t batches_run = 0;
+  int64_t dist_stop_checks = 0;  // optimiser steps of this process (ranks agree on Ctrl-C every 8th)
   eval::ValidationResult last_val;
   bool stop = false;
   const auto val_loss = [&](const std::vector<at::Tensor>& levels, const at::Tensor& t, const at::Tensor& m) {
@@ -471,10 +506,14 @@ TrainResult train(const TrainOptions& requested) {
       }
       // Optimiser step every `accumulate` batches (upstream: ni - last_opt_step >= accumulate).
       if (ni - run.last_opt_step >= s.accumulate) {
+        reducer.reduce();  // no-op in one process; micro-steps in between accumulate locally
         step.optimizer_step(s);
         run.last_opt_step = ni;
-        // Ctrl-C is honoured here, where no gradient is half accumulated.
-        interrupted = g_stop_requested || (o.interrupt_after >= 0 && batches_run + 1 >= o.interrupt_after);
+        // Ctrl-C is honoured here, where no gradient is half accumulated. Several ranks agree on it
+        // every 8 optimiser steps (a collective: all ranks stop at the same step).
+        bool stop_now = g_stop_requested;
+        if (dist_ctx.enabled) stop_now = ++dist_stop_checks % 8 == 0 && dist::any_rank(stop_now, dist_ctx);
+        interrupted = stop_now || (o.interrupt_after >= 0 && batches_run + 1 >= o.interrupt_after);
       }
       loss_sum.add_(step_loss.items.to(at::kFloat));
       ++run.loss_count;
@@ -512,7 +551,7 @@ TrainResult train(const TrainOptions& requested) {
     const std::array<double, 3> train_loss{mloss[0].item<double>(), mloss[1].item<double>(), mloss[2].item<double>()};
     result.epoch_losses.push_back(train_loss[0] + train_loss[1] + train_loss[2]);
     const bool final_epoch = epoch + 1 == o.epochs;
-    if (!o.noval || final_epoch) {
+    if ((!o.noval || final_epoch) && dist_ctx.is_main()) {
       eval::ValidationOptions v;
       v.single_cls = o.single_cls;
       v.half = amp == "fp16";
@@ -523,6 +562,7 @@ TrainResult train(const TrainOptions& requested) {
     const bool best = fi >= run.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
     if (best) run.best_fitness = fi, run.best_epoch = epoch;
     stop = o.patience > 0 && epoch - run.best_epoch >= o.patience;
+    stop = dist::any_rank(stop, dist_ctx);  // rank 0 decides (only it validates); all ranks stop together
     if (stop) std::cout << "Stopping early: no improvement in the last " << o.patience << " epochs (best epoch " << run.best_epoch << ")\n";
     const std::vector<double> row = {train_loss[0], train_loss[1], train_loss[2], last_val.metrics.mp,
                                      last_val.metrics.mr, last_val.metrics.map50, last_val.metrics.map, last_val.loss[0],
@@ -548,7 +588,7 @@ TrainResult train(const TrainOptions& requested) {
   result.final_map = last_val.metrics.map;
   if (fs::exists(last_path)) result.last = last_path;
   if (fs::exists(best_path)) result.best = best_path;
-  if (!result.interrupted && !result.best.empty()) {
+  if (!result.interrupted && !result.best.empty() && dist_ctx.is_main()) {
     // Upstream ends by validating best.pt with the per-class table.
     models::LoadedModel best = models::load_model_weights(result.best);
     best.model->to(device);
@@ -566,9 +606,18 @@ TrainResult train(const TrainOptions& requested) {
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, names, (dir / "P_curve.png").string());
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, names, (dir / "R_curve.png").string());
   }
-  if (!result.interrupted && fs::exists(results.path()))
+  if (!result.interrupted && fs::exists(results.path()) && dist_ctx.is_main())
     eval::plot_results(results.path(), (fs::path(save_dir) / "results.png").string());
   std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
+  if (!dist_ctx.is_main()) {
+    std::cout.rdbuf(cout_buffer);
+    std::error_code ignored;
+    fs::remove_all(save_dir, ignored);
+    result.save_dir = run_dir;  // the real run folder (empty for a new run: rank 0 named it)
+    result.last.clear();
+    result.best.clear();
+  }
+  dist::barrier(dist_ctx);
   return result;
 }
 
