@@ -15,7 +15,8 @@ say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 # ---- 1. system packages ----------------------------------------------------------------------
 APT_PACKAGES=(cmake ninja-build g++ make ccache python3 libopencv-core-dev libopencv-imgproc-dev
               libturbojpeg0-dev libpng-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-              libgtest-dev libgmock-dev libbenchmark-dev libprotobuf-dev protobuf-compiler)
+              libgtest-dev libgmock-dev libbenchmark-dev libprotobuf-dev protobuf-compiler
+              libgloo-dev)  # Gloo headers for c10d's CPU process group (the torch wheel has the code, not the headers)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
