@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
 #include "kestrel/train/trainer.h"
@@ -118,6 +120,34 @@ TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
   EXPECT_EQ(read(fs::path(whole.save_dir) / "results.csv"), read(fs::path(second.save_dir) / "results.csv"));
+}
+
+TEST(Trainer, MidEpochResumeNeedsTheSameNumberOfRanks) {
+  test::TempDir dir;
+  TrainOptions o = quick_options(dir);
+  o.img_size = 128;
+  o.batch_size = 2;
+  o.epochs = 2;
+  o.interrupt_after = 1;  // stops inside epoch 0
+  const TrainResult first = train(o);
+  ASSERT_TRUE(first.interrupted);
+  // Pretend the interrupted run had two ranks: its batch position would mean something else here.
+  const std::string state_path = (fs::path(first.save_dir) / "weights" / "last.state.safetensors").string();
+  SafetensorsContents state = load_safetensors(state_path);
+  auto progress = nlohmann::json::parse(state.metadata.at("progress"));
+  ASSERT_EQ(progress.at("world_size").get<int>(), 1);
+  progress["world_size"] = 2;
+  state.metadata["progress"] = progress.dump();
+  save_safetensors(state_path, state.tensors, state.metadata);
+  TrainOptions resume;
+  resume.resume = first.save_dir;
+  resume.quiet = true;
+  try {
+    train(resume);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("WORLD_SIZE 2"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Trainer, Fp16LossScalerSkipsOverflowingStepsAndBacksOff) {

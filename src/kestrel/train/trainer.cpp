@@ -381,6 +381,16 @@ TrainResult train(const TrainOptions& requested) {
       run.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
       run.loss_count = p.at("loss_count");
       ema_updates = p.at("ema_updates");
+      // A batch position counts per-rank batches: only an epoch boundary is the same place for any rank count.
+      const int saved_world_size = p.value("world_size", 1);
+      if (saved_world_size != dist_ctx.world_size) {
+        if (run.next_batch != 0)
+          fail(o.resume, ": the run stopped inside epoch ", run.epoch, " with WORLD_SIZE ", saved_world_size,
+               "; resume it with the same number of ranks (now ", dist_ctx.world_size, ")");
+        run.last_opt_step = nb * run.epoch - 1;  // iteration numbers follow the new batches per epoch
+      }
+    } catch (const Error&) {
+      throw;
     } catch (const std::exception& e) {
       fail(o.resume, ": malformed training progress (", e.what(), ")");
     }
@@ -437,7 +447,8 @@ TrainResult train(const TrainOptions& requested) {
     const nlohmann::json progress = {{"epoch", p.epoch},          {"next_batch", p.next_batch},
                                      {"last_opt_step", p.last_opt_step}, {"best_fitness", p.best_fitness},
                                      {"best_epoch", p.best_epoch}, {"loss_sum", p.loss_sum},
-                                     {"loss_count", p.loss_count}, {"ema_updates", ema.updates()}};
+                                     {"loss_count", p.loss_count}, {"ema_updates", ema.updates()},
+                                     {"world_size", dist_ctx.world_size}};
     save_safetensors(state_path, state,
                      {{"format", kStateFormat}, {"options", json_text(options_json(o))}, {"progress", progress.dump()}});
   };
