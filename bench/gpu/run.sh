@@ -7,7 +7,7 @@
 #
 # Steps: kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, CUDA runtime queries);
 # the training-step ablation (yolov5s, batch 64, 640) and single rows for yolov5n, yolov3 and yolov7
-# with OTA; the loader on 16 cores; a short end-to-end training run on coco128.
+# with OTA; the loader on 16 cores; a short end-to-end training run on 64 coco128 images.
 set -uo pipefail
 OUT=${OUT:-/tmp/kestrel-gpu-out}
 mkdir -p "$OUT"
