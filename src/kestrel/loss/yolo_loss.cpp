@@ -113,14 +113,18 @@ LevelTargets build_targets(const at::Tensor& targets, const at::Tensor& mask, co
   return out;
 }
 
-YoloLoss::YoloLoss(const models::Detect& head, LossOptions options, int64_t img_size)
-    : nc_(head.nc()), nl_(head.num_levels()), na_(head.num_anchors()) {
+void check_loss_setup(const models::Detect& head, const LossOptions& options) {
   if (head.strides().empty()) fail("loss: the detection head is not initialised (anchors are not in grid units yet)");
   if (!(options.anchor_t > 1)) fail("loss: anchor_t must be > 1, got ", options.anchor_t);
   if (!(options.fl_gamma >= 0)) fail("loss: fl_gamma must be >= 0, got ", options.fl_gamma);
   if (!(options.label_smoothing >= 0 && options.label_smoothing <= 1))
     fail("loss: label_smoothing must be in [0, 1], got ", options.label_smoothing);
   if (!(options.cls_pw > 0 && options.obj_pw > 0)) fail("loss: cls_pw and obj_pw must be > 0");
+}
+
+YoloLoss::YoloLoss(const models::Detect& head, LossOptions options, int64_t img_size)
+    : nc_(head.nc()), nl_(head.num_levels()), na_(head.num_anchors()) {
+  check_loss_setup(head, options);
   options_ = scale_gains(options, nl_, nc_, img_size);
   balance_ = level_balance(nl_);
   anchors_ = head.anchors().detach().to(at::kFloat).clone();  // [nl, na, 2], on the head's device

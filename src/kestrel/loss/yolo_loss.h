@@ -64,6 +64,10 @@ at::Tensor bce_elementwise(const at::Tensor& logits, const at::Tensor& target, d
 void check_loss_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets, const at::Tensor& mask,
                        int64_t nl, int64_t na, int64_t nc);
 
+// The constructor checks shared by YoloLoss and OtaLoss: an initialised head (anchors in grid units) and
+// option values in range (anchor_t > 1, fl_gamma >= 0, label smoothing in [0, 1], positive pos_weights).
+void check_loss_setup(const models::Detect& head, const LossOptions& options);
+
 class YoloLoss {
  public:
   // options: the hyp file's values; the constructor applies scale_gains for the head's nl, nc and img_size.
