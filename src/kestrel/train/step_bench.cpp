@@ -9,7 +9,6 @@
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
-#include "kestrel/loss/ota_loss.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/param_groups.h"
 #include "kestrel/train/train_step.h"
@@ -53,13 +52,7 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
   average->to(device);
   ModelEma ema(average, *model);
 
-  const loss::LossOptions loss_options;
-  const auto yolo = std::make_shared<const loss::YoloLoss>(model->head(), loss_options, o.img_size);
-  LossFn loss_fn = [yolo](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*yolo)(l, t, m); };
-  if (o.ota) {
-    const auto ota = std::make_shared<const loss::OtaLoss>(model->head(), loss_options, o.img_size);
-    loss_fn = [ota](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*ota)(l, t, m); };
-  }
+  const LossFn loss_fn = make_loss_fn(model->head(), loss::LossOptions{}, o.img_size, o.ota);
   OptimizerOptions opt_options;
   opt_options.kind = parse_optimizer_kind(o.optimizer);
   Optimizer optimizer(split_parameters(*model), opt_options);

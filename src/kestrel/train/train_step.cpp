@@ -4,8 +4,19 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "kestrel/core/device.h"
+#include "kestrel/loss/ota_loss.h"
 
 namespace kestrel::train {
+
+LossFn make_loss_fn(const models::Detect& head, const loss::LossOptions& options, int64_t img_size, bool ota) {
+  // Shared ownership: the returned function outlives this call.
+  if (ota) {
+    const auto loss = std::make_shared<const loss::OtaLoss>(head, options, img_size);
+    return [loss](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*loss)(l, t, m); };
+  }
+  const auto loss = std::make_shared<const loss::YoloLoss>(head, options, img_size);
+  return [loss](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*loss)(l, t, m); };
+}
 
 TrainStep::TrainStep(models::YoloModel& model, LossFn loss, Optimizer& optimizer, GradScaler& scaler, ModelEma* ema,
                      StepOptions options)

@@ -29,7 +29,6 @@
 #include "kestrel/dist/process_group.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
-#include "kestrel/loss/ota_loss.h"
 #include "kestrel/loss/yolo_loss.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/state_dict.h"
@@ -314,13 +313,7 @@ TrainResult train(const TrainOptions& requested) {
   // Training loss: YOLOv7's OTA assignment when the recipe asks for it (loss_ota: 1), else YOLOv5's.
   // Validation always reports the plain loss, as upstream's test.py/val.py.
   const loss::YoloLoss compute_loss(model->head(), hyp.loss, o.img_size);
-  std::function<loss::YoloLoss::Result(const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&)> train_loss_fn =
-      std::cref(compute_loss);
-  std::shared_ptr<const loss::OtaLoss> ota;
-  if (hyp.loss_ota) {
-    ota = std::make_shared<const loss::OtaLoss>(model->head(), hyp.loss, o.img_size);
-    train_loss_fn = [ota](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*ota)(l, t, m); };
-  }
+  LossFn train_loss_fn = make_loss_fn(model->head(), hyp.loss, o.img_size, hyp.loss_ota);
   if (dist_ctx.enabled) {
     train_loss_fn = [inner = train_loss_fn, ws = static_cast<double>(dist_ctx.world_size)](
                         const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) {
@@ -359,9 +352,10 @@ TrainResult train(const TrainOptions& requested) {
 
   Progression run;
   int64_t ema_updates = 0;
+  models::NamedTensors ema_t;  // the saved average, loaded once the EMA exists
   if (!o.resume.empty()) {
     const auto& m = resume_state.metadata;
-    models::NamedTensors model_t, ema_t, opt_t, scaler_t;
+    models::NamedTensors model_t, opt_t, scaler_t;
     for (auto& [key, t] : resume_state.tensors) {
       if (key.rfind("model/", 0) == 0) model_t.emplace_back(key.substr(6), t);
       else if (key.rfind("ema/", 0) == 0) ema_t.emplace_back(key.substr(4), t);
@@ -405,12 +399,7 @@ TrainResult train(const TrainOptions& requested) {
     fs::create_directories(save_dir);
   }
   ModelEma ema(ema_model, *model, EmaOptions{}, ema_updates);
-  if (!o.resume.empty()) {
-    models::NamedTensors ema_t;
-    for (auto& [key, t] : resume_state.tensors)
-      if (key.rfind("ema/", 0) == 0) ema_t.emplace_back(key.substr(4), t);
-    models::load_state_dict(ema.model(), ema_t, true, o.resume);
-  }
+  if (!o.resume.empty()) models::load_state_dict(ema.model(), ema_t, true, o.resume);
   StepOptions step_options;
   step_options.autocast = autocast_on;
   step_options.autocast_dtype = amp_dtype;
