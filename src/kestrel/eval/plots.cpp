@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -353,6 +354,23 @@ std::vector<double> row(const std::vector<double>& m, int64_t r, int64_t width) 
   return std::vector<double>(m.begin() + r * width, m.begin() + (r + 1) * width);
 }
 
+// One curve per class (coloured with a legend entry when there are fewer than 21 classes, else grey),
+// returning their mean. curves: [nc, k] row-major; label(c) is the legend text of row c.
+std::vector<double> draw_class_curves(cv::Mat& img, const Axes& ax, const std::vector<double>& px,
+                                      const std::vector<double>& curves, int64_t nc, int64_t k,
+                                      const std::function<std::string(int64_t)>& label,
+                                      std::vector<LegendEntry>& entries) {
+  std::vector<double> mean(k, 0.0);
+  const bool few = nc < 21;
+  for (int64_t c = 0; c < nc; ++c) {
+    const auto y = row(curves, c, k);
+    for (int64_t i = 0; i < k; ++i) mean[i] += y[i] / static_cast<double>(nc);
+    curve(img, ax, px, y, few ? tab10(c) : kGrey, few ? 2 : 1);
+    if (few) entries.push_back({label(c), tab10(c), 3});
+  }
+  return mean;
+}
+
 }  // namespace
 
 void plot_pr_curve(const ApPerClass& m, const std::vector<std::string>& names, const std::string& path) {
@@ -363,15 +381,9 @@ void plot_pr_curve(const ApPerClass& m, const std::vector<std::string>& names, c
   const auto classes = rows_of(m.classes);
   const int64_t nc = m.pr_curve.size(0), k = m.pr_curve.size(1), T = m.ap.dim() == 2 ? m.ap.size(1) : 1;
   std::vector<LegendEntry> entries;
-  std::vector<double> mean(k, 0.0);
-  for (int64_t c = 0; c < nc; ++c) {
-    const auto y = row(py, c, k);
-    for (int64_t i = 0; i < k; ++i) mean[i] += y[i] / static_cast<double>(nc);
-    const bool few = nc < 21;
-    curve(img, ax, px, y, few ? tab10(c) : kGrey, few ? 2 : 1);
-    if (few)
-      entries.push_back({class_name(names, static_cast<int64_t>(classes[c])) + " " + format("%.3f", ap[c * T]), tab10(c), 3});
-  }
+  const std::vector<double> mean = draw_class_curves(img, ax, px, py, nc, k, [&](int64_t c) {
+    return class_name(names, static_cast<int64_t>(classes[c])) + " " + format("%.3f", ap[c * T]);
+  }, entries);
   if (nc > 0) {
     curve(img, ax, px, mean, kMeanBlue, 8);
     entries.push_back({"all classes " + format("%.3f", m.map50) + " mAP@0.5", kMeanBlue, 8});
@@ -392,14 +404,9 @@ void plot_confidence_curve(const ApPerClass& m, CurveKind kind, const std::vecto
   const auto classes = rows_of(m.classes);
   const int64_t nc = t.size(0), k = t.size(1);
   std::vector<LegendEntry> entries;
-  std::vector<double> mean(k, 0.0);
-  for (int64_t c = 0; c < nc; ++c) {
-    const auto y = row(py, c, k);
-    for (int64_t i = 0; i < k; ++i) mean[i] += y[i] / static_cast<double>(nc);
-    const bool few = nc < 21;
-    curve(img, ax, px, y, few ? tab10(c) : kGrey, few ? 2 : 1);
-    if (few) entries.push_back({class_name(names, static_cast<int64_t>(classes[c])), tab10(c), 3});
-  }
+  const std::vector<double> mean = draw_class_curves(img, ax, px, py, nc, k, [&](int64_t c) {
+    return class_name(names, static_cast<int64_t>(classes[c]));
+  }, entries);
   if (nc > 0) {
     const std::vector<double> smoothed = smooth(mean, 0.05);  // upstream plot_mc_curve: smooth(py.mean(0), 0.05)
     const size_t best = std::max_element(smoothed.begin(), smoothed.end()) - smoothed.begin();
