@@ -30,7 +30,8 @@ void run_bench_data(const BenchDataOptions& o) {
   data::DatasetOptions d;
   d.img_size = o.img;
   d.cache_ram = o.cache == "ram";
-  if (!o.cache.empty() && o.cache != "ram") fail("--cache ", o.cache, ": only 'ram' is supported");
+  d.cache_disk = o.cache == "disk";
+  if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk") fail("--cache ", o.cache, ": expected ram or disk");
   if (!o.hyp.empty()) d.hyp = data::load_augment_options(o.hyp);
   auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
@@ -88,7 +89,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--workers", o->workers, "loader threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--epochs", o->epochs, "epochs to time (the first fills a RAM cache)")->check(CLI::Range(1, 1000));
   cmd->add_option("--repeat", o->repeat, "use the split N times per epoch")->check(CLI::Range(1, 100000));
-  cmd->add_option("--cache", o->cache, "cache decoded images: ram");
+  cmd->add_option("--cache", o->cache, "cache resized images: ram, or disk (.npy next to each image)");
   cmd->add_flag("--bind", o->bind, "bind worker i to CPU core i");
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->callback([o] { run_bench_data(*o); });

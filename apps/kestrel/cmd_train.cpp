@@ -22,7 +22,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--resume", o->resume, "continue a run: its folder or weights/last.state.safetensors");
   cmd->add_flag("--nosave", o->nosave, "only save the final checkpoint");
   cmd->add_flag("--noval,--notest", o->noval, "only validate after the final epoch");
-  cmd->add_option("--cache", o->cache, "cache decoded images: ram")->expected(0, 1)->default_str("ram");
+  cmd->add_flag("--noautoanchor", o->noautoanchor, "keep the model's anchors (no AutoAnchor check before training)");
+  cmd->add_option("--cache", o->cache, "cache resized images: ram, or disk (.npy next to each image)")
+      ->expected(0, 1)->default_str("ram")->check(CLI::IsMember({"ram", "disk"}));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu; default: the first GPU if any");
   cmd->add_flag("--multi-scale", o->multi_scale, "vary image size +/- 50% per batch");
   cmd->add_flag("--single-cls", o->single_cls, "train as a single-class dataset");

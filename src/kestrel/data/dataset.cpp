@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kestrel/core/error.h"
+#include "kestrel/data/disk_cache.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/mosaic.h"
 
@@ -66,6 +67,7 @@ uint64_t sample_seed(uint64_t seed, int epoch, uint64_t index) {
 YoloDataset::YoloDataset(DatasetIndex index, DatasetOptions options)
     : options_(std::move(options)), records_(std::move(index.records)) {
   if (records_.empty()) fail("the split has no usable sample");
+  if (options_.cache_ram && options_.cache_disk) fail("cache images in RAM or on disk, not both");
   if (options_.img_size < 32 || options_.img_size % options_.stride != 0)
     fail("--img ", options_.img_size, " must be a multiple of the model's largest stride ", options_.stride);
   if (options_.rect) {
@@ -87,10 +89,25 @@ Sample YoloDataset::load_resized(size_t index, cv::Size* original, bool writable
   const ImageRecord& record = records_.at(index);
   std::shared_ptr<const Cached> entry = std::atomic_load(&cache_[index]);
   if (!entry) {
-    DecodedImage decoded = decode_image_file(record.image);
     auto fresh = std::make_shared<Cached>();
-    fresh->original = decoded.image.size();
-    fresh->image = resize_long_side(decoded.image, options_.img_size, options_.augment);
+    const ResizeKey key{options_.img_size, options_.augment};
+    SourceStamp stamp;
+    std::string cache_file;
+    if (options_.cache_disk) {
+      stamp = source_stamp(record.image);  // before decoding: a file replaced meanwhile is a miss next time
+      cache_file = disk_cache_path(record.image, key);
+      if (std::optional<CachedImage> hit = read_disk_cache(cache_file, stamp, key)) {
+        fresh->image = std::move(hit->image);
+        fresh->original = hit->original;
+      }
+    }
+    if (fresh->image.empty()) {
+      DecodedImage decoded = decode_image_file(record.image);
+      fresh->original = decoded.image.size();
+      fresh->image = resize_long_side(decoded.image, options_.img_size, options_.augment);
+      // A miss (missing, stale, truncated or corrupt file) is rewritten from the decoded image.
+      if (options_.cache_disk) write_disk_cache(cache_file, CachedImage{fresh->image, fresh->original}, stamp, key);
+    }
     entry = fresh;
     if (options_.cache_ram) std::atomic_store(&cache_[index], entry);
   }

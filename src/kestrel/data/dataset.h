@@ -1,5 +1,5 @@
-// A verified split turned into training or validation samples: decoding (with an optional RAM cache
-// of resized images), then YOLOv5/YOLOv7's augmentation recipe or the validation letterbox, with
+// A verified split turned into training or validation samples: decoding (with an optional RAM or disk
+// cache of resized images), then YOLOv5/YOLOv7's augmentation recipe or the validation letterbox, with
 // rectangular batch shapes for validation.
 #pragma once
 #include <atomic>
@@ -25,6 +25,7 @@ struct DatasetOptions {
   AugmentOptions hyp;
   Dialect dialect = Dialect::yolov5;  // YOLOv7: mosaic9 share, Beta(8, 8) mixup, its perspective limits
   bool cache_ram = false;        // keep decoded, resized images in memory after the first use
+  bool cache_disk = false;       // keep them in a .npy file next to each image (disk_cache.h) instead
   uint64_t seed = 0;
 };
 

@@ -21,6 +21,14 @@ class Implicit : public torch::nn::Module {
   at::Tensor implicit;
 };
 
+// Anchor order must follow stride order (small anchors on the fine level), as upstream's
+// check_anchor_order: compares the mean anchor area of the last and first level with their strides.
+bool anchors_in_reverse_stride_order(const at::Tensor& anchors, const std::vector<double>& strides) {
+  const at::Tensor area = anchors.prod(-1).mean(-1);  // [nl]
+  const double da = (area[-1] - area[0]).item<double>(), ds = strides.back() - strides.front();
+  return da != 0 && ((da > 0) != (ds > 0));
+}
+
 }  // namespace
 
 Detect::Detect(int64_t nc, const std::vector<std::vector<double>>& anchors, const std::vector<int64_t>& ch, bool implicit)
@@ -99,10 +107,7 @@ void Detect::initialize(const std::vector<double>& strides) {
   if (static_cast<int64_t>(strides.size()) != nl_) fail("Detect: ", strides.size(), " strides for ", nl_, " levels");
   strides_ = strides;
   torch::NoGradGuard no_grad;
-  // Anchor order must follow stride order (small anchors on the fine level), as upstream's check_anchor_order.
-  at::Tensor area = anchors_.prod(-1).mean(-1);  // [nl]
-  const double da = (area[-1] - area[0]).item<double>(), ds = strides_.back() - strides_.front();
-  if (da != 0 && ((da > 0) != (ds > 0))) {
+  if (anchors_in_reverse_stride_order(anchors_, strides_)) {
     anchors_.copy_(anchors_.flip(0));
     if (anchor_grid_.defined()) anchor_grid_.copy_(anchor_grid_.flip(0));
   }
@@ -114,6 +119,23 @@ void Detect::initialize(const std::vector<double>& strides) {
     bias.select(1, 4).add_(std::log(8.0 / std::pow(640.0 / strides_[i], 2)));
     bias.narrow(1, 5, nc_).add_(std::log(0.6 / (static_cast<double>(nc_) - (implicit_ ? 0.99 : 0.99999))));
   }
+}
+
+void Detect::set_anchors(const at::Tensor& pixels) {
+  if (strides_.empty()) fail("Detect::set_anchors before initialize()");
+  if (pixels.dim() != 3 || pixels.size(0) != nl_ || pixels.size(1) != na_ || pixels.size(2) != 2)
+    fail("Detect::set_anchors: expected anchors [", nl_, ", ", na_, ", 2], got ", pixels.sizes());
+  torch::NoGradGuard no_grad;
+  at::Tensor p = pixels.detach().to(at::kCPU, at::kFloat).contiguous();
+  if (anchors_in_reverse_stride_order(p, strides_)) p = p.flip(0);
+  const at::Tensor stride = at::tensor(strides_, at::kFloat).view({nl_, 1, 1});
+  anchors_.copy_(p / stride);  // copy_ keeps the buffer's device and dtype (and every alias of it)
+  if (anchor_grid_.defined()) anchor_grid_.copy_(p.view({nl_, 1, na_, 1, 1, 2}));
+}
+
+at::Tensor Detect::anchor_pixels() const {
+  if (strides_.empty()) fail("Detect::anchor_pixels before initialize()");
+  return anchors_.detach().to(at::kCPU, at::kFloat) * at::tensor(strides_, at::kFloat).view({nl_, 1, 1});
 }
 
 void Detect::fuse() {

@@ -25,6 +25,10 @@ class Detect : public Layer {
   // Called once by the model after probing strides: orders anchors like the strides, converts them to
   // grid units and sets the output-bias priors (objectness ~8 objects per 640 image, class ~0.6/nc).
   void initialize(const std::vector<double>& strides);
+  // AutoAnchor: replaces the anchors with `pixels` [nl, na, 2] (input pixels, level order), re-ordered
+  // like the strides if their areas disagree (check_anchor_order) and stored in grid units.
+  void set_anchors(const at::Tensor& pixels);
+  at::Tensor anchor_pixels() const;  // [nl, na, 2] float on the CPU: anchors() x stride (after initialize)
   void fuse() override;  // folds the implicit layers into the output convs
 
   bool implicit() const { return implicit_; }

@@ -33,6 +33,7 @@
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/models/weights_file.h"
+#include "kestrel/train/autoanchor.h"
 #include "kestrel/train/ema.h"
 #include "kestrel/train/grad_scaler.h"
 #include "kestrel/train/hyperparameters.h"
@@ -61,7 +62,7 @@ std::string json_text(const nlohmann::json& j) { return j.dump(); }
 nlohmann::json options_json(const TrainOptions& o) {
   return {{"weights", o.weights}, {"cfg", o.cfg}, {"data", o.data}, {"hyp", o.hyp}, {"epochs", o.epochs},
           {"batch_size", o.batch_size}, {"imgsz", o.img_size}, {"rect", o.rect}, {"nosave", o.nosave},
-          {"noval", o.noval}, {"cache", o.cache}, {"device", o.device}, {"multi_scale", o.multi_scale},
+          {"noval", o.noval}, {"noautoanchor", o.noautoanchor}, {"cache", o.cache}, {"device", o.device}, {"multi_scale", o.multi_scale},
           {"single_cls", o.single_cls}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
           {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"linear_lr", o.linear_lr}, {"label_smoothing", o.label_smoothing},
           {"patience", o.patience}, {"freeze", o.freeze}, {"save_period", o.save_period}, {"seed", o.seed},
@@ -75,7 +76,7 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
   try {
     o.weights = j.at("weights"); o.cfg = j.at("cfg"); o.data = j.at("data"); o.hyp = j.at("hyp");
     o.epochs = j.at("epochs"); o.batch_size = j.at("batch_size"); o.img_size = j.at("imgsz"); o.rect = j.at("rect");
-    o.nosave = j.at("nosave"); o.noval = j.at("noval"); o.cache = j.at("cache"); o.device = j.at("device");
+    o.nosave = j.at("nosave"); o.noval = j.at("noval"); o.noautoanchor = j.value("noautoanchor", false); o.cache = j.at("cache"); o.device = j.at("device");
     o.multi_scale = j.at("multi_scale"); o.single_cls = j.at("single_cls"); o.optimizer = j.at("optimizer");
     o.workers = j.at("workers"); o.project = j.at("project"); o.name = j.at("name"); o.exist_ok = j.at("exist_ok");
     o.cos_lr = j.at("cos_lr"); o.linear_lr = j.value("linear_lr", false); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
@@ -185,6 +186,7 @@ SplitLoader make_loader(const data::DatasetConfig& cfg, const std::string& split
   d.hyp = hyp.augment;
   d.dialect = hyp.yolov7_recipe ? data::Dialect::yolov7 : data::Dialect::yolov5;
   d.cache_ram = o.cache == "ram";
+  d.cache_disk = o.cache == "disk";
   d.seed = o.seed;
   SplitLoader out;
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
@@ -237,7 +239,7 @@ TrainResult train(const TrainOptions& requested) {
   if (o.epochs < 1) fail("--epochs must be >= 1");
   if (o.batch_size < 1) fail("--batch-size must be >= 1");
   if (o.cfg.empty() && o.weights.empty()) fail("give --cfg (a model YAML or name such as yolov5s) or --weights");
-  if (!o.cache.empty() && o.cache != "ram") fail("--cache ", o.cache, ": only 'ram' is supported");
+  if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk") fail("--cache ", o.cache, ": expected ram or disk");
   c10::Device device = parse_device(o.device);
   // Data parallel (torchrun or --nproc-per-node): one process per device, gradients averaged over ranks.
   const dist::DistEnv dist_env = dist::read_env();
@@ -309,19 +311,20 @@ TrainResult train(const TrainOptions& requested) {
   SplitLoader val_data = make_loader(data_cfg, "val", o, false, hyp, stride, static_cast<int>(data_cfg.names.size()));
   const int64_t nb = static_cast<int64_t>(train_data.loader->num_batches());
 
-  // ---- loss, optimiser, schedule, EMA, scaler -------------------------------------------------------
-  // Training loss: YOLOv7's OTA assignment when the recipe asks for it (loss_ota: 1), else YOLOv5's.
-  // Validation always reports the plain loss, as upstream's test.py/val.py.
-  const loss::YoloLoss compute_loss(model->head(), hyp.loss, o.img_size);
-  LossFn train_loss_fn = make_loss_fn(model->head(), hyp.loss, o.img_size, hyp.loss_ota);
-  if (dist_ctx.enabled) {
-    train_loss_fn = [inner = train_loss_fn, ws = static_cast<double>(dist_ctx.world_size)](
-                        const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) {
-      loss::YoloLoss::Result r = inner(l, t, m);
-      r.total = r.total * ws;
-      return r;
-    };
+  if (!o.noautoanchor && o.resume.empty()) {
+    // AutoAnchor (a resumed run keeps its saved anchors): rank 0 searches, every rank receives the result.
+    if (dist_ctx.is_main()) {
+      AutoAnchorOptions aa;
+      aa.anchor_t = hyp.loss.anchor_t;
+      aa.seed = o.seed;
+      std::cout << check_anchors(model->head(), train_data.dataset->records(), o.img_size, aa).report;
+    }
+    std::vector<at::Tensor> head_buffers;
+    for (const auto& b : model->head().named_buffers()) head_buffers.push_back(b.value());
+    dist::broadcast_tensors(head_buffers, dist_ctx);
   }
+
+  // ---- optimiser, schedule, EMA, scaler, loss ----------------------------------------------------------
   ScheduleOptions sched;
   sched.lr0 = hyp.lr0;
   sched.lrf = hyp.lrf;
@@ -397,6 +400,19 @@ TrainResult train(const TrainOptions& requested) {
   if (!dist_ctx.is_main()) {
     save_dir = (fs::temp_directory_path() / cat("kestrel-rank", dist_ctx.rank, "-", ::getpid())).string();
     fs::create_directories(save_dir);
+  }
+  // Training loss: YOLOv7's OTA assignment when the recipe asks for it (loss_ota: 1), else YOLOv5's.
+  // Validation always reports the plain loss, as upstream's test.py/val.py. Built after AutoAnchor and
+  // the resume: the losses copy the head's anchors.
+  const loss::YoloLoss compute_loss(model->head(), hyp.loss, o.img_size);
+  LossFn train_loss_fn = make_loss_fn(model->head(), hyp.loss, o.img_size, hyp.loss_ota);
+  if (dist_ctx.enabled) {
+    train_loss_fn = [inner = train_loss_fn, ws = static_cast<double>(dist_ctx.world_size)](
+                        const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) {
+      loss::YoloLoss::Result r = inner(l, t, m);
+      r.total = r.total * ws;
+      return r;
+    };
   }
   ModelEma ema(ema_model, *model, EmaOptions{}, ema_updates);
   if (!o.resume.empty()) models::load_state_dict(ema.model(), ema_t, true, o.resume);

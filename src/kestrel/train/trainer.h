@@ -21,7 +21,8 @@ struct TrainOptions {
   std::string resume;                  // a run's weights/last.state.safetensors or its folder
   bool nosave = false;                 // only the final checkpoint
   bool noval = false;                  // validate only after the final epoch
-  std::string cache;                   // "" or "ram"
+  bool noautoanchor = false;           // skip AutoAnchor (the anchor check and search before training)
+  std::string cache;                   // "", "ram" or "disk" (resized images next to the originals)
   std::string device;                  // "", "cpu", "0", "cuda:0"
   bool multi_scale = false;
   bool single_cls = false;

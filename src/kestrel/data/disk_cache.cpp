@@ -1,0 +1,189 @@
+#include "kestrel/data/disk_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::data {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";       // 6 bytes, then version 1.0 and a little-endian u16 header length
+constexpr char kTrailerMagic[8] = {'K', 'C', 'A', 'C', 'H', 'E', '0', '1'};
+
+#pragma pack(push, 1)
+struct Trailer {
+  char magic[8];
+  uint64_t source_size;
+  int64_t source_mtime_ns;
+  uint32_t original_w, original_h;
+  uint32_t img_size, augment;
+  uint64_t checksum;
+};
+#pragma pack(pop)
+static_assert(sizeof(Trailer) == 48, "the trailer is 48 bytes on disk");
+
+// The .npy header for an (h, w, 3) uint8 array: the dict, spaces and '\n', so that magic + version +
+// length + header is a multiple of 64 bytes (the format's alignment).
+std::string npy_header(int h, int w) {
+  std::string dict = cat("{'descr': '|u1', 'fortran_order': False, 'shape': (", h, ", ", w, ", 3), }");
+  const size_t unpadded = 6 + 2 + 2 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict += '\n';
+  std::string out(kMagic, 6);
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(dict.size() & 0xFF);
+  out += static_cast<char>(dict.size() >> 8);
+  return out + dict;
+}
+
+// 64-bit multiply-xor hash over 8-byte words (and the tail bytes): catches flipped or zeroed pixels
+// at memory speed (~0.2 ms for a 640 x 480 image).
+uint64_t checksum(const uint8_t* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001B3ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+bool read_exact(int fd, void* out, size_t n, off_t at) {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, at);
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      return false;
+    }
+    p += got, n -= static_cast<size_t>(got), at += got;
+  }
+  return true;
+}
+
+bool write_all(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t put = ::write(fd, p, n);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += put, n -= static_cast<size_t>(put);
+  }
+  return true;
+}
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::optional<CachedImage> miss(std::string* why, const std::string& reason) {
+  if (why) *why = reason;
+  return std::nullopt;
+}
+
+}  // namespace
+
+SourceStamp source_stamp(const std::string& image_path) {
+  struct stat st {};
+  if (::stat(image_path.c_str(), &st) != 0) fail(image_path, ": cannot be read (", std::strerror(errno), ")");
+  return {static_cast<uint64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+std::string disk_cache_path(const std::string& image_path, const ResizeKey& key) {
+  return cat(image_path, ".", key.img_size, key.augment ? "" : "-area", ".npy");
+}
+
+std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const SourceStamp& stamp, const ResizeKey& key,
+                                           std::string* why) {
+  Fd file{::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) return miss(why, "missing");
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) return miss(why, "cannot stat");
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+
+  // Header: the file's own shape, checked by rebuilding the exact header kestrel writes for it.
+  char prefix[10];
+  if (file_size < sizeof prefix + sizeof(Trailer) || !read_exact(file.fd, prefix, sizeof prefix, 0))
+    return miss(why, "truncated header");
+  if (std::memcmp(prefix, kMagic, 6) != 0 || prefix[6] != 1 || prefix[7] != 0) return miss(why, "not a .npy 1.0 file");
+  const size_t header_len = static_cast<uint8_t>(prefix[8]) | static_cast<size_t>(static_cast<uint8_t>(prefix[9])) << 8;
+  if (sizeof prefix + header_len + sizeof(Trailer) > file_size) return miss(why, "truncated header");
+  std::string header(sizeof prefix + header_len, '\0');
+  if (!read_exact(file.fd, header.data(), header.size(), 0)) return miss(why, "truncated header");
+  int h = 0, w = 0;
+  if (std::sscanf(header.c_str() + sizeof prefix, "{'descr': '|u1', 'fortran_order': False, 'shape': (%d, %d, 3), }", &h,
+                  &w) != 2 ||
+      h <= 0 || w <= 0 || header != npy_header(h, w))
+    return miss(why, "unexpected .npy header");
+  const uint64_t pixels = static_cast<uint64_t>(h) * static_cast<uint64_t>(w) * 3;
+  if (file_size != header.size() + pixels + sizeof(Trailer)) return miss(why, "wrong length (truncated or appended)");
+
+  Trailer t{};
+  if (!read_exact(file.fd, &t, sizeof t, static_cast<off_t>(header.size() + pixels))) return miss(why, "truncated trailer");
+  if (std::memcmp(t.magic, kTrailerMagic, sizeof kTrailerMagic) != 0) return miss(why, "no kestrel trailer");
+  if (t.source_size != stamp.size || t.source_mtime_ns != stamp.mtime_ns) return miss(why, "source image changed");
+  if (t.img_size != static_cast<uint32_t>(key.img_size) || t.augment != static_cast<uint32_t>(key.augment))
+    return miss(why, "made for another image size");
+  if (std::max(h, w) != key.img_size || t.original_w == 0 || t.original_h == 0) return miss(why, "inconsistent sizes");
+
+  CachedImage out;
+  out.image.create(h, w, CV_8UC3);
+  if (!read_exact(file.fd, out.image.data, pixels, static_cast<off_t>(header.size()))) return miss(why, "truncated pixels");
+  if (checksum(out.image.data, pixels) != t.checksum) return miss(why, "checksum mismatch (corrupt pixels)");
+  out.original = cv::Size(static_cast<int>(t.original_w), static_cast<int>(t.original_h));
+  return out;
+}
+
+void write_disk_cache(const std::string& cache_path, const CachedImage& entry, const SourceStamp& stamp,
+                      const ResizeKey& key) {
+  if (entry.image.type() != CV_8UC3 || entry.image.empty()) fail(cache_path, ": the disk cache holds 8-bit BGR images");
+  const cv::Mat img = entry.image.isContinuous() ? entry.image : entry.image.clone();
+  const size_t pixels = img.total() * 3;
+  Trailer t{};
+  std::memcpy(t.magic, kTrailerMagic, sizeof kTrailerMagic);
+  t.source_size = stamp.size;
+  t.source_mtime_ns = stamp.mtime_ns;
+  t.original_w = static_cast<uint32_t>(entry.original.width);
+  t.original_h = static_cast<uint32_t>(entry.original.height);
+  t.img_size = static_cast<uint32_t>(key.img_size);
+  t.augment = key.augment;
+  t.checksum = checksum(img.data, pixels);
+  const std::string header = npy_header(img.rows, img.cols);
+
+  // A name of its own per writer: two threads (or ranks) filling the same entry each rename a whole file.
+  const std::string tmp =
+      cat(cache_path, ".tmp", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  Fd file{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (file.fd < 0)
+    fail(cache_path, ": cannot write the disk image cache (", std::strerror(errno),
+         "); use --cache ram, or no cache, for a read-only dataset");
+  const bool ok = write_all(file.fd, header.data(), header.size()) && write_all(file.fd, img.data, pixels) &&
+                  write_all(file.fd, &t, sizeof t);
+  const int error = errno;
+  ::close(file.fd);
+  file.fd = -1;
+  if (!ok || std::rename(tmp.c_str(), cache_path.c_str()) != 0) {
+    const int e = ok ? errno : error;
+    std::remove(tmp.c_str());
+    fail(cache_path, ": cannot write the disk image cache (", std::strerror(e), ")");
+  }
+}
+
+}  // namespace kestrel::data

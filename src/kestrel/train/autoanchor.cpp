@@ -1,0 +1,262 @@
+#include "kestrel/train/autoanchor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::train {
+namespace {
+
+// The loss's ratio metric of one label against one anchor: 1 = same size, 1/anchor_t = the match limit.
+double ratio_metric(const BoxSize& s, const BoxSize& a) {
+  const double rw = s[0] / a[0], rh = s[1] / a[1];
+  return std::min({rw, 1 / rw, rh, 1 / rh});
+}
+
+double best_metric(const BoxSize& s, const std::vector<BoxSize>& anchors) {
+  double best = 0;
+  for (const auto& a : anchors) best = std::max(best, ratio_metric(s, a));
+  return best;
+}
+
+// Only the fitness the genetic search maximises (anchor_fit without the other statistics).
+double search_fitness(const std::vector<BoxSize>& sizes, const std::vector<BoxSize>& anchors, double limit) {
+  double sum = 0;
+  for (const auto& s : sizes) {
+    const double b = best_metric(s, anchors);
+    if (b > limit) sum += b;
+  }
+  return sum / static_cast<double>(sizes.size());
+}
+
+// Lloyd's iterations from `centres` until the mean distance to the nearest centre improves by no more
+// than 1e-5 (scipy's vq threshold). A centre left without points keeps its place. Returns the mean distance.
+double lloyd(const std::vector<BoxSize>& points, std::vector<BoxSize>& centres) {
+  const size_t k = centres.size();
+  double previous = std::numeric_limits<double>::infinity();
+  for (int iteration = 0; iteration < 1000; ++iteration) {
+    std::vector<BoxSize> sums(k, BoxSize{0, 0});
+    std::vector<size_t> counts(k, 0);
+    double distance = 0;
+    for (const auto& p : points) {
+      size_t nearest = 0;
+      double d2 = std::numeric_limits<double>::infinity();
+      for (size_t c = 0; c < k; ++c) {
+        const double dx = p[0] - centres[c][0], dy = p[1] - centres[c][1], e = dx * dx + dy * dy;
+        if (e < d2) d2 = e, nearest = c;
+      }
+      distance += std::sqrt(d2);
+      sums[nearest][0] += p[0], sums[nearest][1] += p[1];
+      ++counts[nearest];
+    }
+    distance /= static_cast<double>(points.size());
+    for (size_t c = 0; c < k; ++c)
+      if (counts[c]) centres[c] = {sums[c][0] / counts[c], sums[c][1] / counts[c]};
+    if (previous - distance <= 1e-5) return distance;
+    previous = distance;
+  }
+  return previous;
+}
+
+// Best of `restarts` k-means runs, each started from n distinct labels picked at random.
+std::vector<BoxSize> kmeans(const std::vector<BoxSize>& points, int n, int restarts, std::mt19937_64& rng) {
+  std::vector<BoxSize> best;
+  double best_distance = std::numeric_limits<double>::infinity();
+  std::vector<size_t> order(points.size());
+  for (int r = 0; r < std::max(1, restarts); ++r) {
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::vector<BoxSize> centres;
+    for (int c = 0; c < n; ++c) {  // partial Fisher-Yates: n distinct indices
+      const size_t j = c + std::uniform_int_distribution<size_t>(0, order.size() - 1 - c)(rng);
+      std::swap(order[c], order[j]);
+      centres.push_back(points[order[c]]);
+    }
+    const double distance = lloyd(points, centres);
+    if (distance < best_distance) best_distance = distance, best = centres;
+  }
+  return best;
+}
+
+void sort_by_area(std::vector<BoxSize>& anchors) {
+  std::stable_sort(anchors.begin(), anchors.end(),
+                   [](const BoxSize& a, const BoxSize& b) { return a[0] * a[1] < b[0] * b[1]; });
+}
+
+std::string format_anchors(const std::vector<BoxSize>& anchors) {
+  std::string out;
+  for (const auto& a : anchors) out += cat(out.empty() ? "" : ", ", std::lround(a[0]), ",", std::lround(a[1]));
+  return out;
+}
+
+std::string format_fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+AnchorFit anchor_fit(const std::vector<BoxSize>& sizes, const std::vector<BoxSize>& anchors, double anchor_t) {
+  AnchorFit f;
+  if (sizes.empty() || anchors.empty()) return f;
+  const double limit = 1 / anchor_t;
+  for (const auto& s : sizes) {
+    double best = 0;
+    int fitting = 0;
+    for (const auto& a : anchors) {
+      const double m = ratio_metric(s, a);
+      best = std::max(best, m);
+      fitting += m > limit;
+    }
+    f.anchors_per_target += fitting;
+    f.bpr += best > limit;
+    f.fitness += best > limit ? best : 0;
+    f.mean_best += best;
+  }
+  const double n = static_cast<double>(sizes.size());
+  f.bpr /= n, f.anchors_per_target /= n, f.fitness /= n, f.mean_best /= n;
+  return f;
+}
+
+std::vector<BoxSize> label_sizes(const std::vector<data::ImageRecord>& records, int img_size, double scale_jitter,
+                                 uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> jitter(1 - scale_jitter, 1 + scale_jitter);
+  std::vector<BoxSize> sizes;
+  for (const auto& r : records) {
+    // One draw per image (also for images without labels), so a label's scale does not depend on the others'.
+    const double scale = scale_jitter > 0 ? jitter(rng) : 1.0;
+    const double longest = std::max(r.width, r.height);
+    if (longest <= 0) continue;
+    const double sw = img_size * r.width / longest * scale, sh = img_size * r.height / longest * scale;
+    for (const auto& row : r.rows) sizes.push_back({row.box[3] * sw, row.box[4] * sh});
+  }
+  return sizes;
+}
+
+std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& all_sizes, int n, int img_size, const AutoAnchorOptions& o) {
+  if (n < 1) fail("AutoAnchor: need at least one anchor, got ", n);
+  std::mt19937_64 rng(o.seed);
+  std::vector<BoxSize> sizes;  // labels of at least min_label_px on one side
+  for (const auto& s : all_sizes)
+    if (s[0] >= o.min_label_px || s[1] >= o.min_label_px) sizes.push_back(s);
+  if (sizes.empty()) fail("AutoAnchor: no label of at least ", o.min_label_px, " pixels to fit anchors to");
+
+  const std::set<BoxSize> distinct(sizes.begin(), sizes.end());
+  std::vector<BoxSize> k;
+  if (static_cast<int>(distinct.size()) >= n) {
+    // k-means on whitened sizes (divided by their population standard deviation per axis), scaled back.
+    BoxSize mean{0, 0}, sd{0, 0};
+    for (const auto& s : sizes) mean[0] += s[0], mean[1] += s[1];
+    mean[0] /= sizes.size(), mean[1] /= sizes.size();
+    for (const auto& s : sizes) sd[0] += (s[0] - mean[0]) * (s[0] - mean[0]), sd[1] += (s[1] - mean[1]) * (s[1] - mean[1]);
+    for (double& v : sd) {
+      v = std::sqrt(v / sizes.size());
+      if (v <= 0) v = 1;  // all labels equally wide (or high): nothing to whiten
+    }
+    std::vector<BoxSize> whitened;
+    for (const auto& s : sizes) whitened.push_back({s[0] / sd[0], s[1] / sd[1]});
+    k = kmeans(whitened, n, o.kmeans_restarts, rng);
+    for (auto& a : k) a = {a[0] * sd[0], a[1] * sd[1]};
+  } else {
+    // Too few distinct sizes for n clusters: sorted random sizes up to img_size, as upstream's fallback.
+    std::vector<double> v(2 * static_cast<size_t>(n));
+    for (double& x : v) x = std::uniform_real_distribution<double>(0, 1)(rng);
+    std::sort(v.begin(), v.end());
+    for (int i = 0; i < n; ++i) k.push_back({v[2 * i] * img_size, v[2 * i + 1] * img_size});
+  }
+  sort_by_area(k);
+
+  // Genetic refinement: mutate every coordinate with probability mutation_prob by a factor
+  // 1 + r * N(0, sigma) (r ~ U(0, 1) per generation, factor clipped to [0.3, 3]); keep improvements.
+  const double limit = 1 / o.anchor_t;
+  double f = search_fitness(sizes, k, limit);
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> factor(2 * k.size());
+  for (int g = 0; g < o.generations; ++g) {
+    bool unchanged = true;
+    while (unchanged) {
+      const double r = unit(rng);
+      for (double& x : factor) {
+        const bool mutate = unit(rng) < o.mutation_prob;
+        const double z = normal(rng);
+        x = mutate ? std::clamp(1 + r * z * o.mutation_sigma, 0.3, 3.0) : 1.0;
+        unchanged = unchanged && x == 1.0;
+      }
+    }
+    std::vector<BoxSize> kg = k;
+    for (size_t i = 0; i < kg.size(); ++i)
+      for (int c = 0; c < 2; ++c) kg[i][c] = std::max(kg[i][c] * factor[2 * i + c], o.min_label_px);
+    const double fg = search_fitness(sizes, kg, limit);
+    if (fg > f) f = fg, k = std::move(kg);
+  }
+  sort_by_area(k);
+  return k;
+}
+
+AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::ImageRecord>& records, int img_size,
+                               const AutoAnchorOptions& o) {
+  AutoAnchorResult result;
+  const int64_t nl = head.num_levels(), na = head.num_anchors();
+  const at::Tensor px = head.anchor_pixels();  // [nl, na, 2]
+  for (int64_t i = 0; i < nl; ++i)
+    for (int64_t j = 0; j < na; ++j)
+      result.anchors.push_back({px[i][j][0].item<double>(), px[i][j][1].item<double>()});
+  const std::vector<BoxSize> jittered = label_sizes(records, img_size, o.scale_jitter, o.seed);
+  if (jittered.empty()) {
+    result.report = "AutoAnchor: no labels in the training split, anchors left as they are\n";
+    return result;
+  }
+  result.before = result.after = anchor_fit(jittered, result.anchors, o.anchor_t);
+  result.report = cat("AutoAnchor: ", format_fixed(result.before.anchors_per_target, 2), " anchors/target, ",
+                      format_fixed(result.before.bpr, 3), " Best Possible Recall (BPR). ");
+  if (result.before.bpr > o.min_bpr) {
+    result.report += "Current anchors are a good fit to dataset\n";
+    return result;
+  }
+  result.report += "Anchors are a poor fit to dataset, attempting to improve...\n";
+  result.searched = true;
+  const std::vector<BoxSize> sizes = label_sizes(records, img_size, 0.0, o.seed);
+  const auto tiny = std::count_if(sizes.begin(), sizes.end(), [](const BoxSize& s) { return s[0] < 3 || s[1] < 3; });
+  if (tiny)
+    result.report += cat("AutoAnchor: WARNING extremely small objects found: ", tiny, " of ", sizes.size(),
+                         " labels are smaller than 3 pixels\n");
+  const std::vector<BoxSize> k = kmean_anchors(sizes, static_cast<int>(nl * na), img_size, o);
+  const AnchorFit found = anchor_fit(jittered, k, o.anchor_t);
+  result.report += cat("AutoAnchor: k-means + ", o.generations, " generations on ", sizes.size(), " labels: ",
+                       format_fixed(found.bpr, 4), " BPR, ", format_fixed(found.anchors_per_target, 2),
+                       " anchors/target, fitness ", format_fixed(found.fitness, 4), "; anchors ", format_anchors(k), "\n");
+  if (!(found.bpr > result.before.bpr)) {
+    result.report += "AutoAnchor: original anchors better than new anchors, proceeding with original anchors\n";
+    return result;
+  }
+  // Smallest anchors on the finest level: levels taken in stride order (usually their own order).
+  std::vector<int64_t> levels(nl);
+  std::iota(levels.begin(), levels.end(), int64_t{0});
+  const auto& strides = head.strides();
+  std::stable_sort(levels.begin(), levels.end(), [&](int64_t a, int64_t b) { return strides[a] < strides[b]; });
+  at::Tensor pixels = at::empty({nl, na, 2}, at::kFloat);
+  for (int64_t r = 0; r < nl; ++r)
+    for (int64_t j = 0; j < na; ++j)
+      for (int c = 0; c < 2; ++c) pixels[levels[r]][j][c] = k[r * na + j][c];
+  head.set_anchors(pixels);
+  const at::Tensor now = head.anchor_pixels();
+  result.anchors.clear();
+  for (int64_t i = 0; i < nl; ++i)
+    for (int64_t j = 0; j < na; ++j) result.anchors.push_back({now[i][j][0].item<double>(), now[i][j][1].item<double>()});
+  result.after = anchor_fit(jittered, result.anchors, o.anchor_t);
+  result.replaced = true;
+  result.report += "AutoAnchor: done, new anchors saved to the model (optional: put them in the model YAML)\n";
+  return result;
+}
+
+}  // namespace kestrel::train

@@ -1,0 +1,310 @@
+// AutoAnchor: the fit statistics on boxes computed by hand, label sizes at the training size, the
+// k-means + genetic search recovering known clusters, the head keeping anchors that already fit and
+// taking better ones in stride order (grid units), and `kestrel train` running it (or not) with the
+// searched anchors ending in the saved weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/data/dataset_config.h"
+#include "kestrel/data/image_files.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/weights_file.h"
+#include "kestrel/models/yolo_model.h"
+#include "kestrel/train/autoanchor.h"
+#include "kestrel/train/trainer.h"
+#include "test_support.h"
+
+namespace kestrel::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(AutoAnchor, OptionsMatchUpstream) {
+  const AutoAnchorOptions o;
+  EXPECT_EQ(o.anchor_t, 4.0);
+  EXPECT_EQ(o.min_bpr, 0.98);
+  EXPECT_EQ(o.scale_jitter, 0.1);
+  EXPECT_EQ(o.kmeans_restarts, 30);
+  EXPECT_EQ(o.generations, 1000);
+  EXPECT_EQ(o.mutation_prob, 0.9);
+  EXPECT_EQ(o.mutation_sigma, 0.1);
+  EXPECT_EQ(o.min_label_px, 2.0);
+}
+
+TEST(AutoAnchor, FitStatisticsByHand) {
+  // anchor_t 4: a pair fits when min(w/aw, aw/w, h/ah, ah/h) > 0.25.
+  const std::vector<BoxSize> anchors{{10, 10}, {20, 20}};
+  const std::vector<BoxSize> sizes{
+      {10, 10},  // a0: 1,   a1: 0.5        -> best 1,   2 fit
+      {30, 10},  // a0: 1/3, a1: min(2/3, 0.5) = 0.5 -> best 0.5, 2 fit
+      {40, 10},  // a0: 0.25 (not > 0.25), a1: 0.5   -> best 0.5, 1 fits
+      {2, 10},   // a0: 0.2, a1: 0.1        -> best 0.2, none
+  };
+  const AnchorFit f = anchor_fit(sizes, anchors, 4.0);
+  EXPECT_DOUBLE_EQ(f.bpr, 0.75);
+  EXPECT_DOUBLE_EQ(f.anchors_per_target, 5.0 / 4);
+  EXPECT_DOUBLE_EQ(f.fitness, (1 + 0.5 + 0.5 + 0) / 4);
+  EXPECT_DOUBLE_EQ(f.mean_best, (1 + 0.5 + 0.5 + 0.2) / 4);
+  // A looser threshold lets the last two in: 0.25 > 1/5 and 0.2 is not > 1/5.
+  EXPECT_DOUBLE_EQ(anchor_fit(sizes, anchors, 5.0).bpr, 0.75);
+  EXPECT_DOUBLE_EQ(anchor_fit(sizes, anchors, 5.01).bpr, 1.0);
+}
+
+data::ImageRecord record(int w, int h, std::vector<std::array<float, 2>> box_wh) {
+  data::ImageRecord r;
+  r.width = w;
+  r.height = h;
+  for (const auto& b : box_wh) r.rows.push_back(data::LabelRow{{0.f, 0.5f, 0.5f, b[0], b[1]}, {}});
+  return r;
+}
+
+TEST(AutoAnchor, LabelSizesAreInTrainingPixels) {
+  // A 200 x 100 image at --img 640 is 640 x 320: a (0.5, 0.25) box is 320 x 80 pixels.
+  const std::vector<data::ImageRecord> records{record(200, 100, {{0.5f, 0.25f}}), record(100, 400, {{0.5f, 0.5f}, {1.f, 0.1f}})};
+  const auto sizes = label_sizes(records, 640, 0.0, 0);
+  ASSERT_EQ(sizes.size(), 3u);
+  EXPECT_NEAR(sizes[0][0], 320, 1e-4);
+  EXPECT_NEAR(sizes[0][1], 80, 1e-4);
+  EXPECT_NEAR(sizes[1][0], 80, 1e-4);   // 160 x 640 image
+  EXPECT_NEAR(sizes[1][1], 320, 1e-4);
+  EXPECT_NEAR(sizes[2][0], 160, 1e-4);
+  EXPECT_NEAR(sizes[2][1], 64, 1e-4);
+  // The random scale: one factor in [0.9, 1.1] per image, the same for a seed.
+  const auto a = label_sizes(records, 640, 0.1, 3), b = label_sizes(records, 640, 0.1, 3);
+  EXPECT_EQ(a, b);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double s = a[i][0] / sizes[i][0];
+    EXPECT_GE(s, 0.9);
+    EXPECT_LE(s, 1.1);
+    EXPECT_NEAR(a[i][1] / sizes[i][1], s, 1e-6);
+  }
+  EXPECT_NEAR(a[1][0] / sizes[1][0], a[2][0] / sizes[2][0], 1e-6);  // same image, same factor
+}
+
+// Label sizes around known centres, each side times exp(N(0, 0.05)).
+std::vector<BoxSize> clustered(const std::vector<BoxSize>& centres, int per_cluster, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0, 0.05);
+  std::vector<BoxSize> out;
+  for (int i = 0; i < per_cluster; ++i)
+    for (const auto& c : centres) out.push_back({c[0] * std::exp(noise(rng)), c[1] * std::exp(noise(rng))});
+  return out;
+}
+
+TEST(AutoAnchor, SearchRecoversKnownClusters) {
+  const std::vector<BoxSize> centres{{12, 20}, {40, 30}, {60, 110}, {150, 90}, {220, 300}, {500, 400}};  // by area
+  const auto sizes = clustered(centres, 60, 11);
+  AutoAnchorOptions o;
+  const auto k = kmean_anchors(sizes, 6, 640, o);
+  ASSERT_EQ(k.size(), 6u);
+  for (size_t i = 0; i < k.size(); ++i) {
+    EXPECT_NEAR(k[i][0] / centres[i][0], 1.0, 0.1) << i;
+    EXPECT_NEAR(k[i][1] / centres[i][1], 1.0, 0.1) << i;
+    if (i) EXPECT_LE(k[i - 1][0] * k[i - 1][1], k[i][0] * k[i][1]);  // sorted by area
+  }
+  // The genetic search only ever keeps improvements over the k-means anchors.
+  AutoAnchorOptions no_search = o;
+  no_search.generations = 0;
+  const auto k0 = kmean_anchors(sizes, 6, 640, no_search);
+  EXPECT_GE(anchor_fit(sizes, k, 4.0).fitness, anchor_fit(sizes, k0, 4.0).fitness);
+  EXPECT_DOUBLE_EQ(anchor_fit(sizes, k, 4.0).bpr, 1.0);
+  EXPECT_EQ(kmean_anchors(sizes, 6, 640, o), k);  // deterministic for a seed
+}
+
+TEST(AutoAnchor, GeneticSearchImprovesPoorAnchors) {
+  // Fewer distinct sizes than anchors: upstream's random start, which the search must then improve.
+  const std::vector<BoxSize> sizes(50, BoxSize{30, 30});
+  AutoAnchorOptions o;
+  o.generations = 0;
+  const double start = anchor_fit(sizes, kmean_anchors(sizes, 3, 640, o), 4.0).fitness;
+  o.generations = 1000;
+  const auto k = kmean_anchors(sizes, 3, 640, o);
+  const double searched = anchor_fit(sizes, k, 4.0).fitness;
+  EXPECT_GT(searched, start);
+  EXPECT_GT(searched, 0.9);  // one anchor near 30 x 30
+}
+
+TEST(AutoAnchor, TinyLabelsAreLeftOutOfTheSearch) {
+  auto sizes = clustered({{40, 40}}, 100, 5);
+  for (int i = 0; i < 300; ++i) sizes.push_back({1, 1.5});  // < 2 px on both sides: ignored
+  const auto k = kmean_anchors(sizes, 1, 640, AutoAnchorOptions{});
+  EXPECT_NEAR(k[0][0], 40, 4);
+  EXPECT_NEAR(k[0][1], 40, 4);
+}
+
+models::Detect p3_p5_head() {
+  models::Detect head(80, {{10, 13, 16, 30, 33, 23}, {30, 61, 62, 45, 59, 119}, {116, 90, 156, 198, 373, 326}},
+                      {16, 32, 64}, false);
+  head.initialize({8, 16, 32});
+  return head;
+}
+
+TEST(AutoAnchor, AnchorsThatFitAreKept) {
+  models::Detect head = p3_p5_head();
+  const at::Tensor before = head.anchors().clone();
+  // Labels exactly the anchors' sizes on 640 x 640 images: every one fits, BPR 1.
+  std::vector<data::ImageRecord> records;
+  const double px[9][2] = {{10, 13}, {16, 30}, {33, 23}, {30, 61}, {62, 45}, {59, 119}, {116, 90}, {156, 198}, {373, 326}};
+  for (const auto& a : px)
+    records.push_back(record(640, 640, {{static_cast<float>(a[0] / 640), static_cast<float>(a[1] / 640)}}));
+  const AutoAnchorResult r = check_anchors(head, records, 640, AutoAnchorOptions{});
+  EXPECT_DOUBLE_EQ(r.before.bpr, 1.0);
+  EXPECT_FALSE(r.searched);
+  EXPECT_FALSE(r.replaced);
+  EXPECT_TRUE(at::equal(head.anchors(), before));
+  EXPECT_NE(r.report.find("anchors/target, 1.000 Best Possible Recall (BPR)"), std::string::npos) << r.report;
+}
+
+TEST(AutoAnchor, PoorAnchorsAreReplacedInStrideOrder) {
+  models::Detect head = p3_p5_head();
+  // Three thin box shapes no default anchor matches within a factor 4 (pixels at 640): BPR 0 before.
+  const std::vector<BoxSize> shapes{{6, 200}, {320, 16}, {600, 40}};  // areas 1200 < 5120 < 24000
+  std::vector<data::ImageRecord> records;
+  std::mt19937_64 rng(2);
+  std::normal_distribution<double> noise(0, 0.03);
+  for (int i = 0; i < 60; ++i)
+    for (const auto& c : shapes)
+      records.push_back(record(1280, 1280, {{static_cast<float>(c[0] / 640 * std::exp(noise(rng))),
+                                             static_cast<float>(c[1] / 640 * std::exp(noise(rng)))}}));
+  const AutoAnchorResult r = check_anchors(head, records, 640, AutoAnchorOptions{});
+  EXPECT_LT(r.before.bpr, 0.98);
+  EXPECT_TRUE(r.searched);
+  ASSERT_TRUE(r.replaced);
+  EXPECT_GT(r.after.bpr, r.before.bpr);
+  EXPECT_DOUBLE_EQ(r.after.bpr, 1.0);
+  // Stored in grid units: anchors x stride = the reported pixels, non-decreasing areas across levels.
+  const at::Tensor px = head.anchors() * at::tensor(std::vector<double>{8, 16, 32}, at::kFloat).view({3, 1, 1});
+  ASSERT_EQ(r.anchors.size(), 9u);
+  double previous_area = 0;
+  for (int l = 0; l < 3; ++l)
+    for (int a = 0; a < 3; ++a) {
+      const auto& e = r.anchors[l * 3 + a];
+      EXPECT_NEAR(px[l][a][0].item<double>(), e[0], 1e-3);
+      EXPECT_NEAR(px[l][a][1].item<double>(), e[1], 1e-3);
+      EXPECT_GE(e[0] * e[1], previous_area);
+      previous_area = e[0] * e[1];
+    }
+  // Every shape has an anchor within 25 % of it (the search ends near the clusters).
+  for (const auto& c : shapes) {
+    bool near = false;
+    for (const auto& e : r.anchors) near = near || (std::abs(e[0] / c[0] - 1) < 0.25 && std::abs(e[1] / c[1] - 1) < 0.25);
+    EXPECT_TRUE(near) << c[0] << " x " << c[1] << "\n" << r.report;
+  }
+  EXPECT_NE(r.report.find("Anchors are a poor fit"), std::string::npos) << r.report;
+
+  // Same labels and seed: the same anchors.
+  models::Detect again = p3_p5_head();
+  check_anchors(again, records, 640, AutoAnchorOptions{});
+  EXPECT_TRUE(at::equal(again.anchors(), head.anchors()));
+}
+
+TEST(AutoAnchor, SetAnchorsFollowsStrideOrder) {
+  // check_anchor_order: anchors given largest-first for strides 8, 16, 32 are flipped by level.
+  models::Detect head = p3_p5_head();
+  const at::Tensor big_first = at::tensor(std::vector<float>{300, 300, 310, 310, 320, 320, 100, 100, 110, 110, 120, 120,
+                                                             10, 10, 11, 11, 12, 12}).view({3, 3, 2});
+  head.set_anchors(big_first);
+  EXPECT_TRUE(at::allclose(head.anchor_pixels(), big_first.flip(0)));
+  EXPECT_NEAR(head.anchors()[0][0][0].item<double>(), 10.0 / 8, 1e-6);
+  EXPECT_NEAR(head.anchors()[2][2][1].item<double>(), 320.0 / 32, 1e-6);
+  EXPECT_THROW(head.set_anchors(at::ones({2, 3, 2})), Error);
+}
+
+TEST(AutoAnchor, IDetectAnchorGridFollows) {
+  models::Detect head(80, {{12, 16, 19, 36, 40, 28}, {36, 75, 76, 55, 72, 146}, {142, 110, 192, 243, 459, 401}},
+                      {16, 32, 64}, true);
+  head.initialize({8, 16, 32});
+  const at::Tensor px = at::arange(1, 19, at::kFloat).view({3, 3, 2}) * 10;
+  head.set_anchors(px);
+  at::Tensor grid;
+  for (const auto& b : head.named_buffers())
+    if (b.key() == "anchor_grid") grid = b.value();
+  ASSERT_TRUE(grid.defined());
+  EXPECT_TRUE(at::allclose(grid.view({3, 3, 2}), px));
+}
+
+// `kestrel train` end to end: a model whose anchors cannot fit the demo boxes gets searched anchors,
+// and they are in the saved weights; --noautoanchor leaves them alone.
+std::string tiny_run_dataset(const test::TempDir& dir) {
+  fs::create_directories(dir.file("images/train"));
+  fs::create_directories(dir.file("labels/train"));
+  for (const char* stem : {"000000000025", "000000000030", "000000000036", "000000000042"}) {
+    fs::copy_file(cat("data/demo/images/train/", stem, ".jpg"), dir.file(cat("images/train/", stem, ".jpg")));
+    fs::copy_file(cat("data/demo/labels/train/", stem, ".txt"), dir.file(cat("labels/train/", stem, ".txt")));
+  }
+  std::string names;
+  for (int i = 0; i < 80; ++i) names += cat(i ? ", " : "", "c", i);
+  test::write_file(dir.file("tiny.yaml"), "path: .\ntrain: images/train\nval: images/train\nnc: 80\nnames: [" + names + "]\n");
+  // yolov5n with absurd anchors (2000 px at --img 128): no box can match them.
+  std::ifstream in("configs/models/yolov5n.yaml");
+  std::string line, yaml;
+  while (std::getline(in, line)) {
+    if (line.find("# P3/8") != std::string::npos || line.find("# P4/16") != std::string::npos ||
+        line.find("# P5/32") != std::string::npos)
+      line = "  - [2000,2000, 2100,2100, 2200,2200]";
+    yaml += line + "\n";
+  }
+  test::write_file(dir.file("yolov5n-bad.yaml"), yaml);
+  return dir.file("tiny.yaml");
+}
+
+TEST(AutoAnchor, TrainerSearchesAndSavesAnchors) {
+  test::TempDir dir;
+  TrainOptions o;
+  o.cfg = dir.file("yolov5n-bad.yaml");
+  o.data = tiny_run_dataset(dir);
+  o.project = dir.file("runs");
+  o.device = "cpu";
+  o.img_size = 128;
+  o.batch_size = 4;
+  o.epochs = 1;
+  o.workers = 1;
+  o.quiet = true;
+  o.noval = true;
+  o.name = "auto";
+  const TrainResult searched = train(o);
+  const at::Tensor config_px = at::tensor(std::vector<float>{2000, 2000, 2100, 2100, 2200, 2200}).view({1, 3, 2}).expand({3, 3, 2});
+  const models::LoadedModel a = models::load_model_weights(searched.last);
+  const at::Tensor saved = a.model->head().anchor_pixels();
+  // Boxes are at most 128 px at --img 128: the search never goes beyond 4x that (no label would match).
+  EXPECT_LT(saved.max().item<double>(), 4 * 128.0) << saved;
+  // The same anchors as check_anchors on a fresh model with the run's labels and seed (the EMA averages
+  // equal values, within float rounding).
+  auto model = models::build_model(models::load_model_config(o.cfg), 80);
+  auto cfg = data::load_dataset_config(o.data);
+  const auto index = data::index_split(data::list_images(cfg.train, cfg.source), data::IndexOptions{80, 1, false});
+  AutoAnchorOptions aa;
+  aa.seed = o.seed;
+  ASSERT_TRUE(check_anchors(model->head(), index.records, o.img_size, aa).replaced);
+  EXPECT_TRUE(at::allclose(model->head().anchor_pixels(), saved, 1e-4, 1e-3)) << model->head().anchor_pixels() << saved;
+  o.name = "none";
+  o.noautoanchor = true;
+  const TrainResult kept = train(o);
+  const models::LoadedModel b = models::load_model_weights(kept.last);
+  EXPECT_TRUE(at::allclose(b.model->head().anchor_pixels(), config_px));
+}
+
+TEST(AutoAnchor, NoautoanchorFlagOnTheCommandLine) {
+  test::TempDir dir;
+  const std::string data = tiny_run_dataset(dir);
+  const std::string base = test::kestrel_binary() + " train --cfg " + dir.file("yolov5n-bad.yaml") + " --data " + data +
+                           " --epochs 1 --img 64 --batch-size 4 --workers 1 --device cpu --noval --quiet --project " +
+                           dir.file("runs");
+  auto r = test::run_command(base + " --name with");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Best Possible Recall (BPR)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Anchors are a poor fit"), std::string::npos) << r.output;
+  r = test::run_command(base + " --name without --noautoanchor");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("AutoAnchor"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kestrel::train
