@@ -1,5 +1,5 @@
-// kestrel export --weights W [--format onnx] [--img 640] [--batch-size 1] [--opset 17] [--out PATH]:
-// writes the fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]).
+// kestrel export --weights W [--format onnx] [--img 640] [--batch-size 1] [--opset 17] [--dynamic] [--half]
+// [--out PATH]: writes the fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]).
 #include <filesystem>
 #include <iostream>
 
@@ -30,9 +30,13 @@ void run_export(const ExportOptions& o) {
   metadata["imgsz"] = nlohmann::json({o.onnx.img, o.onnx.img}).dump();
   metadata["batch"] = std::to_string(o.onnx.batch);
   exporting::export_onnx(*loaded.model, out, o.onnx, metadata);
-  std::cout << "exported " << o.weights << " -> " << out << " (ONNX opset " << o.onnx.opset << ", input images ["
-            << o.onnx.batch << ", " << loaded.model->in_channels() << ", " << o.onnx.img << ", " << o.onnx.img
-            << "], output output0 [" << o.onnx.batch << ", N, " << loaded.model->head().num_outputs() << "])\n";
+  const auto& e = o.onnx;
+  const std::string b = e.dynamic ? "batch" : std::to_string(e.batch);
+  const std::string hw = e.dynamic ? "height, width" : std::to_string(e.img) + ", " + std::to_string(e.img);
+  std::cout << "exported " << o.weights << " -> " << out << " (ONNX opset " << e.opset << ", "
+            << (e.half ? "float16" : "float32") << ", input images [" << b << ", " << loaded.model->in_channels()
+            << ", " << hw << "], output output0 [" << b << ", " << (e.dynamic ? "anchors" : "N") << ", "
+            << loaded.model->head().num_outputs() << "])\n";
 }
 
 }  // namespace
@@ -42,10 +46,15 @@ void add_export_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("export", "export trained weights for deployment (ONNX, decode included)");
   cmd->add_option("--weights", opts->weights, "kestrel weights file (.safetensors)")->required();
   cmd->add_option("--format", opts->format, "export format (onnx)")->check(CLI::IsMember({"onnx"}));
-  cmd->add_option("--img,--img-size,--imgsz", opts->onnx.img, "square input size (multiple of the largest stride)")
+  cmd->add_option("--img,--img-size,--imgsz", opts->onnx.img,
+                  "square input size (multiple of the largest stride); with --dynamic the nominal size (metadata)")
       ->check(CLI::Range(32, 8192));
-  cmd->add_option("--batch-size,--batch", opts->onnx.batch, "fixed batch size of the graph")->check(CLI::Range(1, 4096));
+  cmd->add_option("--batch-size,--batch", opts->onnx.batch, "batch size of the graph (ignored with --dynamic)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--opset", opts->onnx.opset, "ONNX opset")->check(CLI::Range(11, 21));
+  cmd->add_flag("--dynamic", opts->onnx.dynamic,
+                "dynamic axes: batch, height and width chosen at run time (multiples of the largest stride)");
+  cmd->add_flag("--half", opts->onnx.half, "float16 weights, input and output");
   cmd->add_option("--out,-o", opts->out, "output file (default: the weights path with .onnx)");
   cmd->callback([opts] { run_export(*opts); });
 }

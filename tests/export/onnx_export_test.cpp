@@ -1,109 +1,163 @@
-// ONNX export: the exported graph, run by onnxruntime (the project's Python), gives what
-// YoloModel::predict gives on the same input; onnx.checker accepts the file; the CLI writes it.
+// ONNX export, static shapes: the exported graph, run by onnxruntime (the project's Python), gives what
+// YoloModel::predict gives on the same input (YOLOv5, YOLOv3-style and YOLOv7 models, every YOLOv7
+// block); onnx.checker accepts the file; bad options and unknown layers are clear errors; the CLI writes it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <iostream>
 
-#include <ATen/ATen.h>
-#include <torch/utils.h>
-
+#include "export/onnx_check.h"
 #include "kestrel/core/error.h"
-#include "kestrel/core/safetensors.h"
 #include "kestrel/export/onnx_export.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
-#include "test_support.h"
 
 namespace kestrel::exporting {
 namespace {
 
-// Reads DIR/model.onnx and DIR/io.safetensors ("x", kestrel's "y"); checks the model, runs it in
-// onnxruntime and prints the errors; exit code 0 when within tolerance.
-constexpr const char* kPythonCheck = R"PY(
-import json, sys
-import numpy as np, onnx, onnxruntime as ort
-from safetensors.numpy import load_file
-m = onnx.load(DIR + '/model.onnx')
-onnx.checker.check_model(m, full_check=True)
-meta = {p.key: p.value for p in m.metadata_props}
-io = load_file(DIR + '/io.safetensors')
-sess = ort.InferenceSession(DIR + '/model.onnx', providers=['CPUExecutionProvider'])
-assert [i.name for i in sess.get_inputs()] == ['images'], sess.get_inputs()
-assert [o.name for o in sess.get_outputs()] == ['output0'], sess.get_outputs()
-y = sess.run(None, {'images': io['x']})[0]
-ref = io['y']
-assert y.shape == ref.shape, (y.shape, ref.shape)
-box_err = float(np.abs(y[..., :4] - ref[..., :4]).max() / max(1.0, float(np.abs(ref[..., :4]).max())))
-score_err = float(np.abs(y[..., 4:] - ref[..., 4:]).max())
-print('shape', y.shape, 'box_rel_err', box_err, 'score_err', score_err, 'meta', json.dumps(meta))
-sys.exit(0 if box_err < 1e-3 and score_err < 1e-3 else 1)
-)PY";
+using test_onnx::Case;
 
-// BN statistics and affine parameters away from their defaults, so that fusing is exercised.
-void randomize_batch_norm(models::YoloModel& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& b : model.named_buffers()) {
-    if (b.key().find("running_mean") != std::string::npos) b.value().normal_(0, 0.2);
-    if (b.key().find("running_var") != std::string::npos) b.value().uniform_(0.5, 2.0);
-  }
-  for (auto& p : model.named_parameters()) {
-    if (p.key().find(".bn.weight") != std::string::npos) p.value().uniform_(0.5, 1.5);
-    if (p.key().find(".bn.bias") != std::string::npos) p.value().normal_(0, 0.2);
-  }
-}
-
-void check_against_onnxruntime(const std::string& config, int64_t img, int64_t batch) {
+std::shared_ptr<models::YoloModel> random_model(const std::string& config) {
   at::manual_seed(3);
   auto model = models::build_model(models::load_model_config(models::resolve_model_config_path(config)));
-  randomize_batch_norm(*model);
-  model->eval();
+  test_onnx::randomize_batch_norm(*model);
+  return model;
+}
+
+void check_against_onnxruntime(models::YoloModel& model, const std::string& what, int64_t img, int64_t batch) {
   at::Tensor x = at::rand({batch, 3, img, img});
-  at::Tensor y;
-  {
-    torch::NoGradGuard no_grad;
-    y = model->predict(x);  // unfused: the export's fusing is checked too
-  }
+  at::Tensor y = test_onnx::predict(model, x);  // unfused: the export's fusing is checked too
   test::TempDir dir;
   OnnxExportOptions o;
   o.img = img;
   o.batch = batch;
-  export_onnx(*model, dir.file("model.onnx"), o, {{"names", "[\"a\"]"}});
-  save_safetensors(dir.file("io.safetensors"), {{"x", x}, {"y", y}});
-  const test::CommandResult r = test::run_python("DIR = '" + dir.path() + "'\n" + kPythonCheck);
-  EXPECT_EQ(r.exit_code, 0) << config << ":\n" << r.output;
+  export_onnx(model, dir.file("model.onnx"), o, {{"names", "[\"a\"]"}});
+  const test::CommandResult r = test_onnx::run_onnxruntime(dir, {{x, y}});
+  EXPECT_EQ(r.exit_code, 0) << what << ":\n" << r.output;
   EXPECT_NE(r.output.find("box_rel_err"), std::string::npos) << r.output;
-  std::cout << config << ": " << r.output;  // the measured errors, for the log
-  EXPECT_NE(r.output.find("\"stride\": \"32\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"stride\": \"" + std::to_string(model.max_stride()) + "\""), std::string::npos) << r.output;
+  std::cout << what << ": " << r.output;  // the measured errors, for the log
 }
 
-TEST(OnnxExport, Yolov5nMatchesOnnxRuntime) { check_against_onnxruntime("yolov5n", 128, 2); }
-TEST(OnnxExport, Yolov5sMatchesOnnxRuntime) { check_against_onnxruntime("yolov5s", 160, 1); }
-TEST(OnnxExport, Yolov7TinyMatchesOnnxRuntime) { check_against_onnxruntime("yolov7-tiny", 128, 1); }
+void check_config(const std::string& config, int64_t img, int64_t batch) {
+  auto model = random_model(config);
+  check_against_onnxruntime(*model, config, img, batch);
+}
+
+TEST(OnnxExport, Yolov5nMatchesOnnxRuntime) { check_config("yolov5n", 128, 2); }
+TEST(OnnxExport, Yolov5sMatchesOnnxRuntime) { check_config("yolov5s", 160, 1); }
+TEST(OnnxExport, Yolov7TinyMatchesOnnxRuntime) { check_config("yolov7-tiny", 128, 1); }
+// SPPCSPC, RepConv (with its BN statistics randomised: the re-parameterisation is in the graph), IDetect.
+TEST(OnnxExport, Yolov7MatchesOnnxRuntime) { check_config("yolov7", 160, 1); }
+TEST(OnnxExport, Yolov7xMatchesOnnxRuntime) { check_config("yolov7x", 128, 1); }
+
+// Every YOLOv7 block in one small network, including those no shipped config uses (Shortcut, ReOrg,
+// SP) and RepConv in its three forms: identity branch, grouped with identity, stride 2 (no identity).
+TEST(OnnxExport, Yolov7BlocksMatchOnnxRuntime) {
+  const char* yaml = R"(
+nc: 3
+depth_multiple: 1.0
+width_multiple: 1.0
+anchors: [[10,13, 16,30], [30,61, 62,45]]
+backbone:
+  [[-1, 1, ReOrg, []],                                     # 0  12 ch, /2
+   [-1, 1, Conv, [16, 3, 1, None, 1, nn.LeakyReLU(0.1)]],  # 1
+   [-1, 1, RepConv, [16, 3, 1]],                           # 2  identity branch
+   [-1, 1, RepConv, [16, 3, 1, None, 2]],                  # 3  grouped
+   [[-1, 1], 1, Shortcut, [1]],                            # 4
+   [-1, 1, MP, []],                                        # 5  /4
+   [-1, 1, SP, [5]],                                       # 6
+   [-1, 1, RepConv, [32, 3, 2]],                           # 7  /8, no identity
+   [-1, 1, SPPCSPC, [32]],                                 # 8
+  ]
+head:
+  [[-1, 1, Conv, [32, 3, 2]],                              # 9  /16
+   [[8, 9], 1, IDetect, [nc, anchors]]]                    # 10
+)";
+  at::manual_seed(5);
+  auto model = models::build_model(models::parse_model_config(yaml, "v7blocks.yaml"));
+  test_onnx::randomize_batch_norm(*model);
+  check_against_onnxruntime(*model, "v7blocks", 64, 2);
+}
+
+// A layer type the exporter does not know (here a stand-in for nn.Upsample) stops the export with
+// the module's YAML name and its layer, and writes nothing.
+class TestUpsample : public models::Layer {
+ public:
+  at::Tensor forward(const at::Tensor& x) override { return at::upsample_nearest2d(x, {x.size(2) * 2, x.size(3) * 2}); }
+};
 
 TEST(OnnxExport, UnsupportedModuleNamesModuleAndLayer) {
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov7")));
+  auto built = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")));
+  auto layers = built->layers();
+  auto info = built->layer_info();
+  size_t up = 0;
+  while (info.at(up).module != "nn.Upsample") ++up;
+  layers[up] = std::make_shared<TestUpsample>();
+  info[up].module = "TestUpsample";
+  auto head = std::dynamic_pointer_cast<models::Detect>(layers.back());
+  ASSERT_TRUE(head);
+  models::YoloModel model("custom", 3, layers, info, head);
   test::TempDir dir;
   OnnxExportOptions o;
   o.img = 64;
   try {
-    export_onnx(*model, dir.file("model.onnx"), o);
+    export_onnx(model, dir.file("model.onnx"), o);
     FAIL() << "expected kestrel::Error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("not supported by the ONNX exporter"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("(model."), std::string::npos) << msg;
-    std::cout << msg << "\n";
+    EXPECT_NE(msg.find("module TestUpsample (model." + std::to_string(up) + ") is not supported by the ONNX exporter"),
+              std::string::npos) << msg;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("model.onnx")));
 }
 
-TEST(OnnxExport, RejectsImageSizeNotAMultipleOfTheStride) {
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")));
+std::string export_error(models::YoloModel& model, const OnnxExportOptions& o) {
   test::TempDir dir;
+  try {
+    export_onnx(model, dir.file("model.onnx"), o);
+  } catch (const Error& e) {
+    EXPECT_FALSE(std::filesystem::exists(dir.file("model.onnx")));
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(OnnxExport, BadOptionsNameTheOption) {
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")));
   OnnxExportOptions o;
   o.img = 100;
-  EXPECT_THROW(export_onnx(*model, dir.file("model.onnx"), o), Error);
+  std::string msg = export_error(*model, o);
+  EXPECT_NE(msg.find("--img 100: must be a positive multiple of the model's largest stride 32"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("e.g. 96 or 128"), std::string::npos) << msg;
+  o.img = 64;
+  o.opset = 10;
+  msg = export_error(*model, o);
+  EXPECT_NE(msg.find("--opset 10"), std::string::npos) << msg;
+  o.opset = 17;
+  o.batch = 0;
+  msg = export_error(*model, o);
+  EXPECT_NE(msg.find("--batch-size 0"), std::string::npos) << msg;
+}
+
+TEST(OnnxExport, HardswishNeedsOpset14) {
+  const char* yaml = R"(
+nc: 1
+depth_multiple: 1.0
+width_multiple: 1.0
+anchors: [[10,13, 16,30]]
+backbone:
+  [[-1, 1, Conv, [8, 3, 2, None, 1, nn.Hardswish()]],
+   [-1, 1, Conv, [8, 3, 2]]]
+head:
+  [[[1], 1, Detect, [nc, anchors]]]
+)";
+  auto model = models::build_model(models::parse_model_config(yaml, "hs.yaml"));
+  OnnxExportOptions o;
+  o.img = 32;
+  o.opset = 13;
+  const std::string msg = export_error(*model, o);
+  EXPECT_NE(msg.find("nn.Hardswish needs --opset 14"), std::string::npos) << msg;
 }
 
 TEST(OnnxExport, CliWritesOnnxNextToTheWeights) {
@@ -122,6 +176,22 @@ TEST(OnnxExport, CliWritesOnnxNextToTheWeights) {
       "      [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim])\n");
   ASSERT_EQ(py.exit_code, 0) << py.output;
   EXPECT_NE(py.output.find("[\"cat\",\"dog\"] 13 [1, 252, 7]"), std::string::npos) << py.output;
+}
+
+// The CLI's errors name the file or the option, and exit non-zero.
+TEST(OnnxExport, CliErrorsNameTheFileOrOption) {
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 2);
+  test::TempDir dir;
+  const std::string weights = dir.file("best.safetensors");
+  models::save_model_weights(weights, *model, models::describe_config("yolov5n", {"cat", "dog"}));
+  test::CommandResult r = test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 100");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--img 100"), std::string::npos) << r.output;
+  const std::string missing = dir.file("missing.safetensors");
+  r = test::run_command(test::kestrel_binary() + " export --weights " + missing);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(missing), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("best.onnx")));
 }
 
 }  // namespace

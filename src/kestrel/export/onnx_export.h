@@ -1,9 +1,9 @@
-// ONNX export of YOLOv3/v5 detectors (`kestrel export --format onnx`): the fused model as an ONNX
-// graph written with protobuf from the vendored third_party/onnx/onnx.proto. Like upstream's export,
-// the graph includes the head's decode: input "images" [batch, ch, img, img] float32, output
-// "output0" [batch, N, nc + 5] (box centre x, y, w, h in input pixels, objectness, class
-// probabilities), the same tensor YoloModel::predict returns. Sizes are static (grids and anchors
-// are initializers for the chosen image size).
+// ONNX export of YOLOv3/v5/v7 detectors (`kestrel export --format onnx`): the fused model (BN folded,
+// RepConv re-parameterised, IDetect's implicit layers folded) as an ONNX graph with the head's decode
+// included, like upstream's export: input "images" [batch, ch, height, width], output "output0"
+// [batch, N, nc + 5] (box centre x, y, w, h in input pixels, objectness, class probabilities), the
+// tensor YoloModel::predict returns. Graph building lives in onnx_graph (protobuf), onnx_layers (body)
+// and onnx_detect (decode).
 #pragma once
 #include <map>
 #include <string>
@@ -13,15 +13,20 @@
 namespace kestrel::exporting {
 
 struct OnnxExportOptions {
-  int64_t img = 640;    // square input size; a multiple of the model's largest stride
-  int64_t batch = 1;    // fixed batch size
-  int opset = 17;       // default ONNX opset (11 ... 21)
+  int64_t img = 640;     // square input size; a multiple of the model's largest stride
+  int64_t batch = 1;     // batch size of a static graph
+  int opset = 17;        // ONNX opset (11 ... 21)
+  bool dynamic = false;  // symbolic axes: images [batch, ch, height, width], output0 [batch, anchors, no];
+                         // the decode builds its grids from Shape ops (upstream's --dynamic)
+  bool half = false;     // float16 weights, input and output (upstream's --half); written from fp32 on
+                         // any device: the graph is the same, only its float type changes
 };
 
-// Fuses the model (conv + BN folded, in place) and writes the ONNX file to `path` (atomically).
+// Fuses the model (in place) and writes the ONNX file to `path` (atomically).
 // metadata: extra metadata_props (e.g. "names"); "stride" and "model" are always written.
-// Throws kestrel::Error naming the module and layer index for layers the exporter does not cover
-// (YOLOv7's ELAN/RepConv/SPPCSPC blocks, ...), and for bad options.
+// Throws kestrel::Error naming the option for bad options (--img not a multiple of the stride, --opset
+// out of range, --half weights beyond float16) and naming the module and layer ("model.12") for
+// layers the exporter does not cover; no file is written then.
 void export_onnx(models::YoloModel& model, const std::string& path, const OnnxExportOptions& options,
                  const std::map<std::string, std::string>& metadata = {});
 

@@ -1,5 +1,7 @@
 #include "kestrel/models/yolov7_blocks.h"
 
+#include <array>
+
 #include <ATen/ATen.h>
 #include <torch/utils.h>
 
@@ -29,6 +31,12 @@ at::Tensor SPPCSPC::forward(const at::Tensor& x) {
   for (int64_t k : ks_) parts.push_back(at::max_pool2d(x1, {k, k}, {1, 1}, {k / 2, k / 2}));
   at::Tensor y1 = cv6->forward(cv5->forward(at::cat(parts, 1)));
   return cv7->forward(at::cat({y1, cv2->forward(x)}, 1));
+}
+
+const Conv& SPPCSPC::conv(int i) const {
+  const std::array<const std::shared_ptr<Conv>*, 7> convs{&cv1, &cv2, &cv3, &cv4, &cv5, &cv6, &cv7};
+  TORCH_CHECK(i >= 1 && i <= 7, "SPPCSPC::conv(", i, "): cv1 ... cv7");
+  return **convs[static_cast<size_t>(i - 1)];
 }
 
 void SPPCSPC::fuse() {

@@ -15,6 +15,10 @@ class SPPCSPC : public Layer {
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
 
+  // Read-only views for exporters: cv1 ... cv7 (i = 1 ... 7) and the pool kernels.
+  const Conv& conv(int i) const;
+  const std::vector<int64_t>& kernels() const { return ks_; }
+
  private:
   std::shared_ptr<Conv> cv1, cv2, cv3, cv4, cv5, cv6, cv7;
   std::vector<int64_t> ks_;
@@ -28,6 +32,10 @@ class RepConv : public Layer {
   RepConv(int64_t c1, int64_t c2, int64_t k = 3, int64_t s = 1, int64_t p = -1, int64_t g = 1, Activation act = {});
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
+
+  // Read-only views for exporters: the single conv with bias after fuse() (empty before), the activation.
+  const torch::nn::Conv2d& reparam_conv() const { return rbr_reparam; }
+  const Activation& activation() const { return act_; }
 
  private:
   torch::nn::BatchNorm2d rbr_identity{nullptr};

@@ -1,0 +1,152 @@
+#include "kestrel/export/onnx_layers.h"
+
+#include <limits>
+#include <utility>
+
+#include "kestrel/core/error.h"
+#include "kestrel/models/yolov7_blocks.h"
+
+namespace kestrel::exporting {
+
+using models::Activation;
+
+std::string OnnxLayers::activation(const Activation& act, const std::string& x) {
+  switch (act.kind) {
+    case Activation::Kind::SiLU: return g_.node("Mul", {x, g_.node("Sigmoid", {x})});
+    case Activation::Kind::LeakyReLU: return g_.node("LeakyRelu", {x}, {{"alpha", static_cast<float>(act.slope)}});
+    case Activation::Kind::ReLU: return g_.node("Relu", {x});
+    case Activation::Kind::Hardswish:
+      if (g_.opset() < 14) fail("nn.Hardswish needs --opset 14 or newer (HardSwish is an opset-14 operator)");
+      return g_.node("HardSwish", {x});
+    case Activation::Kind::Sigmoid: return g_.node("Sigmoid", {x});
+    case Activation::Kind::Identity: return x;
+  }
+  return x;
+}
+
+std::string OnnxLayers::conv2d(const torch::nn::Conv2dImpl& conv, const std::string& x, const std::string& prefix) {
+  const auto& o = conv.options;
+  const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
+  if (pad == nullptr) fail(prefix, ": 'valid'/'same' padding is not supported by the ONNX exporter");
+  const auto k = o.kernel_size(), s = o.stride(), d = o.dilation();
+  std::vector<std::string> inputs{x, g_.weight(prefix + ".weight", conv.weight)};
+  if (conv.bias.defined()) inputs.push_back(g_.weight(prefix + ".bias", conv.bias));
+  return g_.node("Conv", inputs,
+                 {{"kernel_shape", std::vector<int64_t>{k->at(0), k->at(1)}},
+                  {"strides", std::vector<int64_t>{s->at(0), s->at(1)}},
+                  {"pads", std::vector<int64_t>{(*pad)->at(0), (*pad)->at(1), (*pad)->at(0), (*pad)->at(1)}},
+                  {"dilations", std::vector<int64_t>{d->at(0), d->at(1)}},
+                  {"group", static_cast<int64_t>(o.groups())}});
+}
+
+std::string OnnxLayers::conv(const models::Conv& c, const std::string& x, const std::string& prefix) {
+  if (c.has_batch_norm()) fail(prefix, ": batch norm not fused (the exporter expects YoloModel::fuse() first)");
+  return activation(c.activation(), conv2d(*c.conv2d(), x, prefix + ".conv"));
+}
+
+std::string OnnxLayers::maxpool(const std::string& x, int64_t k, int64_t s, int64_t p) {
+  return g_.node("MaxPool", {x},
+                 {{"kernel_shape", std::vector<int64_t>{k, k}},
+                  {"strides", std::vector<int64_t>{s, s}},
+                  {"pads", std::vector<int64_t>{p, p, p, p}}});
+}
+
+std::string OnnxLayers::concat(const std::vector<std::string>& xs) {
+  return g_.node("Concat", xs, {{"axis", int64_t{1}}});
+}
+
+// [b, c, h, w] -> [b, 4c, h/2, w/2]: the pixel phases (0,0), (1,0), (0,1), (1,1) as models::space_to_depth.
+std::string OnnxLayers::space_to_depth(const std::string& x) {
+  const int64_t end = std::numeric_limits<int64_t>::max();
+  std::vector<std::string> parts;
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{0, 0}, {1, 0}, {0, 1}, {1, 1}})
+    parts.push_back(g_.slice(x, {r, c}, {end, end}, {2, 3}, {2, 2}));
+  return concat(parts);
+}
+
+std::string OnnxLayers::bottleneck(const models::Bottleneck& b, const std::string& x, const std::string& prefix) {
+  const std::string y = conv(b.second(), conv(b.first(), x, prefix + ".cv1"), prefix + ".cv2");
+  return b.shortcut() ? g_.node("Add", {x, y}) : y;
+}
+
+std::string OnnxLayers::layer(models::Layer& l, const std::vector<std::string>& xs, const std::string& prefix,
+                              const std::string& module) {
+  using namespace models;
+  const std::string& x = xs.at(0);
+  if (auto* c = dynamic_cast<Conv*>(&l)) return conv(*c, x, prefix);
+  if (auto* bn = dynamic_cast<Bottleneck*>(&l)) return bottleneck(*bn, x, prefix);
+  if (auto* c3 = dynamic_cast<C3*>(&l)) {
+    std::string y = conv(c3->conv1(), x, prefix + ".cv1");
+    for (size_t i = 0; i < c3->bottlenecks().size(); ++i)
+      y = bottleneck(*c3->bottlenecks()[i], y, prefix + ".m." + std::to_string(i));
+    return conv(c3->conv3(), concat({y, conv(c3->conv2(), x, prefix + ".cv2")}), prefix + ".cv3");
+  }
+  if (auto* sppf = dynamic_cast<SPPF*>(&l)) {
+    const int64_t k = sppf->kernel();
+    const std::string y0 = conv(sppf->conv1(), x, prefix + ".cv1");
+    const std::string y1 = maxpool(y0, k, 1, k / 2), y2 = maxpool(y1, k, 1, k / 2), y3 = maxpool(y2, k, 1, k / 2);
+    return conv(sppf->conv2(), concat({y0, y1, y2, y3}), prefix + ".cv2");
+  }
+  if (auto* spp = dynamic_cast<SPP*>(&l)) {
+    const std::string y = conv(spp->conv1(), x, prefix + ".cv1");
+    std::vector<std::string> parts{y};
+    for (int64_t k : spp->kernels()) parts.push_back(maxpool(y, k, 1, k / 2));
+    return conv(spp->conv2(), concat(parts), prefix + ".cv2");
+  }
+  if (auto* focus = dynamic_cast<Focus*>(&l)) return conv(focus->conv_layer(), space_to_depth(x), prefix + ".conv");
+  if (auto* cat = dynamic_cast<Concat*>(&l)) return g_.node("Concat", xs, {{"axis", cat->dim()}});
+  if (auto* up = dynamic_cast<Upsample*>(&l)) {
+    // Nearest, integer scale: output pixel i reads input floor(i / s), as torch's 'nearest'.
+    const auto s = static_cast<float>(up->scale());
+    const std::string roi = g_.opset() < 13 ? g_.float32s("roi", {}) : "";  // optional from opset 13
+    return g_.node("Resize", {x, roi, g_.float32s("scales", {1.f, 1.f, s, s})},
+                   {{"mode", std::string("nearest")},
+                    {"coordinate_transformation_mode", std::string("asymmetric")},
+                    {"nearest_mode", std::string("floor")}});
+  }
+  if (auto* mp = dynamic_cast<MaxPool*>(&l)) return maxpool(x, mp->kernel(), mp->stride(), mp->padding());
+  if (auto* zp = dynamic_cast<ZeroPad*>(&l)) {
+    const auto& p = zp->padding();  // [left, right, top, bottom]
+    if (p.size() != 4) fail(prefix, ": ZeroPad2d with ", p.size(), " values is not supported by the ONNX exporter");
+    return g_.node("Pad", {x, g_.int64s("pads", {0, 0, p[2], p[0], 0, 0, p[3], p[1]})},
+                   {{"mode", std::string("constant")}});
+  }
+  if (auto* rep = dynamic_cast<Repeat*>(&l)) {
+    std::string y = x;
+    for (size_t i = 0; i < rep->layers().size(); ++i)
+      y = layer(*rep->layers()[i], {y}, prefix + "." + std::to_string(i), module);
+    return y;
+  }
+  std::string y = yolov7_layer(l, xs, prefix);
+  if (y.empty())
+    fail("module ", module, " (", prefix, ") is not supported by the ONNX exporter yet (supported: Conv, C3, "
+         "Bottleneck, SPP, SPPF, Focus, Concat, nn.Upsample, MaxPool2d/MP/SP, ZeroPad2d, SPPCSPC, RepConv, "
+         "Shortcut, ReOrg, Detect, IDetect)");
+  return y;
+}
+
+// YOLOv7's blocks; "" for any other layer.
+std::string OnnxLayers::yolov7_layer(models::Layer& l, const std::vector<std::string>& xs, const std::string& prefix) {
+  using namespace models;
+  const std::string& x = xs.at(0);
+  if (auto* sppcspc = dynamic_cast<SPPCSPC*>(&l)) {
+    // cv7(cat(cv6(cv5(cat(x1, pools(x1)))), cv2(x))), x1 = cv4(cv3(cv1(x))); the pools keep h, w.
+    auto cv = [&](int i, const std::string& in) { return conv(sppcspc->conv(i), in, prefix + ".cv" + std::to_string(i)); };
+    const std::string x1 = cv(4, cv(3, cv(1, x)));
+    std::vector<std::string> parts{x1};
+    for (int64_t k : sppcspc->kernels()) parts.push_back(maxpool(x1, k, 1, k / 2));
+    const std::string y1 = cv(6, cv(5, concat(parts)));
+    return cv(7, concat({y1, cv(2, x)}));
+  }
+  if (auto* rep = dynamic_cast<RepConv*>(&l)) {
+    // fuse() has folded the 3x3, 1x1 and identity branches (each with its BN) into one 3x3 conv with bias.
+    if (rep->reparam_conv().is_empty())
+      fail(prefix, ": RepConv not re-parameterised (the exporter expects YoloModel::fuse() first)");
+    return activation(rep->activation(), conv2d(*rep->reparam_conv(), x, prefix + ".rbr_reparam"));
+  }
+  if (dynamic_cast<Shortcut*>(&l) != nullptr) return g_.node("Add", {xs.at(0), xs.at(1)});
+  if (dynamic_cast<ReOrg*>(&l) != nullptr) return space_to_depth(x);
+  return "";
+}
+
+}  // namespace kestrel::exporting

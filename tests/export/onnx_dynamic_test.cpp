@@ -1,0 +1,45 @@
+// --dynamic: one exported file, run by onnxruntime at several batch sizes and image sizes (square and
+// not), gives what YoloModel::predict gives for each; the graph's axes carry upstream's names.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "export/onnx_check.h"
+#include "kestrel/export/onnx_export.h"
+#include "kestrel/models/model_config.h"
+
+namespace kestrel::exporting {
+namespace {
+
+void check_dynamic(const std::string& config, const std::vector<std::vector<int64_t>>& shapes) {
+  at::manual_seed(7);
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path(config)));
+  test_onnx::randomize_batch_norm(*model);
+  std::vector<test_onnx::Case> cases;
+  for (const auto& s : shapes) {
+    at::Tensor x = at::rand({s[0], 3, s[1], s[2]});
+    cases.push_back({x, test_onnx::predict(*model, x)});
+  }
+  test::TempDir dir;
+  OnnxExportOptions o;
+  o.img = 64;  // the nominal size: no case uses it
+  o.dynamic = true;
+  export_onnx(*model, dir.file("model.onnx"), o);
+  const test::CommandResult r = test_onnx::run_onnxruntime(dir, cases);
+  EXPECT_EQ(r.exit_code, 0) << config << ":\n" << r.output;
+  EXPECT_NE(r.output.find("input ['batch', 3, 'height', 'width'] FLOAT output ['batch', 'anchors', "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("case " + std::to_string(shapes.size() - 1) + " "), std::string::npos) << r.output;
+  std::cout << config << ": " << r.output;
+}
+
+// (batch, height, width): two batch sizes, two square sizes and a non-square one.
+TEST(OnnxDynamic, Yolov5nOneFileServesBatchAndImageSizes) {
+  check_dynamic("yolov5n", {{1, 128, 128}, {3, 96, 96}, {2, 64, 160}});
+}
+TEST(OnnxDynamic, Yolov7TinyOneFileServesBatchAndImageSizes) {
+  check_dynamic("yolov7-tiny", {{1, 96, 96}, {2, 128, 128}, {1, 160, 64}});
+}
+
+}  // namespace
+}  // namespace kestrel::exporting
