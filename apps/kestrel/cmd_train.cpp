@@ -28,6 +28,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu; default: the first GPU if any");
   cmd->add_flag("--multi-scale", o->multi_scale, "vary image size +/- 50% per batch");
   cmd->add_flag("--single-cls", o->single_cls, "train as a single-class dataset");
+  cmd->add_flag("--sync-bn", o->sync_bn, "SyncBatchNorm: batch statistics over all ranks (data parallel only)");
   cmd->add_option("--optimizer", o->optimizer, "SGD, Adam or AdamW")->capture_default_str();
   cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
@@ -53,6 +54,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--min-warmup-iters", o->min_warmup_iterations,
                   "warm-up lasts at least this many iterations (-1: 100, or 1000 for YOLOv7 recipes)")->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "no per-iteration progress line");
+  // Tests stop a (multi-process) run at a known batch, as Ctrl-C would; not shown in --help.
+  cmd->add_option("--interrupt-after", o->interrupt_after, "")->group("");
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc-per-node", *nproc,
                   "data-parallel processes on this node (runs this command N times with RANK, WORLD_SIZE, "

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
@@ -251,6 +253,88 @@ TEST_F(DistGloo, GradientAveragingEqualsSingleProcessAccumulation) {
     EXPECT_TRUE(at::equal(ranks[0]->parameters()[i], ranks[1]->parameters()[i])) << "parameter " << i;
 }
 
+// The trainer's use: buckets start inside backward (prepare_backward(true)) and micro-steps of
+// gradient accumulation do not communicate. 2 ranks x 2 micro-batches of 1 image, loss x world size
+// == one process accumulating the 4 images.
+TEST_F(DistGloo, OverlappedReductionWithAccumulationEqualsSingleProcess) {
+  constexpr int kWorld = 2;
+  torch::manual_seed(0);
+  auto reference = yolov5n();
+  torch::manual_seed(4);
+  const at::Tensor images = at::rand({4, 3, 64, 64});
+  at::Tensor targets = at::zeros({4, 1, 5});
+  targets.narrow(-1, 1, 2).copy_(at::rand({4, 1, 2}) * 0.6 + 0.2);
+  targets.narrow(-1, 3, 2).copy_(at::rand({4, 1, 2}) * 0.3 + 0.1);
+  const at::Tensor mask = at::ones({4, 1}, at::kBool);
+  const loss::YoloLoss criterion(reference->head(), loss::LossOptions{}, 64);
+  auto one = [&](const at::Tensor& t, int64_t i) { return t.narrow(0, i, 1); };
+
+  reference->train();
+  for (int64_t i = 0; i < 4; ++i) criterion(reference->forward(one(images, i)), one(targets, i), one(mask, i)).total.backward();
+  std::vector<at::Tensor> ref_grads;
+  for (auto& p : reference->parameters()) ref_grads.push_back(p.grad().clone());
+
+  std::vector<std::shared_ptr<models::YoloModel>> ranks{yolov5n(), yolov5n()};
+  for (auto& m : ranks) copy_state(*reference, *m);
+  std::vector<size_t> buckets(kWorld), started_first(kWorld), started_last(kWorld);
+  std::vector<at::Tensor> local_after_first(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    const DistContext ctx = file_group(dir.file("store"), rank, kWorld);
+    auto& model = *ranks[rank];
+    model.train();
+    GradientReducer reducer(model.parameters(), ctx, /*bucket_mb=*/0.5);
+    buckets[rank] = reducer.num_buckets();
+    for (int micro = 0; micro < 2; ++micro) {
+      const int64_t i = 2 * rank + micro;
+      reducer.prepare_backward(/*sync=*/micro == 1);
+      (criterion(model.forward(one(images, i)), one(targets, i), one(mask, i)).total * kWorld).backward();
+      if (micro == 0) {
+        started_first[rank] = reducer.buckets_started_in_backward();
+        local_after_first[rank] = model.parameters().back().grad().clone();
+      }
+    }
+    started_last[rank] = reducer.buckets_started_in_backward();
+    reducer.reduce();
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_GT(buckets[r], 2u);
+    EXPECT_EQ(started_first[r], 0u) << "a micro-step that does not end in an optimiser step communicated";
+    EXPECT_EQ(started_last[r], buckets[r]) << "every bucket should start inside backward (all parameters get gradients)";
+    const auto p = ranks[r]->parameters();
+    for (size_t i = 0; i < p.size(); ++i)
+      EXPECT_TRUE(close_rel(p[i].grad(), ref_grads[i], 1e-5)) << "rank " << r << " gradient of parameter " << i;
+  }
+  // The first micro-step's gradients stayed local: the ranks saw different images.
+  EXPECT_FALSE(at::allclose(local_after_first[0], local_after_first[1]));
+}
+
+// A rank that stops taking part (stalled or dead) makes the others fail within the collective
+// timeout with an error that says what happened, instead of hanging.
+TEST_F(DistGloo, StalledRankIsAnErrorWithinTheTimeout) {
+  std::vector<at::Tensor> params{at::ones({10}).requires_grad_()};
+  params[0].mutable_grad() = at::ones({10});
+  std::string message;
+  std::atomic<bool> rank0_done{false};
+  const auto start = std::chrono::steady_clock::now();
+  run_ranks(2, [&](int rank) {
+    const DistContext ctx = file_group(dir.file("store"), rank, 2, 3s);
+    if (rank == 1) {
+      while (!rank0_done) std::this_thread::sleep_for(10ms);  // joined, then never reduces
+      return;
+    }
+    try {
+      GradientReducer reducer(params, ctx);
+      reducer.reduce();
+      message = "no error";
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    rank0_done = true;
+  });
+  EXPECT_NE(message.find("rank 0 of 2: gradient all-reduce of bucket 1/1 failed"), std::string::npos) << message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+}
+
 // Mixed dtypes make separate buckets; a parameter without a gradient counts as zeros and receives
 // the average; channels-last gradients keep their layout; any_rank is a logical OR over the ranks.
 TEST_F(DistGloo, ReducerEdgeCases) {
@@ -366,6 +450,52 @@ TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
   EXPECT_NE(bad.output.find("must be a multiple of WORLD_SIZE 2"), std::string::npos) << bad.output;
 }
 
+// The mid-epoch checkpoint of 2 ranks with SyncBN resumes on 1 process: rank r takes every W-th
+// sample of the epoch order, so batch positions (of the total batch) mean the same for any W.
+TEST_F(DistGloo, SyncBnRunInterruptedOnTwoRanksResumesOnOne) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir.file("data/images/train"));
+  fs::create_directories(dir.file("data/labels/train"));
+  for (const char* stem : {"000000000025", "000000000030", "000000000036", "000000000042"}) {
+    fs::copy_file(cat("data/demo/images/train/", stem, ".jpg"), dir.file(cat("data/images/train/", stem, ".jpg")));
+    fs::copy_file(cat("data/demo/labels/train/", stem, ".txt"), dir.file(cat("data/labels/train/", stem, ".txt")));
+  }
+  std::ifstream demo("data/demo/demo.yaml");
+  std::string line, names;
+  bool in_names = false;
+  while (std::getline(demo, line)) {
+    if (line.rfind("nc:", 0) == 0) in_names = true;
+    if (in_names) names += line + "\n";
+  }
+  test::write_file(dir.file("data/tiny.yaml"), "path: " + dir.file("data") + "\ntrain: images/train\nval: images/train\n" + names);
+  const std::string env = "env -u WORLD_SIZE -u RANK -u MASTER_PORT ";
+  const auto first = test::run_command(env + test::kestrel_binary() + " train --nproc-per-node 2 --sync-bn --cfg yolov5n --data " +
+                                       dir.file("data/tiny.yaml") + " --img 160 --device cpu --workers 1 --quiet --project " +
+                                       dir.file("runs") + " --batch 2 --epochs 2 --noval --interrupt-after 1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("Using SyncBatchNorm() in 57 layers"), std::string::npos) << first.output;  // yolov5n's BNs
+  EXPECT_NE(first.output.find("2 batches of 2 per epoch"), std::string::npos) << first.output;
+  const auto resumed = test::run_command(env + test::kestrel_binary() + " train --quiet --resume " + dir.file("runs/exp"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("Resuming with WORLD_SIZE 1 a run saved with WORLD_SIZE 2"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("from epoch 0, batch 1"), std::string::npos) << resumed.output;
+  std::ifstream csv(dir.file("runs/exp/results.csv"));
+  int rows = 0;
+  while (std::getline(csv, line)) rows += line.empty() ? 0 : 1;
+  EXPECT_EQ(rows, 3) << "header + one row per epoch";
+}
+
+TEST(DistLauncher, SplitCpusIntoContiguousRanges) {
+  const auto r = split_cpus({0, 1, 2, 3, 4}, 2);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0], (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(r[1], (std::vector<int>{3, 4}));
+  const auto odd = split_cpus({2, 5, 7, 9}, 4);
+  EXPECT_EQ(odd[3], (std::vector<int>{9}));
+  const auto too_few = split_cpus({0}, 2);
+  EXPECT_TRUE(too_few[0].empty() && too_few[1].empty());
+}
+
 // Launched by DistLauncher.* (this test binary re-executed per rank): rank 1 exits with 3 after
 // checking its environment; others exit 0. Skipped in a normal test run.
 TEST(DistLauncherChild, ExitWithRankCode) {
@@ -379,6 +509,14 @@ TEST(DistLauncherChild, ExitWithRankCode) {
     std::this_thread::sleep_for(60s);  // stopped by the launcher when rank 1 fails
   }
   if (std::string(mode) == "hang" && e.rank == 1) std::_Exit(4);
+  if (std::string(mode).rfind("affinity:", 0) == 0) {
+    // Writes "<OMP_NUM_THREADS>: <cpu> <cpu> ..." for the parent test to check.
+    std::ofstream out(std::string(mode).substr(9) + "/rank" + std::to_string(e.rank));
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    out << (omp ? omp : "unset") << ":";
+    for (int c : allowed_cpus()) out << " " << c;
+    out << "\n";
+  }
   std::_Exit(0);
 }
 
@@ -390,6 +528,32 @@ int launch_child(const std::string& mode) {
 TEST(DistLauncher, AllRanksSucceed) { EXPECT_EQ(launch_child("ok"), 0); }
 
 TEST(DistLauncher, ReturnsTheFailingRanksExitCode) { EXPECT_EQ(launch_child("fail"), 3); }
+
+// Each rank runs on its own share of this process's CPUs with one OpenMP thread per CPU.
+TEST(DistLauncher, BindsEachRankToItsOwnCpus) {
+  const std::vector<int> mine = allowed_cpus();
+  if (mine.size() < 2) GTEST_SKIP() << "needs 2 CPUs";
+  test::TempDir dir;
+  ScopedEnv omp({{"OMP_NUM_THREADS", ""}, {"KESTREL_CPU_BIND", ""}});
+  ASSERT_EQ(launch_child("affinity:" + dir.path()), 0);
+  std::vector<int> all;
+  size_t smallest = mine.size(), largest = 0;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(dir.file("rank" + std::to_string(r)));
+    std::string omp_threads;
+    ASSERT_TRUE(std::getline(in, omp_threads, ':')) << "rank " << r << " wrote nothing";
+    std::vector<int> cpus;
+    for (int c; in >> c;) cpus.push_back(c);
+    ASSERT_FALSE(cpus.empty());
+    EXPECT_EQ(omp_threads, std::to_string(cpus.size())) << "rank " << r;
+    smallest = std::min(smallest, cpus.size());
+    largest = std::max(largest, cpus.size());
+    all.insert(all.end(), cpus.begin(), cpus.end());
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, mine) << "the ranks' CPUs should partition the launcher's";
+  EXPECT_LE(largest - smallest, 1u);
+}
 
 TEST(DistLauncher, StopsTheOthersWhenOneFails) {
   const auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 #include "kestrel/dist/launcher.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -49,6 +50,29 @@ int exit_code_of(int status) {
 
 }  // namespace
 
+std::vector<std::vector<int>> split_cpus(const std::vector<int>& cpus, int nproc) {
+  std::vector<std::vector<int>> out(static_cast<size_t>(nproc));
+  if (nproc < 1 || static_cast<int>(cpus.size()) < nproc) return out;
+  const size_t base = cpus.size() / nproc, extra = cpus.size() % nproc;
+  size_t next = 0;
+  for (size_t r = 0; r < out.size(); ++r) {
+    const size_t n = base + (r < extra ? 1 : 0);
+    out[r].assign(cpus.begin() + static_cast<std::ptrdiff_t>(next), cpus.begin() + static_cast<std::ptrdiff_t>(next + n));
+    next += n;
+  }
+  return out;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
 bool launched_worker() {
   const char* ws = std::getenv("WORLD_SIZE");
   return ws != nullptr && *ws != '\0';
@@ -90,6 +114,15 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
 
   std::cout << "launcher: " << nproc << " processes on this node, MASTER_ADDR=127.0.0.1 MASTER_PORT=" << master_port
             << std::endl;
+  // Each rank on its own range of this process's CPUs (the guides' taskset per rank), unless
+  // KESTREL_CPU_BIND=0 or there are fewer CPUs than ranks.
+  const char* bind_env = std::getenv("KESTREL_CPU_BIND");
+  const bool bind = nproc > 1 && !(bind_env != nullptr && std::string(bind_env) == "0");
+  const std::vector<std::vector<int>> ranges = bind ? split_cpus(allowed_cpus(), nproc) : std::vector<std::vector<int>>();
+  const bool bound = !ranges.empty() && !ranges[0].empty();
+  if (bound)
+    for (int r = 0; r < nproc; ++r)
+      std::cout << "launcher: rank " << r << " on CPUs " << ranges[r].front() << "-" << ranges[r].back() << std::endl;
   std::vector<pid_t> pids(nproc, -1);
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = ::fork();
@@ -108,7 +141,18 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
       ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", port.c_str(), 1);
-      if (nproc > 1) ::setenv("OMP_NUM_THREADS", "1", 0);  // as torchrun: do not oversubscribe the cores
+      if (bound) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c : ranges[r]) CPU_SET(c, &set);
+        if (::sched_setaffinity(0, sizeof set, &set) != 0)
+          std::cerr << "launcher: rank " << r << ": cannot bind to its CPUs: " << std::strerror(errno) << std::endl;
+        // One compute thread per bound core, unless the user chose (OpenMP would otherwise start one
+        // thread per core of the machine, all competing for this rank's cores).
+        ::setenv("OMP_NUM_THREADS", std::to_string(ranges[r].size()).c_str(), 0);
+      } else if (nproc > 1) {
+        ::setenv("OMP_NUM_THREADS", "1", 0);  // as torchrun: do not oversubscribe the cores
+      }
       std::vector<char*> args;
       args.push_back(exe);
       for (size_t i = 1; i < argv.size(); ++i) args.push_back(const_cast<char*>(argv[i].c_str()));

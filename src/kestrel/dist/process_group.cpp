@@ -5,7 +5,9 @@
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/generated/variable_factories.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -247,10 +249,21 @@ void barrier(const DistContext& ctx) {
   ctx.group->barrier()->wait();
 }
 
+// Runs on the autograd engine's thread right after `param`'s .grad received this backward's gradient.
+struct GradientReducer::Hook : torch::autograd::PostAccumulateGradHook {
+  Hook(GradientReducer* r, size_t i) : reducer(r), index(i) {}
+  void operator()(const torch::autograd::Variable& /*param*/) override { reducer->on_gradient_ready(index); }
+  GradientReducer* reducer;
+  size_t index;
+};
+
 GradientReducer::GradientReducer(std::vector<at::Tensor> params, DistContext ctx, double bucket_mb)
     : params_(std::move(params)), ctx_(std::move(ctx)) {
   if (!ctx_.enabled) return;
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024.0 * 1024.0));
+  bucket_of_.assign(params_.size(), 0);
+  slot_of_.assign(params_.size(), 0);
+  ready_.assign(params_.size(), false);
   Bucket cur;
   int64_t cur_bytes = 0, cur_numel = 0;
   auto close = [&]() {
@@ -262,46 +275,92 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> params, DistContext ctx
     cur = Bucket();
     cur_bytes = cur_numel = 0;
   };
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& p = params_[i];
+  // Reverse order: the head's gradients come first in backward, so the first bucket fills first.
+  for (size_t k = params_.size(); k-- > 0;) {
+    const auto& p = params_[k];
     if (!cur.params.empty()) {
       const auto& p0 = params_[cur.params[0]];
       if (p0.scalar_type() != p.scalar_type() || p0.device() != p.device() ||
           cur_bytes + static_cast<int64_t>(p.nbytes()) > cap)
         close();
     }
-    cur.params.push_back(i);
+    bucket_of_[k] = buckets_.size();
+    slot_of_[k] = cur.params.size();
+    cur.params.push_back(k);
     cur.offsets.push_back(cur_numel);
     cur_numel += p.numel();
     cur_bytes += static_cast<int64_t>(p.nbytes());
   }
   close();
+  for (size_t k = 0; k < params_.size(); ++k)
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<Hook>(this, k));
+}
+
+GradientReducer::~GradientReducer() {
+  if (!ctx_.enabled) return;
+  for (const auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void GradientReducer::prepare_backward(bool sync) {
+  if (!ctx_.enabled) return;
+  armed_ = sync;
+  started_in_backward_ = 0;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& b : buckets_) b.pending = b.params.size();
+}
+
+void GradientReducer::copy_in(const Bucket& bucket, size_t j) const {
+  const at::Tensor& p = params_[bucket.params[j]];
+  at::Tensor slot = bucket.flat.narrow(0, bucket.offsets[j], p.numel()).view(p.sizes());
+  const at::Tensor& g = p.grad();
+  if (g.defined()) slot.copy_(g);  // copy_ handles channels-last / strided gradients
+  else slot.zero_();
+}
+
+void GradientReducer::start(size_t b) {
+  Bucket& bk = buckets_[b];
+  bk.buffer = {bk.flat};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::SUM;
+  bk.work = ctx_.group->allreduce(bk.buffer, opts);
+}
+
+void GradientReducer::on_gradient_ready(size_t param) {
+  if (!armed_ || ready_[param]) return;
+  torch::NoGradGuard no_grad;
+  ready_[param] = true;
+  Bucket& bk = buckets_[bucket_of_[param]];
+  copy_in(bk, slot_of_[param]);
+  if (--bk.pending == 0) {
+    start(bucket_of_[param]);
+    ++started_in_backward_;
+  }
 }
 
 void GradientReducer::reduce() {
   if (!ctx_.enabled) return;
   torch::NoGradGuard no_grad;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<std::vector<at::Tensor>> bufs(buckets_.size());
-  works.reserve(buckets_.size());
+  // Buckets are started in index order on every rank (collectives must match across ranks): backward
+  // completes them in the same order everywhere, and what it left is started here, in order.
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bk = buckets_[b];
-    for (size_t j = 0; j < bk.params.size(); ++j) {
-      const at::Tensor& p = params_[bk.params[j]];
-      at::Tensor slot = bk.flat.narrow(0, bk.offsets[j], p.numel()).view(p.sizes());
-      const at::Tensor& g = p.grad();
-      if (g.defined()) slot.copy_(g);  // copy_ handles channels-last / strided gradients
-      else slot.zero_();
-    }
-    bufs[b] = {bk.flat};
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = c10d::ReduceOp::SUM;
-    works.push_back(ctx_.group->allreduce(bufs[b], opts));
+    if (bk.work) continue;
+    for (size_t j = 0; j < bk.params.size(); ++j)
+      if (!armed_ || !ready_[bk.params[j]]) copy_in(bk, j);
+    start(b);
   }
+  armed_ = false;
   const double inv = 1.0 / ctx_.world_size;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    works[b]->wait();
     Bucket& bk = buckets_[b];
+    try {
+      bk.work->wait();
+    } catch (const std::exception& e) {
+      fail("distributed: rank ", ctx_.rank, " of ", ctx_.world_size, ": gradient all-reduce of bucket ", b + 1, "/",
+           buckets_.size(), " failed (another rank stopped, died or timed out): ", first_line(e.what()));
+    }
+    bk.work.reset();
+    bk.buffer.clear();
     bk.flat.mul_(inv);
     for (size_t j = 0; j < bk.params.size(); ++j) {
       at::Tensor& p = params_[bk.params[j]];

@@ -2,9 +2,8 @@
 // one process group per run (Gloo for CPU devices, NCCL for CUDA), the initial broadcast of the model
 // from rank 0 and bucketed gradient all-reduce after backward.
 //
-// Scope of this first slice: the gradient all-reduce runs after backward, bucket by bucket (one
-// collective per ~25 MB, as PyTorch DDP's bucket_cap_mb); overlapping it with backward through
-// per-parameter autograd hooks, SyncBN and multi-node launching are later steps.
+// Gradient buckets are all-reduced while backward runs (GradientReducer); SyncBN is in
+// dist/sync_batch_norm, the local launcher in dist/launcher.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -17,6 +16,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace torch::nn {
 class Module;
@@ -73,31 +73,58 @@ void broadcast_tensors(const std::vector<at::Tensor>& tensors, const DistContext
 bool any_rank(bool flag, const DistContext& ctx);
 void barrier(const DistContext& ctx);
 
-// Averages the gradients of `params` over the ranks: buckets of about `bucket_mb` MiB (consecutive
-// parameters of one dtype and device, DDP's default 25), each flattened into a persistent buffer on
-// the device, one all-reduce (SUM) per bucket, divided by world_size, copied back into .grad.
-// All buckets are launched before the first wait. A parameter without a gradient counts as zeros
-// (and receives the average, so all ranks step the same parameters). No host sync beyond the
-// collectives' own wait().
+// Averages the gradients of `params` over the ranks, overlapped with backward as PyTorch DDP does.
+// Parameters are grouped into buckets of about `bucket_mb` MiB (DDP's bucket_cap_mb, default 25;
+// consecutive parameters of one dtype and device) in reverse registration order, the order in which
+// backward produces their gradients. A hook after each parameter's gradient accumulation copies the
+// gradient into its bucket's flat device buffer; when a bucket's last gradient is in, its all-reduce
+// (SUM) starts while backward goes on with earlier layers. reduce() starts the buckets backward did
+// not complete (a parameter without a gradient counts as zeros, and receives the average, so all
+// ranks step the same parameters), waits, divides by world_size and copies back into .grad.
+//
+// Per optimiser step: prepare_backward(sync) before each backward (sync false on the micro-steps of
+// gradient accumulation that do not end in an optimiser step: no communication, gradients
+// accumulate locally; true on the last one), then reduce() before the optimiser step. reduce()
+// without a prepared backward all-reduces everything after backward (no overlap). No host sync
+// beyond the collectives' own wait(). A collective that fails or times out (a rank died or stalled)
+// is an error naming this rank and the bucket.
 class GradientReducer {
  public:
   GradientReducer(std::vector<at::Tensor> params, DistContext ctx, double bucket_mb = 25.0);
+  ~GradientReducer();  // removes the hooks from the parameters
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
 
+  void prepare_backward(bool sync);
   void reduce();
 
   size_t num_buckets() const { return buckets_.size(); }
   const std::vector<size_t>& bucket_sizes() const { return bucket_numel_; }  // elements per bucket
+  // Buckets whose all-reduce started inside the last prepared backward (overlap), for tests and logs.
+  size_t buckets_started_in_backward() const { return started_in_backward_; }
 
  private:
+  struct Hook;
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
     std::vector<int64_t> offsets;
     at::Tensor flat;
+    size_t pending = 0;  // gradients still missing in this backward
+    std::vector<at::Tensor> buffer;  // {flat} while its all-reduce runs
+    c10::intrusive_ptr<c10d::Work> work;
   };
+  void on_gradient_ready(size_t param);
+  void copy_in(const Bucket& bucket, size_t j) const;
+  void start(size_t bucket);
+
   std::vector<at::Tensor> params_;
   DistContext ctx_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_numel_;
+  std::vector<size_t> bucket_of_, slot_of_;  // per parameter
+  std::vector<bool> ready_;                   // per parameter, this backward
+  bool armed_ = false;
+  size_t started_in_backward_ = 0;
 };
 
 }  // namespace kestrel::dist

@@ -9,6 +9,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/conv.h>
 
+#include "kestrel/models/batch_norm.h"
 #include "kestrel/models/layer.h"
 
 namespace kestrel::models {
@@ -45,7 +46,7 @@ class Conv : public Layer {
 
  private:
   torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
+  BatchNorm2d bn{nullptr};
   Activation act_;
 };
 

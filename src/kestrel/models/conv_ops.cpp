@@ -8,11 +8,6 @@ namespace {
 thread_local FlopCounter* active_counter = nullptr;
 }
 
-torch::nn::BatchNorm2d make_batch_norm(int64_t channels) {
-  return torch::nn::BatchNorm2d(
-      torch::nn::BatchNorm2dOptions(channels).eps(kBatchNormEps).momentum(kBatchNormMomentum));
-}
-
 FlopCounter::FlopCounter() : previous_(active_counter) { active_counter = this; }
 FlopCounter::~FlopCounter() { active_counter = previous_; }
 

@@ -1,15 +1,12 @@
-// Convolution with operation counting, and the BatchNorm settings every YOLO model uses.
+// Convolution with operation counting, and folding BatchNorm into a convolution.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 
-namespace kestrel::models {
+#include "kestrel/models/batch_norm.h"
 
-// Upstream's initialize_weights(): every BatchNorm2d gets eps 1e-3 and momentum 0.03.
-constexpr double kBatchNormEps = 1e-3;
-constexpr double kBatchNormMomentum = 0.03;
-torch::nn::BatchNorm2d make_batch_norm(int64_t channels);
+namespace kestrel::models {
 
 // "same" padding of upstream's autopad: k // 2 for odd kernels.
 inline int64_t autopad(int64_t kernel, int64_t padding = -1) { return padding >= 0 ? padding : kernel / 2; }

@@ -59,7 +59,7 @@ RepConv::RepConv(int64_t c1, int64_t c2, int64_t k, int64_t s, int64_t p, int64_
 at::Tensor RepConv::forward(const at::Tensor& x) {
   if (rbr_reparam) return act_(run_conv(*rbr_reparam, x));
   auto branch = [&](torch::nn::Sequential& seq) {
-    return seq[1]->as<torch::nn::BatchNorm2dImpl>()->forward(run_conv(*seq[0]->as<torch::nn::Conv2dImpl>(), x));
+    return seq[1]->as<BatchNorm2dImpl>()->forward(run_conv(*seq[0]->as<torch::nn::Conv2dImpl>(), x));
   };
   at::Tensor y = branch(rbr_dense) + branch(rbr_1x1);
   if (rbr_identity) y = y + rbr_identity->forward(x);

@@ -38,7 +38,7 @@ class RepConv : public Layer {
   const Activation& activation() const { return act_; }
 
  private:
-  torch::nn::BatchNorm2d rbr_identity{nullptr};
+  BatchNorm2d rbr_identity{nullptr};
   torch::nn::Sequential rbr_dense{nullptr}, rbr_1x1{nullptr};
   torch::nn::Conv2d rbr_reparam{nullptr};
   Activation act_;

@@ -27,6 +27,7 @@
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
 #include "kestrel/dist/process_group.h"
+#include "kestrel/dist/sync_batch_norm.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/loss/yolo_loss.h"
@@ -63,7 +64,7 @@ nlohmann::json options_json(const TrainOptions& o) {
   return {{"weights", o.weights}, {"cfg", o.cfg}, {"data", o.data}, {"hyp", o.hyp}, {"epochs", o.epochs},
           {"batch_size", o.batch_size}, {"imgsz", o.img_size}, {"rect", o.rect}, {"nosave", o.nosave},
           {"noval", o.noval}, {"noautoanchor", o.noautoanchor}, {"cache", o.cache}, {"device", o.device}, {"multi_scale", o.multi_scale},
-          {"single_cls", o.single_cls}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
+          {"single_cls", o.single_cls}, {"sync_bn", o.sync_bn}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
           {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"linear_lr", o.linear_lr}, {"label_smoothing", o.label_smoothing},
           {"patience", o.patience}, {"freeze", o.freeze}, {"save_period", o.save_period}, {"seed", o.seed},
           {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn},
@@ -77,7 +78,7 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
     o.weights = j.at("weights"); o.cfg = j.at("cfg"); o.data = j.at("data"); o.hyp = j.at("hyp");
     o.epochs = j.at("epochs"); o.batch_size = j.at("batch_size"); o.img_size = j.at("imgsz"); o.rect = j.at("rect");
     o.nosave = j.at("nosave"); o.noval = j.at("noval"); o.noautoanchor = j.value("noautoanchor", false); o.cache = j.at("cache"); o.device = j.at("device");
-    o.multi_scale = j.at("multi_scale"); o.single_cls = j.at("single_cls"); o.optimizer = j.at("optimizer");
+    o.multi_scale = j.at("multi_scale"); o.single_cls = j.at("single_cls"); o.sync_bn = j.value("sync_bn", false); o.optimizer = j.at("optimizer");
     o.workers = j.at("workers"); o.project = j.at("project"); o.name = j.at("name"); o.exist_ok = j.at("exist_ok");
     o.cos_lr = j.at("cos_lr"); o.linear_lr = j.value("linear_lr", false); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
     o.freeze = j.at("freeze").get<std::vector<int>>(); o.save_period = j.at("save_period"); o.seed = j.at("seed");
@@ -299,6 +300,10 @@ TrainResult train(const TrainOptions& requested) {
   }
   model->to(device);
   dist::broadcast_module(*model, dist_ctx);  // every rank starts from rank 0's weights
+  if (o.sync_bn && dist_ctx.enabled)
+    std::cout << "Using SyncBatchNorm() in " << dist::convert_sync_batch_norm(*model, dist_ctx) << " layers\n";
+  else if (o.sync_bn)
+    std::cout << "warning: --sync-bn has no effect in a single process\n";
   ema_model = build();
   ema_model->to(device);
   const int frozen = freeze_layers(*model, o.freeze);
@@ -378,13 +383,15 @@ TrainResult train(const TrainOptions& requested) {
       run.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
       run.loss_count = p.at("loss_count");
       ema_updates = p.at("ema_updates");
-      // A batch position counts per-rank batches: only an epoch boundary is the same place for any rank count.
+      // Another number of ranks: rank r takes every W-th sample of the epoch order, so global batch i
+      // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps
+      // its meaning. Iteration numbers follow the new batches per epoch; a run stops only right
+      // after an optimiser step, so the last one was the batch before next_batch.
       const int saved_world_size = p.value("world_size", 1);
       if (saved_world_size != dist_ctx.world_size) {
-        if (run.next_batch != 0)
-          fail(o.resume, ": the run stopped inside epoch ", run.epoch, " with WORLD_SIZE ", saved_world_size,
-               "; resume it with the same number of ranks (now ", dist_ctx.world_size, ")");
-        run.last_opt_step = nb * run.epoch - 1;  // iteration numbers follow the new batches per epoch
+        run.last_opt_step = nb * run.epoch + run.next_batch - 1;
+        std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
+                  << saved_world_size << "\n";
       }
     } catch (const Error&) {
       throw;
@@ -424,7 +431,7 @@ TrainResult train(const TrainOptions& requested) {
   std::vector<at::Tensor> trainable;
   for (const auto& p : model->parameters())
     if (p.requires_grad()) trainable.push_back(p);
-  dist::GradientReducer reducer(trainable, dist_ctx);  // after backward, before each optimiser step
+  dist::GradientReducer reducer(trainable, dist_ctx);  // all-reduces gradient buckets during backward
 
   const fs::path weights_dir = fs::path(save_dir) / "weights";
   fs::create_directories(weights_dir);
@@ -510,6 +517,10 @@ TrainResult train(const TrainOptions& requested) {
         }
       }
 
+      // Optimiser step every `accumulate` batches (upstream: ni - last_opt_step >= accumulate); only
+      // the backward before it communicates.
+      const bool optimizer_step_due = ni - run.last_opt_step >= s.accumulate;
+      reducer.prepare_backward(optimizer_step_due);
       const loss::YoloLoss::Result step_loss = step.forward_backward(images, in.targets, in.target_mask);
       if (o.check_nans && !at::isfinite(step_loss.total).item<bool>()) {
         const at::Tensor items = step_loss.items.to(at::kCPU);
@@ -520,9 +531,8 @@ TrainResult train(const TrainOptions& requested) {
              items[0].item<double>(), ", obj ", items[1].item<double>(), ", cls ", items[2].item<double>(),
              "; first non-finite model value: ", first_non_finite_parameter(*model), "; batch images:", files);
       }
-      // Optimiser step every `accumulate` batches (upstream: ni - last_opt_step >= accumulate).
-      if (ni - run.last_opt_step >= s.accumulate) {
-        reducer.reduce();  // no-op in one process; micro-steps in between accumulate locally
+      if (optimizer_step_due) {
+        reducer.reduce();  // waits for the buckets started in backward; no-op in one process
         step.optimizer_step(s);
         run.last_opt_step = ni;
         // Ctrl-C is honoured here, where no gradient is half accumulated. Several ranks agree on it

@@ -26,6 +26,7 @@ struct TrainOptions {
   std::string device;                  // "", "cpu", "0", "cuda:0"
   bool multi_scale = false;
   bool single_cls = false;
+  bool sync_bn = false;                // SyncBatchNorm over the ranks (data parallel only)
   std::string optimizer = "SGD";
   int workers = 8;
   std::string project = "runs/train";
