@@ -122,6 +122,48 @@ TEST(DistEnv, SingleProcessWithoutVariables) {
   EXPECT_EQ(ctx.rank, 0);
 }
 
+TEST(DistEnv, MpiAndSlurmVariables) {
+  const std::vector<std::pair<std::string, std::string>> clear{
+      {"WORLD_SIZE", ""}, {"RANK", ""}, {"LOCAL_RANK", ""}, {"OMPI_COMM_WORLD_SIZE", ""}, {"OMPI_COMM_WORLD_RANK", ""},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", ""}, {"PMI_SIZE", ""}, {"PMI_RANK", ""}, {"MPI_LOCALRANKID", ""},
+      {"SLURM_NTASKS", ""}, {"SLURM_PROCID", ""}, {"SLURM_LOCALID", ""}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29400"}};
+  ScopedEnv cleared(clear);
+  {
+    ScopedEnv slurm({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}});
+    const DistEnv e = read_env();
+    EXPECT_EQ(e.world_size, 8);
+    EXPECT_EQ(e.rank, 5);
+    EXPECT_EQ(e.local_rank, 1);
+    EXPECT_EQ(e.master_addr, "10.1.2.3");
+  }
+  {
+    ScopedEnv ompi({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                    {"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}});  // mpirun inside a one-task allocation
+    const DistEnv e = read_env();
+    EXPECT_EQ(e.world_size, 4);
+    EXPECT_EQ(e.rank, 2);
+    EXPECT_EQ(e.local_rank, 0);
+  }
+  {
+    ScopedEnv pmi({{"PMI_SIZE", "2"}, {"PMI_RANK", "1"}});
+    const DistEnv e = read_env();
+    EXPECT_EQ(e.world_size, 2);
+    EXPECT_EQ(e.rank, 1);
+    EXPECT_EQ(e.local_rank, 1);  // no MPI_LOCALRANKID: the rank (one node)
+  }
+  {
+    ScopedEnv torchrun({{"WORLD_SIZE", "1"}, {"SLURM_NTASKS", "16"}, {"SLURM_PROCID", "3"}});  // torchrun wins
+    EXPECT_EQ(read_env().world_size, 1);
+  }
+  ScopedEnv bad({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "7"}});
+  try {
+    (void)read_env();
+    ADD_FAILURE() << "SLURM_PROCID 7 of 2 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SLURM_PROCID=\"7\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(DistEnv, BadVariablesAreNamed) {
   auto message = [](std::vector<std::pair<std::string, std::string>> vars) {
     ScopedEnv env(std::move(vars));

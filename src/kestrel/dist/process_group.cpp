@@ -66,13 +66,29 @@ std::string first_line(const std::string& s) {
 
 DistEnv read_env() {
   DistEnv env;
-  env.world_size = env_int("WORLD_SIZE", 1, 1, 1 << 20);
-  env.rank = env_int("RANK", 0, 0, env.world_size - 1);
-  env.local_rank = env_int("LOCAL_RANK", env.rank, 0, env.world_size - 1);
+  // Who launched us: torchrun / kestrel's launcher (WORLD_SIZE), else Open MPI's mpirun, MPICH/Intel
+  // MPI's (PMI_*), or SLURM's srun. Only the names of rank, size and local rank differ.
+  struct Names {
+    const char *size, *rank, *local_rank;
+  };
+  Names n{"WORLD_SIZE", "RANK", "LOCAL_RANK"};
+  if (env_or_null("WORLD_SIZE") == nullptr) {
+    if (env_or_null("OMPI_COMM_WORLD_SIZE") != nullptr)
+      n = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"};
+    else if (env_or_null("PMI_SIZE") != nullptr && env_or_null("PMI_RANK") != nullptr)
+      n = {"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID"};
+    else if (env_or_null("SLURM_NTASKS") != nullptr && env_or_null("SLURM_PROCID") != nullptr)
+      n = {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID"};
+  }
+  env.world_size = env_int(n.size, 1, 1, 1 << 20);
+  env.rank = env_int(n.rank, 0, 0, env.world_size - 1);
+  env.local_rank = env_int(n.local_rank, env.rank, 0, env.world_size - 1);
   if (env.world_size == 1) return env;
-  if (env_or_null("RANK") == nullptr) fail("environment variable WORLD_SIZE=", env.world_size, " but RANK is not set");
+  if (env_or_null(n.rank) == nullptr) fail("environment variable ", n.size, "=", env.world_size, " but ", n.rank, " is not set");
   const char* addr = env_or_null("MASTER_ADDR");
-  if (addr == nullptr) fail("environment variable MASTER_ADDR is not set (WORLD_SIZE=", env.world_size, ")");
+  if (addr == nullptr)
+    fail("environment variable MASTER_ADDR is not set (", n.size, "=", env.world_size,
+         "; export the address of the node of rank 0, and MASTER_PORT, before launching)");
   env.master_addr = addr;
   if (env_or_null("MASTER_PORT") == nullptr) fail("environment variable MASTER_PORT is not set (WORLD_SIZE=", env.world_size, ")");
   env.master_port = env_int("MASTER_PORT", 0, 1, 65535);
