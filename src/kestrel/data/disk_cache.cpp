@@ -45,18 +45,22 @@ std::string npy_header(int h, int w) {
   return out + dict;
 }
 
-// 64-bit multiply-xor hash over 8-byte words (and the tail bytes): catches flipped or zeroed pixels
-// at memory speed (~0.2 ms for a 640 x 480 image).
+// 64-bit multiply-xor hash over 8-byte words in four independent lanes (so the multiplies overlap),
+// then the tail bytes: catches flipped or zeroed pixels at close to memory speed.
 uint64_t checksum(const uint8_t* p, size_t n) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  constexpr uint64_t kPrime = 0x100000001B3ull;
+  uint64_t lane[4] = {0x9E3779B97F4A7C15ull ^ n, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull, 0x27D4EB2F165667C5ull};
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001B3ull;
-    h ^= h >> 29;
-  }
-  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * k, 8);
+      lane[k] = (lane[k] ^ w) * kPrime;
+      lane[k] ^= lane[k] >> 29;
+    }
+  uint64_t h = lane[0];
+  for (int k = 1; k < 4; ++k) h = (h ^ lane[k]) * kPrime;
+  for (; i < n; ++i) h = (h ^ p[i]) * kPrime;
   return h;
 }
 
