@@ -30,7 +30,8 @@ LevelGrid dynamic_grid(OnnxGraph& g, int64_t na, int64_t no, const std::string& 
     return g.node("Reshape", {g.cast_to_model_type(r), g.int64s("shape", view)});
   };
   const std::string gx = cells(3, {1, 1, 1, -1, 1}), gy = cells(2, {1, 1, -1, 1, 1});
-  const std::string full = g.node("Concat", {g.int64s("shape", {1, 1}), hw, g.int64s("shape", {1})}, {{"axis", int64_t{0}}});
+  const std::string full =  // int64 [5]: 1, 1, ny, nx, 1
+      g.node("Concat", {g.int64s("shape", {1, 1}), hw, g.int64s("shape", {1})}, {{"axis", int64_t{0}}});
   const std::string grid = g.node("Concat", {g.node("Expand", {gx, full}), g.node("Expand", {gy, full})},
                                   {{"axis", int64_t{4}}});  // [1, 1, ny, nx, 2]
   return {reshape, g.node("Sub", {grid, g.constant("half", {0.5f})})};
@@ -60,7 +61,8 @@ std::string decode_detections(OnnxGraph& g, const models::Detect& head, const st
     // wh = (2 s)^2 * anchor, anchors in pixels [1, na, 1, 1, 2]
     const at::Tensor anchor_px = (anchors[i] * stride).view({1, na, 1, 1, 2});
     const std::string wh2 = g.node("Mul", {wh, two});
-    const std::string bwh = g.node("Mul", {g.node("Mul", {wh2, wh2}), g.weight(g.fresh(prefix + ".anchor_grid"), anchor_px)});
+    const std::string anchor = g.weight(g.fresh(prefix + ".anchor_grid"), anchor_px);
+    const std::string bwh = g.node("Mul", {g.node("Mul", {wh2, wh2}), anchor});
     const std::string level = g.node("Concat", {bxy, bwh, rest}, {{"axis", int64_t{4}}});
     decoded.push_back(g.node("Reshape", {level, g.int64s("shape", {0, -1, no})}));      // [b, na * ny * nx, no]
   }

@@ -24,7 +24,10 @@ void check_options(const models::YoloModel& model, const OnnxExportOptions& o) {
 // Number of predictions for a square image: na * (img / stride)^2 summed over the levels.
 int64_t num_predictions(const models::Detect& head, int64_t img) {
   int64_t n = 0;
-  for (double s : head.strides()) n += head.num_anchors() * (img / static_cast<int64_t>(s)) * (img / static_cast<int64_t>(s));
+  for (double s : head.strides()) {
+    const int64_t cells = img / static_cast<int64_t>(s);
+    n += head.num_anchors() * cells * cells;
+  }
   return n;
 }
 
@@ -56,12 +59,14 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
     previous = outs[i];
   }
 
-  // The head: output convs (implicit layers folded by fuse()), then the decode.
+  // The head: output convs (implicit layers folded by fuse()) to [b, na * no, ny, nx], then the decode.
   const auto& head = model.head();
   const std::string prefix = "model." + std::to_string(body);
   std::vector<std::string> raw;
-  for (size_t i = 0; i < info[body].from.size(); ++i)
-    raw.push_back(layers.conv2d(*head.output_convs().at(i), source(info[body].from[i], body), prefix + ".m." + std::to_string(i)));
+  for (size_t i = 0; i < info[body].from.size(); ++i) {
+    const std::string x = source(info[body].from[i], body);
+    raw.push_back(layers.conv2d(*head.output_convs().at(i), x, prefix + ".m." + std::to_string(i)));
+  }
   decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, output);
   if (o.dynamic) g.add_output(output, {"batch", "anchors", no});
   else g.add_output(output, {o.batch, num_predictions(head, o.img), no});

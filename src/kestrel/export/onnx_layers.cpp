@@ -131,7 +131,9 @@ std::string OnnxLayers::yolov7_layer(models::Layer& l, const std::vector<std::st
   const std::string& x = xs.at(0);
   if (auto* sppcspc = dynamic_cast<SPPCSPC*>(&l)) {
     // cv7(cat(cv6(cv5(cat(x1, pools(x1)))), cv2(x))), x1 = cv4(cv3(cv1(x))); the pools keep h, w.
-    auto cv = [&](int i, const std::string& in) { return conv(sppcspc->conv(i), in, prefix + ".cv" + std::to_string(i)); };
+    auto cv = [&](int i, const std::string& in) {
+      return conv(sppcspc->conv(i), in, prefix + ".cv" + std::to_string(i));
+    };
     const std::string x1 = cv(4, cv(3, cv(1, x)));
     std::vector<std::string> parts{x1};
     for (int64_t k : sppcspc->kernels()) parts.push_back(maxpool(x1, k, 1, k / 2));
