@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/safetensors.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/models/model_config.h"
@@ -289,6 +290,48 @@ TEST(AutoAnchor, TrainerSearchesAndSavesAnchors) {
   const TrainResult kept = train(o);
   const models::LoadedModel b = models::load_model_weights(kept.last);
   EXPECT_TRUE(at::allclose(b.model->head().anchor_pixels(), config_px));
+}
+
+TEST(AutoAnchor, ResumedRunKeepsTheSearchedAnchorsInModelAndLoss) {
+  // The resume does not search again: it loads the saved anchors, and the losses (built after the
+  // resume) use them; so an interrupted + resumed run ends with the uninterrupted run's exact state.
+  test::TempDir dir;
+  TrainOptions o;
+  o.cfg = dir.file("yolov5n-bad.yaml");
+  o.data = tiny_run_dataset(dir);
+  o.project = dir.file("runs");
+  o.device = "cpu";
+  o.img_size = 64;
+  o.batch_size = 2;
+  o.epochs = 2;
+  o.workers = 1;
+  o.quiet = true;
+  o.noval = true;
+  o.name = "whole";
+  const TrainResult whole = train(o);
+  o.name = "split";
+  o.interrupt_after = 1;
+  const TrainResult first = train(o);
+  ASSERT_TRUE(first.interrupted);
+  TrainOptions resume;
+  resume.resume = first.save_dir;
+  resume.quiet = true;
+  const TrainResult second = train(resume);
+  ASSERT_FALSE(second.interrupted);
+  const auto a = load_safetensors((fs::path(whole.save_dir) / "weights" / "last.state.safetensors").string());
+  const auto b = load_safetensors((fs::path(second.save_dir) / "weights" / "last.state.safetensors").string());
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  bool saw_anchors = false;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
+    EXPECT_TRUE(at::equal(a.tensors[i].second, b.tensors[i].second)) << a.tensors[i].first;
+    if (a.tensors[i].first == "model/model.24.anchors") {
+      saw_anchors = true;
+      // Grid units: searched anchors stay below 4 x 64 px / stride 8 = 32; the config's are 2000 px / 32 = 62.5 and up.
+      EXPECT_LT(a.tensors[i].second.max().item<double>(), 32.5);
+    }
+  }
+  EXPECT_TRUE(saw_anchors);
 }
 
 TEST(AutoAnchor, NoautoanchorFlagOnTheCommandLine) {
