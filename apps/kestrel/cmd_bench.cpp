@@ -1,4 +1,5 @@
-// kestrel bench data: loader throughput (images/s) with the training augmentations.
+// kestrel bench data | train | e2e: loader throughput with the training augmentations, the training
+// step alone on synthetic data, and the whole pipeline on a real dataset.
 #include <chrono>
 #include <thread>
 #include <iostream>
@@ -114,6 +115,46 @@ void add_bench_command(CLI::App& app) {
   step->callback([t, tjson, ablation] {
     print_step_results(*ablation ? train::bench_train_ablation(*t) : std::vector<train::StepBenchResult>{train::bench_train_step(*t)},
                        *t, *tjson);
+  });
+
+  auto e = std::make_shared<train::E2eBenchOptions>();
+  e->step.steps = 30;
+  auto ejson = std::make_shared<bool>(false);
+  auto* e2e = bench->add_subcommand("e2e", "the whole training pipeline on a real dataset: loader, copy, step (images/s)");
+  e2e->add_option("--data", e->data, "dataset YAML (its train split)")->required();
+  e2e->add_option("--hyp", e->hyp, "hyperparameter YAML (augmentations and loss)");
+  e2e->add_option("--cfg", e->step.cfg, "model YAML or shipped name")->capture_default_str();
+  e2e->add_option("--batch-size", e->step.batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
+  e2e->add_option("--img,--img-size,--imgsz", e->step.img_size, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
+  e2e->add_option("--device", e->step.device, "cuda device (0, cuda:0) or cpu");
+  e2e->add_option("--precision", e->step.precision, "fp32, fp16 (loss scaling) or bf16")->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  e2e->add_flag("--channels-last", e->step.channels_last, "channels-last weights and activations");
+  e2e->add_option("--optimizer", e->step.optimizer, "SGD, Adam or AdamW")->capture_default_str();
+  e2e->add_option("--workers", e->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  e2e->add_option("--cache", e->cache, "cache resized images: ram, disk, or none")->capture_default_str()
+      ->check(CLI::IsMember({"ram", "disk", "none"}));
+  e2e->add_option("--warmup-epochs", e->warmup_epochs, "untimed epochs (fill the cache)")->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  e2e->add_option("--steps", e->step.steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
+  e2e->add_flag("--json", *ejson, "machine-readable output");
+  e2e->callback([e, ejson] {
+    train::E2eBenchOptions o = *e;
+    if (o.cache == "none") o.cache.clear();
+    const train::E2eBenchResult r = train::bench_e2e(o);
+    if (*ejson) {
+      std::cout << nlohmann::json{{"what", "e2e"}, {"cfg", o.step.cfg}, {"data", o.data}, {"batch", o.step.batch_size},
+                                  {"img", o.step.img_size}, {"workers", o.workers}, {"config", r.step.label},
+                                  {"images_per_second", r.step.images_per_second}, {"ms_per_step", r.step.ms_per_step},
+                                  {"peak_memory_gb", r.step.peak_memory_gb}, {"data_wait_fraction", r.data_wait_fraction}}
+                       .dump()
+                << "\n";
+      return;
+    }
+    std::printf("%s end to end on %s: batch %d, %d px, %d workers, cache %s, %s\n", o.step.cfg.c_str(), o.data.c_str(),
+                o.step.batch_size, o.step.img_size, o.workers, o.cache.empty() ? "none" : o.cache.c_str(), r.step.label.c_str());
+    std::printf("%.1f images/s, %.1f ms/step over %d steps, peak memory %.2f GB; the host waited for data %.0f %% of the time\n",
+                r.step.images_per_second, r.step.ms_per_step, o.step.steps, r.step.peak_memory_gb, 100 * r.data_wait_fraction);
   });
 }
 

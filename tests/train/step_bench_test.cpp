@@ -1,6 +1,9 @@
 // The bench's step configurations compute the same training: every ablation option gives the loss of the
-// plain fp32 path (same seed, same synthetic batch) within the precision it runs at.
+// plain fp32 path (same seed, same synthetic batch) within the precision it runs at; bench e2e trains
+// on the real pipeline.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "kestrel/core/error.h"
 #include "kestrel/train/step_bench.h"
@@ -47,6 +50,32 @@ TEST(StepBench, OtaLossRunsAndBadOptionsAreErrors) {
   o = small("fp32", false);
   o.img_size = 100;
   EXPECT_THROW(bench_train_step(o), Error);
+}
+
+// The whole pipeline on the demo data (32 images, batches of 8): the timed steps run across an epoch
+// boundary on real, augmented batches and train (finite losses that change).
+TEST(StepBench, EndToEndRunsTheTrainingPipeline) {
+  E2eBenchOptions o;
+  o.step = small("fp32", false);
+  o.step.batch_size = 8;
+  o.step.steps = 6;
+  o.data = "data/demo/demo.yaml";
+  o.workers = 1;
+  const E2eBenchResult r = bench_e2e(o);
+  EXPECT_EQ(r.batches_per_epoch, 4);
+  ASSERT_EQ(r.step.losses.size(), 6u);
+  for (double loss : r.step.losses) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
+  EXPECT_NE(r.step.losses.front(), r.step.losses.back());
+  EXPECT_GT(r.step.images_per_second, 0);
+  EXPECT_GE(r.data_wait_fraction, 0);
+  EXPECT_LE(r.data_wait_fraction, 1);
+  o.data = "data/demo/missing.yaml";
+  try {
+    (void)bench_e2e(o);
+    ADD_FAILURE() << "a missing dataset YAML was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.yaml"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -17,8 +17,8 @@ struct DevicePrefetcher::CudaState {
 struct DevicePrefetcher::CudaState {};
 #endif
 
-DevicePrefetcher::DevicePrefetcher(DataLoader& loader, c10::Device device, bool channels_last)
-    : loader_(loader), device_(device), channels_last_(channels_last) {
+DevicePrefetcher::DevicePrefetcher(DataLoader& loader, c10::Device device, bool channels_last, int64_t trim_multiple)
+    : loader_(loader), device_(device), channels_last_(channels_last), trim_multiple_(trim_multiple) {
 #ifdef KESTREL_WITH_CUDA
   if (device_.is_cuda())
     cuda_.reset(new CudaState{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index()), at::cuda::CUDAEvent()});
@@ -33,6 +33,7 @@ void DevicePrefetcher::stage() {
     staged_.reset();
     return;
   }
+  if (trim_multiple_ > 0) trim_targets(*host, trim_multiple_);
 #ifdef KESTREL_WITH_CUDA
   if (cuda_) {
     // Copies from pinned memory are asynchronous; the caching host allocator keeps the pinned block

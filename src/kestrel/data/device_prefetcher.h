@@ -13,7 +13,8 @@ namespace kestrel::data {
 
 class DevicePrefetcher {
  public:
-  DevicePrefetcher(DataLoader& loader, c10::Device device, bool channels_last = false);
+  // trim_multiple > 0: trim_targets(batch, trim_multiple) before the copy (as the trainer does).
+  DevicePrefetcher(DataLoader& loader, c10::Device device, bool channels_last = false, int64_t trim_multiple = 0);
   ~DevicePrefetcher();
   // The next batch, ready for use on the current stream; nullopt after the epoch's last batch.
   // Call loader.start_epoch() first; one prefetcher serves one epoch.
@@ -25,6 +26,7 @@ class DevicePrefetcher {
   DataLoader& loader_;
   c10::Device device_;
   bool channels_last_;
+  int64_t trim_multiple_;
   bool started_ = false;
   std::optional<DeviceBatch> staged_;
   struct CudaState;                   // side stream and "copy done" event (CUDA builds only)

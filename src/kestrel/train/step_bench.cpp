@@ -3,14 +3,21 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <limits>
+#include <memory>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
+#include "kestrel/data/dataset_config.h"
+#include "kestrel/data/device_prefetcher.h"
 #include "kestrel/models/model_config.h"
+#include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/param_groups.h"
+#include "kestrel/train/split_loader.h"
 #include "kestrel/train/train_step.h"
 
 namespace kestrel::train {
@@ -33,48 +40,67 @@ std::string label_of(const StepBenchOptions& o) {
   return label;
 }
 
-}  // namespace
+// The model, EMA, loss, optimiser, scaler and step of one benchmark configuration.
+struct BenchStep {
+  std::shared_ptr<models::YoloModel> model, average;
+  std::unique_ptr<ModelEma> ema;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<GradScaler> scaler;
+  std::unique_ptr<TrainStep> step;
+  c10::Device device{c10::kCPU};
+};
 
-StepBenchResult bench_train_step(const StepBenchOptions& o) {
+std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss::LossOptions& loss_options, int nc) {
   if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")
     fail("--precision ", o.precision, ": expected fp32, fp16 or bf16");
-  if (o.batch_size < 1 || o.steps < 1 || o.warmup < 0 || o.targets_per_image < 0)
-    fail("bench train: batch size and steps must be >= 1, warm-up and targets >= 0");
-  const c10::Device device = parse_device(o.device);
+  auto b = std::make_unique<BenchStep>();
+  b->device = parse_device(o.device);
   torch::manual_seed(o.seed);
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path(o.cfg)));
-  if (o.img_size % model->max_stride() != 0)
-    fail("--img ", o.img_size, " must be a multiple of the model's stride ", model->max_stride());
-  model->to(device);
-  if (o.channels_last) to_channels_last(*model);
-  model->train();
-  auto average = models::build_model(models::load_model_config(models::resolve_model_config_path(o.cfg)));
-  average->to(device);
-  ModelEma ema(average, *model);
-
-  const LossFn loss_fn = make_loss_fn(model->head(), loss::LossOptions{}, o.img_size, o.ota);
+  const auto config = models::load_model_config(models::resolve_model_config_path(o.cfg));
+  b->model = models::build_model(config, nc);
+  if (o.img_size % b->model->max_stride() != 0)
+    fail("--img ", o.img_size, " must be a multiple of the model's stride ", b->model->max_stride());
+  b->model->to(b->device);
+  if (o.channels_last) to_channels_last(*b->model);
+  b->model->train();
+  b->average = models::build_model(config, nc);
+  b->average->to(b->device);
+  b->ema = std::make_unique<ModelEma>(b->average, *b->model);
   OptimizerOptions opt_options;
   opt_options.kind = parse_optimizer_kind(o.optimizer);
-  Optimizer optimizer(split_parameters(*model), opt_options);
+  b->optimizer = std::make_unique<Optimizer>(split_parameters(*b->model), opt_options);
   GradScalerOptions scaler_options;
   scaler_options.enabled = o.precision == "fp16";
-  GradScaler scaler(scaler_options, device);
+  b->scaler = std::make_unique<GradScaler>(scaler_options, b->device);
   StepOptions step_options;
   step_options.autocast = o.precision != "fp32";
   step_options.autocast_dtype = o.precision == "bf16" ? at::kBFloat16 : at::kHalf;
   step_options.channels_last = o.channels_last;
-  TrainStep step(*model, loss_fn, optimizer, scaler, &ema, step_options);
+  const LossFn loss_fn = make_loss_fn(b->model->head(), loss_options, o.img_size, o.ota);
+  b->step = std::make_unique<TrainStep>(*b->model, loss_fn, *b->optimizer, *b->scaler, b->ema.get(), step_options);
+  return b;
+}
+
+const StepSettings kBenchSettings{{0.01, 0.01, 0.01}, 0.937, 1};
+
+}  // namespace
+
+StepBenchResult bench_train_step(const StepBenchOptions& o) {
+  if (o.batch_size < 1 || o.steps < 1 || o.warmup < 0 || o.targets_per_image < 0)
+    fail("bench train: batch size and steps must be >= 1, warm-up and targets >= 0");
+  const auto bench = make_bench_step(o, loss::LossOptions{}, /*nc: the config's*/ 0);
+  const c10::Device device = bench->device;
+  auto& step = *bench->step;
 
   // Synthetic batch: images uniform in 0..1; boxes with centres anywhere and sides of 2-40 % of the image.
   at::Generator gen = at::detail::createCPUGenerator(o.seed);
   const int64_t b = o.batch_size, m = std::max(o.targets_per_image, 1);
   const at::Tensor images = at::rand({b, 3, o.img_size, o.img_size}, gen).to(device);
-  const at::Tensor cls = at::randint(0, model->head().nc(), {b, m, 1}, gen, at::kFloat);
+  const at::Tensor cls = at::randint(0, bench->model->head().nc(), {b, m, 1}, gen, at::kFloat);
   const at::Tensor xy = at::rand({b, m, 2}, gen);
   const at::Tensor wh = at::rand({b, m, 2}, gen) * 0.38 + 0.02;
   const at::Tensor targets = at::cat({cls, xy, wh}, 2).to(device);
   const at::Tensor mask = at::full({b, m}, o.targets_per_image > 0, at::kBool).to(device);
-  const StepSettings settings{{0.01, 0.01, 0.01}, 0.937, 1};
 
   StepBenchResult r;
   r.label = label_of(o);
@@ -87,7 +113,7 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
       start = Clock::now();
     }
     totals.push_back(step.forward_backward(images, targets, mask).total.detach());
-    step.optimizer_step(settings);
+    step.optimizer_step(kBenchSettings);
   }
   synchronize(device);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -95,6 +121,65 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
   r.images_per_second = static_cast<double>(b) * o.steps / seconds;
   r.peak_memory_gb = peak_memory_gb(device);
   for (const auto& t : totals) r.losses.push_back(t.item<double>());  // after timing: no sync inside the loop
+  return r;
+}
+
+E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
+  const StepBenchOptions& o = e.step;
+  if (o.batch_size < 1 || o.steps < 1 || e.warmup_epochs < 0 || e.workers < 1)
+    fail("bench e2e: batch size, steps and workers must be >= 1, warm-up epochs >= 0");
+  const data::DatasetConfig data_cfg = data::load_dataset_config(e.data);
+  const Hyperparameters hyp = e.hyp.empty() ? default_hyperparameters() : load_hyperparameters(e.hyp);
+  const int nc = static_cast<int>(data_cfg.names.size());
+  const auto bench = make_bench_step(o, hyp.loss, nc);
+  const c10::Device device = bench->device;
+  TrainOptions t;  // the trainer's loader for these settings
+  t.img_size = o.img_size;
+  t.batch_size = o.batch_size;
+  t.workers = e.workers;
+  t.cache = e.cache;
+  t.seed = o.seed;
+  t.device = device.str();
+  const int stride = static_cast<int>(std::max<int64_t>(bench->model->max_stride(), 32));
+  SplitLoader split = make_split_loader(data_cfg, "train", t, /*training=*/true, hyp, stride, nc);
+
+  E2eBenchResult r;
+  r.batches_per_epoch = static_cast<int64_t>(split.loader->num_batches());
+  r.step.label = label_of(o) + " + loader";
+  using Clock = std::chrono::steady_clock;
+  int epoch = 0;
+  std::vector<at::Tensor> totals;  // the timed steps' losses, read after timing
+  const auto run = [&](int epochs, int64_t max_steps, double* waited) {
+    int64_t steps = 0, images = 0;
+    for (int e_run = 0; steps < max_steps && e_run < epochs; ++e_run) {
+      split.loader->start_epoch(epoch++);
+      data::DevicePrefetcher prefetcher(*split.loader, device, o.channels_last, /*trim_multiple=*/32);
+      while (steps < max_steps) {
+        const auto wait_start = Clock::now();
+        std::optional<data::DeviceBatch> batch = prefetcher.next();
+        if (waited) *waited += std::chrono::duration<double>(Clock::now() - wait_start).count();
+        if (!batch) break;
+        const at::Tensor total = bench->step->forward_backward(batch->images, batch->targets, batch->target_mask).total;
+        if (waited) totals.push_back(total.detach());
+        bench->step->optimizer_step(kBenchSettings);
+        ++steps;
+        images += batch->images.size(0);
+      }
+    }
+    return images;
+  };
+  run(e.warmup_epochs, std::numeric_limits<int64_t>::max(), nullptr);  // fills the cache, autotunes
+  synchronize(device);
+  double waited = 0;
+  const auto start = Clock::now();
+  const int64_t images = run(std::numeric_limits<int>::max(), o.steps, &waited);
+  synchronize(device);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.step.ms_per_step = seconds * 1000 / o.steps;
+  r.step.images_per_second = static_cast<double>(images) / seconds;
+  r.step.peak_memory_gb = peak_memory_gb(device);
+  r.data_wait_fraction = waited / seconds;
+  for (const auto& t : totals) r.step.losses.push_back(t.item<double>());
   return r;
 }
 

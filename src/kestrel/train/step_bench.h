@@ -35,4 +35,24 @@ StepBenchResult bench_train_step(const StepBenchOptions& options);
 // The ablation table: fp32 baseline, + mixed precision (fp16 on CUDA, bf16 on CPU), + channels-last.
 std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options);
 
+// `kestrel bench e2e`: the whole training pipeline on a real dataset — the trainer's loader (training
+// augmentations of the hyp file, RAM cache, worker threads, pinned batches), the asynchronous copy to
+// the device, and the same step as `bench train` — timed after a warm-up epoch that fills the cache.
+struct E2eBenchOptions {
+  StepBenchOptions step;              // cfg, batch size, image size, device, precision, channels-last, ...
+  std::string data;                   // dataset YAML (its train split)
+  std::string hyp;                    // "" = YOLOv5's hyp.scratch-low defaults
+  int workers = 8;                    // loader threads
+  std::string cache = "ram";          // "", "ram" or "disk"
+  int warmup_epochs = 1;              // untimed epochs (decoding into the cache)
+};
+
+struct E2eBenchResult {
+  StepBenchResult step;               // images/s, ms/step and peak memory of the timed steps
+  int64_t batches_per_epoch = 0;
+  double data_wait_fraction = 0;      // share of the timed wall time the host waited for the loader
+};
+
+E2eBenchResult bench_e2e(const E2eBenchOptions& options);
+
 }  // namespace kestrel::train

@@ -42,6 +42,7 @@
 #include "kestrel/train/param_groups.h"
 #include "kestrel/train/run_files.h"
 #include "kestrel/train/schedule.h"
+#include "kestrel/train/split_loader.h"
 #include "kestrel/train/tensorboard.h"
 #include "kestrel/train/train_step.h"
 
@@ -163,46 +164,6 @@ class Progress {
   Clock::time_point last_draw_{};
 };
 
-struct SplitLoader {
-  std::shared_ptr<const data::YoloDataset> dataset;
-  std::unique_ptr<data::DataLoader> loader;
-};
-
-SplitLoader make_loader(const data::DatasetConfig& cfg, const std::string& split, const TrainOptions& o, bool training,
-                        const Hyperparameters& hyp, int stride, int nc_for_check, int rank = 0, int world_size = 1) {
-  const auto images = data::list_images(cfg.split(split), cfg.source);
-  data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, o.workers, true});
-  if (!index.skipped.empty()) std::cout << data::describe(index, split, 20);
-  if (o.single_cls)
-    for (auto& r : index.records)
-      for (auto& row : r.rows) row.box[0] = 0;
-  data::DatasetOptions d;
-  d.img_size = o.img_size;
-  d.augment = training;
-  d.rect = training ? o.rect : true;
-  // Data parallel: each rank loads batch_size / WORLD_SIZE images of its share (upstream train.py).
-  d.batch_size = training ? std::max(1, o.batch_size / world_size) : o.batch_size * 2;
-  d.stride = stride;
-  d.pad = training ? 0.0 : 0.5;
-  d.hyp = hyp.augment;
-  d.dialect = hyp.yolov7_recipe ? data::Dialect::yolov7 : data::Dialect::yolov5;
-  d.cache_ram = o.cache == "ram";
-  d.cache_disk = o.cache == "disk";
-  d.seed = o.seed;
-  SplitLoader out;
-  out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
-  data::LoaderOptions l;
-  l.batch_size = d.batch_size;
-  l.workers = std::max(1, o.workers);
-  l.max_boxes = o.max_boxes;
-  l.shuffle = training && !o.rect;
-  l.seed = o.seed;
-  l.pin_memory = parse_device(o.device).is_cuda();  // page-locked batches: asynchronous host-to-device copies
-  if (training) l.rank = rank, l.world_size = world_size;
-  out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
-  return out;
-}
-
 // Per-epoch values of a run that a resume must restore.
 struct Progression {
   int epoch = 0;            // epoch in progress (or to start)
@@ -311,9 +272,9 @@ TrainResult train(const TrainOptions& requested) {
 
   const int stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
   if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
-  SplitLoader train_data = make_loader(data_cfg, "train", o, true, hyp, stride, static_cast<int>(data_cfg.names.size()),
+  SplitLoader train_data = make_split_loader(data_cfg, "train", o, true, hyp, stride, static_cast<int>(data_cfg.names.size()),
                                        dist_ctx.rank, dist_ctx.world_size);
-  SplitLoader val_data = make_loader(data_cfg, "val", o, false, hyp, stride, static_cast<int>(data_cfg.names.size()));
+  SplitLoader val_data = make_split_loader(data_cfg, "val", o, false, hyp, stride, static_cast<int>(data_cfg.names.size()));
   const int64_t nb = static_cast<int64_t>(train_data.loader->num_batches());
 
   if (!o.noautoanchor && o.resume.empty()) {

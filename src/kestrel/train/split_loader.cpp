@@ -1,0 +1,48 @@
+#include "kestrel/train/split_loader.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "kestrel/core/device.h"
+#include "kestrel/data/dataset_index.h"
+#include "kestrel/data/image_files.h"
+
+namespace kestrel::train {
+
+SplitLoader make_split_loader(const data::DatasetConfig& cfg, const std::string& split, const TrainOptions& o,
+                              bool training, const Hyperparameters& hyp, int stride, int nc_for_check, int rank,
+                              int world_size) {
+  const auto images = data::list_images(cfg.split(split), cfg.source);
+  data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, o.workers, true});
+  if (!index.skipped.empty()) std::cout << data::describe(index, split, 20);
+  if (o.single_cls)
+    for (auto& r : index.records)
+      for (auto& row : r.rows) row.box[0] = 0;
+  data::DatasetOptions d;
+  d.img_size = o.img_size;
+  d.augment = training;
+  d.rect = training ? o.rect : true;
+  // Data parallel: each rank loads batch_size / WORLD_SIZE images of its share (upstream train.py).
+  d.batch_size = training ? std::max(1, o.batch_size / world_size) : o.batch_size * 2;
+  d.stride = stride;
+  d.pad = training ? 0.0 : 0.5;
+  d.hyp = hyp.augment;
+  d.dialect = hyp.yolov7_recipe ? data::Dialect::yolov7 : data::Dialect::yolov5;
+  d.cache_ram = o.cache == "ram";
+  d.cache_disk = o.cache == "disk";
+  d.seed = o.seed;
+  SplitLoader out;
+  out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
+  data::LoaderOptions l;
+  l.batch_size = d.batch_size;
+  l.workers = std::max(1, o.workers);
+  l.max_boxes = o.max_boxes;
+  l.shuffle = training && !o.rect;
+  l.seed = o.seed;
+  l.pin_memory = parse_device(o.device).is_cuda();  // page-locked batches: asynchronous host-to-device copies
+  if (training) l.rank = rank, l.world_size = world_size;
+  out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
+  return out;
+}
+
+}  // namespace kestrel::train
