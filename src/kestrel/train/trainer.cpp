@@ -68,7 +68,7 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"single_cls", o.single_cls}, {"sync_bn", o.sync_bn}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
           {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"linear_lr", o.linear_lr}, {"label_smoothing", o.label_smoothing},
           {"patience", o.patience}, {"freeze", o.freeze}, {"save_period", o.save_period}, {"seed", o.seed},
-          {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn},
+          {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn}, {"checkpoint", o.checkpoint},
           {"max_grad_norm", o.max_grad_norm}, {"max_boxes", o.max_boxes},
           {"min_warmup_iterations", o.min_warmup_iterations}};
 }
@@ -84,7 +84,7 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
     o.cos_lr = j.at("cos_lr"); o.linear_lr = j.value("linear_lr", false); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
     o.freeze = j.at("freeze").get<std::vector<int>>(); o.save_period = j.at("save_period"); o.seed = j.at("seed");
     o.amp = j.at("amp"); o.loss_scale = j.at("loss_scale"); o.check_nans = j.at("check_nans");
-    o.freeze_bn = j.at("freeze_bn"); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
+    o.freeze_bn = j.at("freeze_bn"); o.checkpoint = j.value("checkpoint", std::vector<int>{}); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
     o.min_warmup_iterations = j.at("min_warmup_iterations");
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": the saved training options are incomplete or malformed (", e.what(), ")");
@@ -100,13 +100,20 @@ std::string options_yaml(const TrainOptions& o) {
 }
 
 // Upstream --freeze: [n] freezes layers 0..n-1, a longer list freezes exactly those layer indices.
-int freeze_layers(models::YoloModel& model, const std::vector<int>& freeze) {
+// Upstream --freeze's layer selection, also used by --checkpoint: [n] is layers 0..n-1, a longer list
+// is exactly those layer indices.
+std::vector<int> selected_layers(const std::vector<int>& spec) {
   std::vector<int> layers;
-  if (freeze.size() == 1) {
-    for (int i = 0; i < freeze[0]; ++i) layers.push_back(i);
+  if (spec.size() == 1) {
+    for (int i = 0; i < spec[0]; ++i) layers.push_back(i);
   } else {
-    layers = freeze;
+    layers = spec;
   }
+  return layers;
+}
+
+int freeze_layers(models::YoloModel& model, const std::vector<int>& freeze) {
+  const std::vector<int> layers = selected_layers(freeze);
   int frozen = 0;
   for (auto& p : model.named_parameters()) {
     bool hit = false;
@@ -269,6 +276,10 @@ TrainResult train(const TrainOptions& requested) {
   ema_model->to(device);
   const int frozen = freeze_layers(*model, o.freeze);
   if (frozen) std::cout << "freezing " << frozen << " parameter tensors\n";
+  if (!o.checkpoint.empty()) {
+    model->set_checkpointed_layers(selected_layers(o.checkpoint));
+    std::cout << "activation checkpointing of " << model->num_checkpointed_layers() << " layers\n";
+  }
 
   const int stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
   if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
