@@ -11,6 +11,7 @@
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/loader.h"
+#include "kestrel/eval/label_plots.h"
 #include "kestrel/eval/yolo_to_coco.h"
 
 namespace kestrel::app {
@@ -85,9 +86,17 @@ void run_show(const DataShowOptions& o) {
   auto batch = loader.next();
   const std::filesystem::path out(o.out);
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
-  data::write_jpeg(o.out, data::render_batch(*batch, cfg.names));
+  data::BatchImageOptions b;
+  for (const auto& meta : batch->meta) b.paths.push_back(dataset->records()[meta.index].image);
+  data::write_jpeg(o.out, data::render_batch(*batch, cfg.names, b));
   std::printf("%s: %lld images, %lld boxes -> %s\n", cfg.source.c_str(), static_cast<long long>(batch->images.size(0)),
               static_cast<long long>(batch->boxes), o.out.c_str());
+  // The whole split's label statistics next to it, as training writes them into its run folder.
+  const std::string labels = (out.parent_path() / "labels.jpg").string();
+  const at::Tensor rows = eval::label_rows(dataset->records());
+  eval::plot_labels(rows, cfg.names, labels);
+  std::printf("%s: %lld boxes in %zu training images -> %s\n", cfg.source.c_str(), static_cast<long long>(rows.size(0)),
+              dataset->records().size(), labels.c_str());
 }
 
 struct DataCocoOptions {
@@ -121,7 +130,7 @@ void add_data_command(CLI::App& app) {
   cmd->callback([check] { run_check(*check); });
 
   auto show = std::make_shared<DataShowOptions>();
-  auto* shw = data->add_subcommand("show", "write an augmented training batch with boxes and class names as an image");
+  auto* shw = data->add_subcommand("show", "write an augmented training batch (boxes, class names) and labels.jpg (the split's label statistics) as images");
   shw->add_option("data", show->data, "dataset YAML")->required();
   shw->add_option("--hyp", show->hyp, "hyperparameter YAML (augmentation keys)");
   shw->add_option("--img,--img-size,--imgsz", show->img, "image size")->check(CLI::Range(32, 8192));

@@ -1,5 +1,5 @@
-// kestrel detect: YOLOv5 detect.py on images (a file, a folder or a .txt list; no video or streams):
-// annotated copies and, with --save-txt, YOLO label files in runs/detect/<name>/.
+// kestrel detect: YOLOv5 detect.py on images (a file, a folder or a .txt list), a video file or a camera
+// index: annotated copies (or an annotated .mp4) and, with --save-txt, YOLO label files in runs/detect/<name>/.
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -12,8 +12,10 @@
 #include "commands.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
+#include "kestrel/data/annotate.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
+#include "kestrel/data/video_io.h"
 #include "kestrel/eval/detector.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/train/run_files.h"
@@ -41,6 +43,69 @@ std::string annotated_name(const fs::path& source) {
   return ext == ".jpg" || ext == ".jpeg" ? source.filename().string() : source.stem().string() + ".jpg";
 }
 
+// One image or video frame: its label file (appended, one line per detection in upstream's order:
+// reversed, least confident first), the boxes drawn in place, and upstream's per-image line.
+void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o, const std::vector<std::string>& names,
+                const fs::path& txt, const std::string& prefix) {
+  const eval::Detections det = detector.detect(image);
+  const int64_t count = det.boxes.size(0);
+  if (o.save_txt && count > 0) {
+    std::ofstream out(txt, std::ios::app);
+    for (int64_t k = count - 1; k >= 0; --k) out << eval::label_line(det.boxes[k], image.size(), o.save_conf) << "\n";
+    if (!out) fail(txt.string(), ": write failed");
+  }
+  if (!o.nosave) data::draw_detections(image, det.boxes, names, {o.line_thickness, o.hide_labels, o.hide_conf});
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.1fms", detector.last_inference_ms());
+  std::cout << prefix << det.input_size.height << "x" << det.input_size.width << " "
+            << eval::summarize_detections(det.boxes, names) << ms << std::endl;
+}
+
+// Images: a file, a folder or a .txt list; unreadable ones are reported and skipped.
+void detect_images(eval::Detector& detector, const std::vector<std::string>& images, const DetectOptions& o,
+                   const std::vector<std::string>& names, const fs::path& save_dir) {
+  int64_t skipped = 0;
+  const size_t n = images.size();
+  for (size_t i = 0; i < n; ++i) {
+    const fs::path path = images[i];
+    const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
+    data::DecodedImage decoded;
+    try {
+      decoded = data::decode_image_file(path.string());
+    } catch (const Error& e) {  // reported and skipped: one bad file does not stop a folder
+      std::cout << prefix << "skipped (" << e.what() << ")" << std::endl;
+      ++skipped;
+      continue;
+    }
+    detect_one(detector, decoded.image, o, names, save_dir / "labels" / (path.stem().string() + ".txt"), prefix);
+    if (!o.nosave) data::write_jpeg((save_dir / annotated_name(path)).string(), decoded.image);
+  }
+  if (detector.images() == 0) fail("--source ", o.source, ": none of the ", n, " images could be read");
+  if (skipped) std::printf("%lld of %zu images skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n);
+}
+
+// A video file or a camera: every frame detected and written to <run>/<video stem>.mp4 (mp4v, the
+// source's frame rate, as detect.py), labels per frame in labels/<stem>_<frame>.txt (frames from 1).
+void detect_video(eval::Detector& detector, data::VideoReader& video, const DetectOptions& o,
+                  const std::vector<std::string>& names, const fs::path& save_dir) {
+  const bool camera = data::is_camera_source(o.source);
+  const std::string stem = camera ? o.source : fs::path(o.source).stem().string();
+  const fs::path out = save_dir / (stem + ".mp4");
+  const int64_t frames = video.frame_count();
+  std::unique_ptr<data::VideoWriter> writer;
+  cv::Mat frame;
+  int64_t f = 0;
+  while (video.read(frame)) {
+    ++f;
+    const std::string prefix = cat("video 1/1 (", f, "/", frames, ") ", o.source, ": ");
+    detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", f, ".txt"), prefix);
+    if (o.nosave) continue;
+    if (!writer) writer = data::create_video(out.string(), camera || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
+    if (!writer->write(frame)) fail(o.source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
+  }
+  if (f == 0) fail(o.source, ": no frame could be read from the video");
+}
+
 void run_detect(const DetectOptions& o) {
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
   const c10::Device device = parse_device(o.device);
@@ -62,54 +127,28 @@ void run_detect(const DetectOptions& o) {
     std::cout << "WARNING: --imgsz " << d.img_height << " " << d.img_width << " must be multiple of max stride "
               << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
 
-  const std::vector<std::string> images = data::list_images({o.source}, "--source");
-  if (images.empty()) fail("--source ", o.source, ": no images found");
-  const bool save_img = !o.nosave;
+  // The source is opened before the run folder is made: a bad source leaves nothing behind.
+  const bool video = data::is_video_file(o.source) || data::is_camera_source(o.source);
+  std::unique_ptr<data::VideoReader> reader;
+  std::vector<std::string> images;
+  if (video) {
+    reader = data::open_video(o.source);
+  } else {
+    images = data::list_images({o.source}, "--source");
+    if (images.empty()) fail("--source ", o.source, ": no images found");
+  }
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
   if (o.save_txt) fs::create_directories(save_dir / "labels");
 
   detector.warmup();
-  int64_t skipped = 0;
-  const size_t n = images.size();
-  for (size_t i = 0; i < n; ++i) {
-    const fs::path path = images[i];
-    const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
-    data::DecodedImage decoded;
-    try {
-      decoded = data::decode_image_file(path.string());
-    } catch (const Error& e) {  // reported and skipped: one bad file does not stop a folder
-      std::cout << prefix << "skipped (" << e.what() << ")" << std::endl;
-      ++skipped;
-      continue;
-    }
-    cv::Mat& image = decoded.image;
-    const eval::Detections det = detector.detect(image);
-    const int64_t count = det.boxes.size(0);
-
-    if (o.save_txt && count > 0) {
-      // Appended, one line per detection in upstream's order (reversed: least confident first).
-      const fs::path txt = save_dir / "labels" / (path.stem().string() + ".txt");
-      std::ofstream out(txt, std::ios::app);
-      for (int64_t k = count - 1; k >= 0; --k) out << eval::label_line(det.boxes[k], image.size(), o.save_conf) << "\n";
-      if (!out) fail(txt.string(), ": write failed");
-    }
-    if (save_img) {
-      eval::draw_detections(image, det.boxes, names, {o.line_thickness, o.hide_labels, o.hide_conf});
-      data::write_jpeg((save_dir / annotated_name(path)).string(), image);
-    }
-    char ms[32];
-    std::snprintf(ms, sizeof ms, "%.1fms", detector.last_inference_ms());
-    std::cout << prefix << det.input_size.height << "x" << det.input_size.width << " "
-              << eval::summarize_detections(det.boxes, names) << ms << std::endl;
-  }
-  if (detector.images() == 0) fail("--source ", o.source, ": none of the ", n, " images could be read");
+  if (video) detect_video(detector, *reader, o, names, save_dir);
+  else detect_images(detector, images, o, names, save_dir);
 
   const auto& total = detector.total_ms();
   const double seen = static_cast<double>(detector.images());
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (1, 3, %d, %d)\n",
               total[0] / seen, total[1] / seen, total[2] / seen, net.height, net.width);
-  if (skipped) std::printf("%lld of %zu images skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n);
-  if (o.save_txt || save_img) {
+  if (o.save_txt || !o.nosave) {
     std::cout << "Results saved to " << save_dir.string();
     if (o.save_txt) {
       int64_t labels = 0;
@@ -125,9 +164,9 @@ void run_detect(const DetectOptions& o) {
 
 void add_detect_command(CLI::App& app) {
   auto o = std::make_shared<DetectOptions>();
-  auto* cmd = app.add_subcommand("detect", "detect objects in images (a file, a folder or a .txt list)");
+  auto* cmd = app.add_subcommand("detect", "detect objects in images (a file, a folder or a .txt list), a video file or a camera");
   cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
-  cmd->add_option("--source", o->source, "image file, folder (searched recursively) or .txt list of images")
+  cmd->add_option("--source", o->source, "image file, folder (searched recursively), .txt list of images, video file (mp4, avi, mov ...) or camera index (0)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
       ->expected(1, 2)->check(CLI::Range(32, 8192));
@@ -138,7 +177,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
   cmd->add_option("--classes", o->classes, "keep only these classes: --classes 0, or --classes 0 2 3");
   cmd->add_flag("--agnostic-nms", o->agnostic_nms, "class-agnostic NMS");
-  cmd->add_flag("--save-txt", o->save_txt, "save results to <run>/labels/<image stem>.txt");
+  cmd->add_flag("--save-txt", o->save_txt, "save results to <run>/labels/<image stem>.txt (videos: <stem>_<frame>.txt)");
   cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
   cmd->add_flag("--nosave", o->nosave, "do not save annotated images");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();

@@ -65,15 +65,22 @@ void run_val(const ValOptions& o) {
   v.single_cls = o.single_cls;
   v.half = o.half;
   v.save_json = o.save_json || !o.coco_ann.empty();
-  eval::ConfusionMatrix confusion(nc);  // val.py's defaults: conf 0.25, IoU 0.45
-  if (!o.noplots) v.confusion = &confusion;
-  const eval::ValidationResult r = eval::validate(*loaded.model, loader, *dataset, device, nc, v);
   const std::vector<std::string> names = o.single_cls ? std::vector<std::string>{"item"} : loaded.info.names;
+  // The run folder exists before the pass (val_batch images are written during it); none when nothing is written.
+  const bool writes = !o.noplots || v.save_json;
+  const std::string dir = writes ? train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false) : "";
+  eval::ConfusionMatrix confusion(nc);  // val.py's defaults: conf 0.25, IoU 0.45
+  if (!o.noplots) {
+    v.confusion = &confusion;
+    v.plot_batches = 3;  // val.py: val_batch0..2_labels.jpg / _pred.jpg
+    v.plot_dir = dir;
+    v.names = names;
+  }
+  const eval::ValidationResult r = eval::validate(*loaded.model, loader, *dataset, device, nc, v);
   std::cout << eval::format_validation_table(r, names, o.verbose || nc < 50);
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%d, 3, %d, %d)\n",
               r.ms_per_image[0], r.ms_per_image[1], r.ms_per_image[2], o.batch_size, d.img_size, d.img_size);
-  if (!v.save_json && o.noplots) return;  // nothing to write: no run folder
-  const std::string dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
+  if (!writes) return;
   if (!o.noplots) {
     const auto file = [&](const char* name) { return (std::filesystem::path(dir) / name).string(); };
     eval::plot_confusion_matrix(confusion, names, file("confusion_matrix.png"));
@@ -118,7 +125,7 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
   cmd->add_option("--name", o->name, "run name")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");
-  cmd->add_flag("--noplots", o->noplots, "do not write confusion_matrix.png and the PR/F1/P/R curves");
+  cmd->add_flag("--noplots", o->noplots, "do not write confusion_matrix.png, the PR/F1/P/R curves and the val_batch images");
   cmd->callback([o] { run_val(*o); });
 }
 

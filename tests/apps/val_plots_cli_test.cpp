@@ -1,4 +1,5 @@
-// kestrel val writes upstream's validation charts into its run folder, and --noplots leaves them out.
+// kestrel val writes upstream's validation charts and its first three batches (ground truth and
+// predictions) into its run folder, and --noplots leaves them out.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -31,6 +32,24 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
     EXPECT_EQ(img.rows, confusion ? eval::kConfusionHeight : eval::kCurveHeight) << name;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/exp/weights")));
+  // The 16 validation images in batches of 32 (the default): val_batch0 only, a 4 x 4 grid of images whose
+  // long side is 64.
+  for (const char* name : {"val/exp/val_batch0_labels.jpg", "val/exp/val_batch0_pred.jpg"}) {
+    const cv::Mat img = data::decode_image_file(dir.file(name)).image;
+    EXPECT_EQ(std::max(img.cols, img.rows), 4 * 64) << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("val/exp/val_batch1_labels.jpg")));
+  // Batches of 4: upstream's first three are drawn, not the fourth; each a 2 x 2 grid.
+  r = test::run_command(val + " --batch-size 4 --name four");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int i = 0; i < 3; ++i)
+    for (const char* kind : {"labels", "pred"}) {
+      const std::string path = dir.file("val/four/val_batch" + std::to_string(i) + "_" + kind + ".jpg");
+      ASSERT_TRUE(std::filesystem::exists(path)) << path << "\n" << r.output;
+      const cv::Mat img = data::decode_image_file(path).image;
+      EXPECT_EQ(std::max(img.cols, img.rows), 2 * 64) << path;
+    }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("val/four/val_batch3_labels.jpg")));
   r = test::run_command(val + " --noplots");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/exp2"))) << "--noplots without --save-json writes nothing";

@@ -80,17 +80,6 @@ TEST(DetectSummary, CountsPerClassInClassOrder) {
   EXPECT_EQ(summarize_detections(at::zeros({0, 6}), names), "(no detections), ");
 }
 
-TEST(DetectDrawing, DrawsBoxesInThePaletteColour) {
-  cv::Mat image(100, 200, CV_8UC3, cv::Scalar::all(0));
-  draw_detections(image, rows({20, 40, 120, 90, 0.5f, 0}), {"person"}, {3, false, false});
-  const cv::Scalar c = palette_colour(0);  // FF3838 as BGR
-  EXPECT_EQ(c, cv::Scalar(0x38, 0x38, 0xFF));
-  const cv::Vec3b left_edge = image.at<cv::Vec3b>(65, 20);  // middle of the box's left side
-  EXPECT_EQ(left_edge, cv::Vec3b(0x38, 0x38, 0xFF));
-  EXPECT_EQ(image.at<cv::Vec3b>(65, 70), cv::Vec3b(0, 0, 0)) << "the inside stays untouched";
-  EXPECT_EQ(palette_colour(20), palette_colour(0));
-}
-
 TEST(Detector, ClassFilterAndBoxesInsideTheOriginal) {
   // An untrained 3-class yolov5n: every score is near the bias priors, so conf 0.0001 keeps plenty.
   const cv::Mat image = [] {

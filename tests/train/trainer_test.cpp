@@ -10,6 +10,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
+#include "kestrel/data/image_io.h"
 #include "kestrel/train/trainer.h"
 #include "test_support.h"
 
@@ -79,6 +80,14 @@ TEST(Trainer, Yolov5nMemorisesFourImages) {
   EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / "opt.yaml"));
   for (const char* chart : {"results.png", "confusion_matrix.png", "PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png"})
     EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / chart)) << chart;
+  // labels.jpg at the start; val.py's batch images of best.safetensors at the end: the 4 images are one
+  // validation batch, so val_batch0 only, a 2 x 2 grid of 160-pixel letterboxed images.
+  EXPECT_EQ(data::decode_image_file((fs::path(r.save_dir) / "labels.jpg").string()).image.size(), cv::Size(1600, 1600));
+  for (const char* batch : {"val_batch0_labels.jpg", "val_batch0_pred.jpg"}) {
+    const cv::Mat img = data::decode_image_file((fs::path(r.save_dir) / batch).string()).image;
+    EXPECT_EQ(std::max(img.rows, img.cols), 2 * 160) << batch;
+  }
+  EXPECT_FALSE(fs::exists(fs::path(r.save_dir) / "val_batch1_labels.jpg"));
   bool events = false;
   for (const auto& entry : fs::directory_iterator(r.save_dir))
     events = events || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;

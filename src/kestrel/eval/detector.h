@@ -1,8 +1,7 @@
 // Inference on single images, YOLOv5 v7.0 detect.py's procedure: decode, letterbox to the network size
 // with minimal padding (auto: pad only to a multiple of the largest stride, enlarging allowed), one
 // image per forward pass, NMS at conf 0.25 / IoU 0.45 / max_det 1000, boxes scaled back to the original
-// image. Also the pieces detect.py writes with: label-file lines, the per-image summary and the
-// annotated image (upstream's Annotator and colour palette).
+// image. Also the pieces detect.py writes with: label-file lines and the per-image summary.
 #pragma once
 #include <array>
 #include <memory>
@@ -80,17 +79,6 @@ std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf)
 // for plurals), or "(no detections), ".
 std::string summarize_detections(const at::Tensor& boxes, const std::vector<std::string>& names);
 
-struct DrawOptions {
-  int line_thickness = 3;  // --line-thickness
-  bool hide_labels = false, hide_conf = false;
-};
-
-// Draws boxes and "name 0.87" labels onto `bgr` in place, as upstream's Annotator (cv2 path) with
-// its 20-colour palette.
-void draw_detections(cv::Mat& bgr, const at::Tensor& boxes, const std::vector<std::string>& names,
-                     const DrawOptions& options = {});
-
-// Upstream's Colors palette (ultralytics hex colours), as BGR.
-cv::Scalar palette_colour(int cls);
+// The annotated image: data::draw_detections (data/annotate.h), the drawing shared with the batch mosaics.
 
 }  // namespace kestrel::eval

@@ -11,6 +11,8 @@
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
+#include "kestrel/data/batch_image.h"
+#include "kestrel/data/image_io.h"
 #include "kestrel/eval/plots.h"
 
 namespace kestrel::eval {
@@ -34,6 +36,24 @@ at::Tensor to_original(at::Tensor boxes, const data::SampleMeta& meta) {
   boxes.select(1, 1).clamp_(0, meta.original.height);
   boxes.select(1, 3).clamp_(0, meta.original.height);
   return boxes;
+}
+
+// val_batch<i>_labels.jpg and val_batch<i>_pred.jpg: the letterboxed batch with its targets, and with the
+// NMS output in the batch's pixels (before any scaling to the original image), as val.py's plot_images.
+void plot_batch(const data::Batch& batch, const std::vector<at::Tensor>& kept, const data::YoloDataset& dataset,
+                const ValidationOptions& options, int64_t number) {
+  if (options.plot_dir.empty()) fail("ValidationOptions: plot_batches needs plot_dir");
+  data::BatchImageOptions o;
+  for (const auto& meta : batch.meta) o.paths.push_back(dataset.records()[meta.index].image);
+  const std::filesystem::path dir(options.plot_dir);
+  std::vector<at::Tensor> predictions = kept;
+  if (options.single_cls)  // val.py zeroes the class of single-class predictions before plotting
+    for (auto& p : predictions) {
+      p = p.clone();
+      if (p.size(0)) p.select(1, 5).zero_();
+    }
+  data::write_jpeg((dir / cat("val_batch", number, "_labels.jpg")).string(), data::render_batch(batch, options.names, o));
+  data::write_jpeg((dir / cat("val_batch", number, "_pred.jpg")).string(), data::render_batch(batch, predictions, options.names, o));
 }
 
 }  // namespace
@@ -85,6 +105,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     for (auto& k : kept) k = k.to(at::kCPU);
     r.ms_per_image[2] += ms_since(t);
     ++batches;
+    if (batches <= options.plot_batches) plot_batch(*batch, kept, dataset, options, batches - 1);
 
     const at::Tensor targets = batch->targets, mask = batch->target_mask;
     const double h = static_cast<double>(batch->images.size(2)), w = static_cast<double>(batch->images.size(3));

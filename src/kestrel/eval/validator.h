@@ -38,6 +38,12 @@ struct ValidationOptions {
   // When set, every image with labels is added to it as val.py does for confusion_matrix.png
   // (predictions and labels in original-image pixels; its nc must be the validation's).
   ConfusionMatrix* confusion = nullptr;
+  // val.py's plots=True: the first plot_batches batches drawn into plot_dir as val_batch<i>_labels.jpg
+  // (ground truth) and val_batch<i>_pred.jpg (predictions above conf 0.25, with confidences), upstream's 3.
+  // Off (0) for the per-epoch validations in training, as upstream's. names: class names on the boxes.
+  int plot_batches = 0;
+  std::string plot_dir;
+  std::vector<std::string> names;
 };
 
 // The loss to report on the validation set: raw levels, targets, mask -> [3] (box, obj, cls) items.

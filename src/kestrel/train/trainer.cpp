@@ -28,6 +28,7 @@
 #include "kestrel/data/loader.h"
 #include "kestrel/dist/process_group.h"
 #include "kestrel/dist/sync_batch_norm.h"
+#include "kestrel/eval/label_plots.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/loss/yolo_loss.h"
@@ -409,6 +410,9 @@ TrainResult train(const TrainOptions& requested) {
   fs::create_directories(weights_dir);
   write_text_atomic((fs::path(save_dir) / "hyp.yaml").string(), hyperparameters_yaml(hyp));
   write_text_atomic((fs::path(save_dir) / "opt.yaml").string(), options_yaml(o));
+  // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
+  if (o.resume.empty() && dist_ctx.is_main())
+    eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
   const ResultsCsv results((fs::path(save_dir) / "results.csv").string());
   TensorBoardWriter tensorboard(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
   const std::string last_path = (weights_dir / "last.safetensors").string();
@@ -594,6 +598,9 @@ TrainResult train(const TrainOptions& requested) {
     v.single_cls = o.single_cls;
     eval::ConfusionMatrix confusion(nc);
     v.confusion = &confusion;
+    v.plot_batches = 3;  // val.py's val_batch0..2_labels.jpg / _pred.jpg
+    v.plot_dir = save_dir;
+    v.names = names;
     const eval::ValidationResult r = eval::validate(*best.model, *val_data.loader, *val_data.dataset, device, nc, v);
     std::cout << "\nValidating " << result.best << "...\n" << eval::format_validation_table(r, names, true);
     // Upstream's end-of-training charts (val.py with plots=True on best.pt, and plot_results).

@@ -1,0 +1,54 @@
+// Video files (and cameras) for kestrel detect, through OpenCV's videoio. videoio's dependency closure
+// (FFmpeg, GStreamer, ...; about 280 MB) is too large to carry to the GPU machines, so it is not linked
+// into kestrel: a small plugin, libkestrel_video.so (plugins/video/, built when libopencv-videoio-dev is
+// installed), is loaded on the first use. Without it, opening a video is a clear error and everything
+// else works.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <opencv2/core.hpp>
+
+namespace kestrel::data {
+
+class VideoReader {
+ public:
+  virtual ~VideoReader() = default;
+  virtual bool read(cv::Mat& bgr) = 0;       // the next frame (CV_8UC3 BGR); false at the end of the video
+  virtual double fps() const = 0;            // the container's frame rate (0 when it does not say)
+  virtual int64_t frame_count() const = 0;   // the container's frame count (0 for a camera or when unknown)
+};
+
+class VideoWriter {
+ public:
+  virtual ~VideoWriter() = default;
+  virtual bool write(const cv::Mat& bgr) = 0;  // frames must have the size the writer was created with
+};
+
+// The interface the plugin implements (its one exported symbol, kestrel_video_backend, returns it).
+// Errors come back as text so that no exception crosses the library boundary.
+struct VideoBackend {
+  static constexpr int kAbiVersion = 1;
+  virtual ~VideoBackend() = default;
+  virtual int abi_version() const { return kAbiVersion; }
+  virtual std::unique_ptr<VideoReader> open(const std::string& source, std::string& error) = 0;
+  virtual std::unique_ptr<VideoWriter> create(const std::string& path, const std::string& fourcc, double fps, cv::Size size,
+                                              std::string& error) = 0;
+};
+
+// Upstream's VID_FORMATS by extension (asf avi gif m4v mkv mov mp4 mpeg mpg ts wmv, any case).
+bool is_video_file(const std::string& path);
+// A camera index as upstream's webcam source ("0", "1", ...).
+bool is_camera_source(const std::string& source);
+
+// Opens a video file or a camera index; an Error naming the source when it cannot be read (or when
+// video support is missing).
+std::unique_ptr<VideoReader> open_video(const std::string& source);
+// Creates a video file (fourcc such as "mp4v" for .mp4, as upstream's detect.py, or "MJPG" for .avi).
+std::unique_ptr<VideoWriter> create_video(const std::string& path, double fps, cv::Size size, const std::string& fourcc = "mp4v");
+
+// Empty when the plugin loads, else why not (which files were tried and how to get it).
+std::string video_support_problem();
+
+}  // namespace kestrel::data

@@ -1,0 +1,114 @@
+// kestrel detect --source VIDEO: every frame detected and written to <run>/<stem>.mp4, per-frame label
+// files <stem>_<frame>.txt (frames from 1), upstream's "video 1/1 (f/n)" lines; an unreadable video is an
+// error that names it and leaves no run folder.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <opencv2/imgproc.hpp>
+
+#include "kestrel/data/image_io.h"
+#include "kestrel/data/video_io.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/weights_file.h"
+#include "kestrel/models/yolo_model.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct VideoRun {
+  test::TempDir dir;
+  std::string weights = dir.file("w.safetensors"), project = dir.file("runs");
+
+  VideoRun() {
+    // An untrained 3-class yolov5n: at conf 0.0001 it proposes boxes on any frame.
+    auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+    models::save_model_weights(weights, *model, models::describe_config("yolov5n", {"person", "bicycle", "car"}));
+  }
+  test::CommandResult detect(const std::string& source, const std::string& args) const {
+    return test::run_command(test::kestrel_binary() + " detect --device cpu --img 160 --weights " + weights +
+                             " --source " + source + " --project " + project + " " + args);
+  }
+};
+
+// Five frames of a demo photo (MJPG .avi, 10 fps), shifted 10 pixels a frame so that no two are equal.
+std::string make_clip(const test::TempDir& dir, cv::Size size) {
+  const cv::Mat photo = data::decode_image_file("data/demo/images/val/000000000139.jpg").image;
+  const std::string path = dir.file("clip.avi");
+  auto writer = data::create_video(path, 10, size, "MJPG");
+  for (int f = 0; f < 5; ++f) {
+    cv::Mat frame;
+    cv::resize(photo(cv::Rect(10 * f, 0, photo.cols - 60, photo.rows)), frame, size, 0, 0, cv::INTER_AREA);
+    EXPECT_TRUE(writer->write(frame));
+  }
+  return path;
+}
+
+TEST(DetectVideoCli, WritesAnAnnotatedVideoAndLabelsPerFrame) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  VideoRun run;
+  const cv::Size size(192, 128);
+  const std::string clip = make_clip(run.dir, size);
+  const auto r = run.detect(clip, "--conf-thres 0.0001 --max-det 20 --save-txt --save-conf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int f = 1; f <= 5; ++f)
+    EXPECT_NE(r.output.find("video 1/1 (" + std::to_string(f) + "/5) " + clip + ": "), std::string::npos) << f << "\n" << r.output;
+  const std::string exp = run.project + "/exp";
+  EXPECT_NE(r.output.find("Results saved to " + exp + "\n5 labels saved to " + exp + "/labels\n"), std::string::npos) << r.output;
+
+  // The annotated video: as many frames as the clip, of the clip's size.
+  auto video = data::open_video(exp + "/clip.mp4");
+  cv::Mat frame;
+  int frames = 0;
+  while (video->read(frame)) {
+    EXPECT_EQ(frame.size(), size);
+    ++frames;
+  }
+  EXPECT_EQ(frames, 5);
+  EXPECT_NEAR(video->fps(), 10, 1e-6);
+
+  // Label files clip_1.txt .. clip_5.txt, up to --max-det lines of "cls cx cy w h conf".
+  for (int f = 1; f <= 5; ++f) {
+    std::ifstream in(exp + "/labels/clip_" + std::to_string(f) + ".txt");
+    ASSERT_TRUE(in) << "frame " << f;
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      std::istringstream row(line);
+      double cls, cx, cy, w, h, conf;
+      ASSERT_TRUE(row >> cls >> cx >> cy >> w >> h >> conf) << line;
+      EXPECT_TRUE(cls == 0 || cls == 1 || cls == 2) << line;
+      for (double v : {cx, cy, w, h}) EXPECT_TRUE(v >= 0 && v <= 1) << line;
+    }
+    EXPECT_GT(lines, 0) << "frame " << f;
+    EXPECT_LE(lines, 20) << "frame " << f;
+  }
+  EXPECT_FALSE(fs::exists(exp + "/labels/clip_0.txt"));
+  EXPECT_FALSE(fs::exists(exp + "/labels/clip_6.txt"));
+
+  // --nosave: labels only, no video.
+  const auto nosave = run.detect(clip, "--conf-thres 0.0001 --max-det 5 --save-txt --nosave --name quiet");
+  ASSERT_EQ(nosave.exit_code, 0) << nosave.output;
+  EXPECT_FALSE(fs::exists(run.project + "/quiet/clip.mp4"));
+  EXPECT_TRUE(fs::exists(run.project + "/quiet/labels/clip_5.txt"));
+}
+
+TEST(DetectVideoCli, UnreadableVideoIsAnErrorNamingIt) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  VideoRun run;
+  test::write_file(run.dir.file("broken.mp4"), "not a video");
+  const auto r = run.detect(run.dir.file("broken.mp4"), "");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(run.dir.file("broken.mp4") + ": cannot read the video"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(run.project + "/exp")) << "no run folder for a source that cannot be read";
+  const auto missing = run.detect(run.dir.file("gone.mov"), "");
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_NE(missing.output.find(run.dir.file("gone.mov") + ": no such video file"), std::string::npos) << missing.output;
+}
+
+}  // namespace
+}  // namespace kestrel
