@@ -110,7 +110,9 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--targets", t->targets_per_image, "boxes per image")->capture_default_str()->check(CLI::Range(0, 10000));
   step->add_option("--warmup", t->warmup, "untimed steps")->capture_default_str()->check(CLI::Range(0, 10000));
   step->add_option("--steps", t->steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
-  step->add_flag("--ablation", *ablation, "table: fp32, + mixed precision, + channels-last");
+  step->add_option("--checkpoint", t->checkpoint_layers, "activation checkpointing of the first N layers (-1: all)")
+      ->capture_default_str();
+  step->add_flag("--ablation", *ablation, "table: fp32, + mixed precision, + channels-last, + checkpointing");
   step->add_flag("--json", *tjson, "machine-readable output");
   step->callback([t, tjson, ablation] {
     print_step_results(*ablation ? train::bench_train_ablation(*t) : std::vector<train::StepBenchResult>{train::bench_train_step(*t)},

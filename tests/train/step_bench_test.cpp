@@ -32,6 +32,11 @@ TEST(StepBench, EveryAblationOptionGivesThePlainLoss) {
   EXPECT_NE(plain.losses[0], plain.losses[2]);
   const StepBenchResult nhwc = bench_train_step(small("fp32", true));
   for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(nhwc.losses[i], plain.losses[i], 1e-4 * plain.losses[i]);
+  // Activation checkpointing recomputes the same numbers: the same losses over three steps.
+  StepBenchOptions ckpt = small("fp32", false);
+  ckpt.checkpoint_layers = -1;
+  const StepBenchResult recomputed = bench_train_step(ckpt);
+  for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(recomputed.losses[i], plain.losses[i], 1e-5 * plain.losses[i]);
   // Lower precision: the first step's loss (same weights) within 2 % (bf16 keeps 8 bits of mantissa).
   for (const char* precision : {"bf16", "fp16"}) {
     for (bool cl : {false, true}) {

@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/checkpoint.h"
 
 namespace kestrel::dist {
 namespace {
@@ -57,7 +58,7 @@ class GroupBatchNormSync : public models::BatchNormSync {
     const at::Tensor mean = (means * counts).sum(0) / n;                                     // [C]
     const at::Tensor var = ((vars + (means - mean).square()) * counts).sum(0) / n;           // [C], biased
 
-    if (bn.options.track_running_stats()) {
+    if (bn.options.track_running_stats() && !models::recomputing()) {
       torch::NoGradGuard no_grad;
       bn.num_batches_tracked.add_(1);
       // momentum None in PyTorch means a cumulative average (factor 1 / batches seen).

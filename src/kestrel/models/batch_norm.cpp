@@ -1,11 +1,19 @@
 #include "kestrel/models/batch_norm.h"
 
+#include <ATen/ATen.h>
 #include <torch/nn/options/batchnorm.h>
+
+#include "kestrel/models/checkpoint.h"
 
 namespace kestrel::models {
 
 at::Tensor BatchNorm2dImpl::forward(const at::Tensor& x) {
   if (sync_ && is_training()) return sync_->forward(*this, x);
+  // Recomputing a checkpointed layer: the same batch statistics, running statistics left as they are
+  // (no running tensors given: nothing to update).
+  if (recomputing() && is_training())
+    return at::batch_norm(x, weight, bias, at::Tensor(), at::Tensor(), /*training=*/true, /*momentum=*/0.0,
+                          options.eps(), at::globalContext().userEnabledCuDNN());
   return torch::nn::BatchNorm2dImpl::forward(x);
 }
 

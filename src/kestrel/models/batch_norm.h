@@ -20,7 +20,8 @@ class BatchNorm2dImpl;
 class BatchNormSync {
  public:
   virtual ~BatchNormSync() = default;
-  // x [N, C, H, W] -> BN(x) with the statistics of the global batch; updates bn's running statistics.
+  // x [N, C, H, W] -> BN(x) with the statistics of the global batch; updates bn's running statistics
+  // (not while models::recomputing(): a checkpointed layer's second pass).
   virtual at::Tensor forward(BatchNorm2dImpl& bn, const at::Tensor& x) const = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <torch/utils.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/checkpoint.h"
 
 namespace kestrel::models {
 
@@ -45,7 +46,8 @@ std::vector<at::Tensor> YoloModel::forward(const at::Tensor& images) {
     const auto& from = info_[i].from;
     at::Tensor y;
     if (from.size() == 1) {
-      y = layers_[i]->forward(input(from[0], i));
+      const bool recompute = i < checkpointed_.size() && checkpointed_[i] && is_training();
+      y = recompute ? checkpointed(*layers_[i], input(from[0], i)) : layers_[i]->forward(input(from[0], i));
     } else {
       std::vector<at::Tensor> xs;
       for (int f : from) xs.push_back(input(f, i));
@@ -57,6 +59,19 @@ std::vector<at::Tensor> YoloModel::forward(const at::Tensor& images) {
   std::vector<at::Tensor> features;
   for (int f : info_[body].from) features.push_back(input(f, body));
   return head_->forward_levels(features);
+}
+
+void YoloModel::set_checkpointed_layers(const std::vector<int>& indices) {
+  const int body = static_cast<int>(layers_.size()) - 1;  // the head is never checkpointed
+  checkpointed_.assign(static_cast<size_t>(body), false);
+  for (int i : indices) {
+    if (i < 0 || i >= body) fail("checkpoint: layer ", i, " is outside the model's layers 0..", body - 1, " (", name_, ")");
+    checkpointed_[static_cast<size_t>(i)] = info_[static_cast<size_t>(i)].from.size() == 1;
+  }
+}
+
+int YoloModel::num_checkpointed_layers() const {
+  return static_cast<int>(std::count(checkpointed_.begin(), checkpointed_.end(), true));
 }
 
 at::Tensor YoloModel::predict(const at::Tensor& images) { return head_->decode(forward(images)); }

@@ -33,6 +33,11 @@ class YoloModel : public torch::nn::Module {
   // Decoded predictions [b, N, nc + 5] (xywh pixels, objectness, class probabilities).
   at::Tensor predict(const at::Tensor& images);
 
+  // Activation checkpointing of these layer indices in training mode (layers that read one input;
+  // others run normally). Empty: none. Out-of-range indices are an error.
+  void set_checkpointed_layers(const std::vector<int>& indices);
+  int num_checkpointed_layers() const;
+
   // Folds BN into convolutions, re-parameterises RepConv, folds implicit layers: for inference only.
   void fuse();
   bool fused() const { return fused_; }
@@ -52,6 +57,7 @@ class YoloModel : public torch::nn::Module {
   std::vector<LayerInfo> info_;
   std::vector<bool> keep_output_;  // outputs read again by a later layer (upstream's save list)
   std::shared_ptr<Detect> head_;
+  std::vector<bool> checkpointed_;  // per layer: activation checkpointing in training
   bool fused_ = false;
 };
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <limits>
+#include <numeric>
 #include <memory>
 #include <optional>
 
@@ -36,6 +37,8 @@ double peak_memory_gb(const c10::Device& device) {
 std::string label_of(const StepBenchOptions& o) {
   std::string label = o.precision;
   if (o.channels_last) label += " + channels-last";
+  if (o.checkpoint_layers != 0)
+    label += o.checkpoint_layers < 0 ? std::string(" + checkpointing") : " + checkpointing " + std::to_string(o.checkpoint_layers) + " layers";
   if (o.ota) label += " + OTA";
   return label;
 }
@@ -55,6 +58,11 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
     fail("--precision ", o.precision, ": expected fp32, fp16 or bf16");
   auto b = std::make_unique<BenchStep>();
   b->device = parse_device(o.device);
+  if (b->device.is_cuda()) {
+    // Each configuration's peak from its own start (earlier rows' blocks returned to the device).
+    at::accelerator::emptyCache();
+    at::accelerator::resetPeakStats(b->device.index());
+  }
   torch::manual_seed(o.seed);
   const auto config = models::load_model_config(models::resolve_model_config_path(o.cfg));
   b->model = models::build_model(config, nc);
@@ -62,6 +70,13 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
     fail("--img ", o.img_size, " must be a multiple of the model's stride ", b->model->max_stride());
   b->model->to(b->device);
   if (o.channels_last) to_channels_last(*b->model);
+  if (o.checkpoint_layers != 0) {
+    const int body = static_cast<int>(config.layers.size()) - 1;  // the last layer is the head
+    const int n = o.checkpoint_layers < 0 ? body : std::min(o.checkpoint_layers, body);
+    std::vector<int> layers(static_cast<size_t>(n));
+    std::iota(layers.begin(), layers.end(), 0);
+    b->model->set_checkpointed_layers(layers);
+  }
   b->model->train();
   b->average = models::build_model(config, nc);
   b->average->to(b->device);
@@ -192,6 +207,8 @@ std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& option
   o.precision = device.is_cuda() ? "fp16" : "bf16";  // CPU autocast has bf16 kernels, not fp16 ones
   rows.push_back(bench_train_step(o));
   o.channels_last = true;
+  rows.push_back(bench_train_step(o));
+  o.checkpoint_layers = -1;
   rows.push_back(bench_train_step(o));
   return rows;
 }

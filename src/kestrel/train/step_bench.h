@@ -16,6 +16,7 @@ struct StepBenchOptions {
   bool channels_last = false;
   std::string optimizer = "SGD";
   bool ota = false;                   // YOLOv7's OTA loss instead of YOLOv5's
+  int checkpoint_layers = 0;          // activation checkpointing of the first N layers (0: off, -1: all)
   int targets_per_image = 32;         // about a mosaic of four COCO images
   int warmup = 3;                     // untimed steps (allocator, cuDNN autotuning)
   int steps = 10;                     // timed steps
@@ -32,7 +33,8 @@ struct StepBenchResult {
 
 StepBenchResult bench_train_step(const StepBenchOptions& options);
 
-// The ablation table: fp32 baseline, + mixed precision (fp16 on CUDA, bf16 on CPU), + channels-last.
+// The ablation table: fp32 baseline, + mixed precision (fp16 on CUDA, bf16 on CPU), + channels-last,
+// + activation checkpointing of every layer (the memory / compute trade).
 std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options);
 
 // `kestrel bench e2e`: the whole training pipeline on a real dataset — the trainer's loader (training
