@@ -119,6 +119,21 @@ TEST(AutoAnchor, SearchRecoversKnownClusters) {
   EXPECT_EQ(kmean_anchors(sizes, 6, 640, o), k);  // deterministic for a seed
 }
 
+TEST(AutoAnchor, SameAnchorsWhateverTheThreadCount) {
+  // More labels than one 8192-label chunk: the partial sums must add up the same on 1 or 3 threads.
+  const auto sizes = clustered({{12, 20}, {40, 30}, {60, 110}, {150, 90}}, 5000, 4);
+  AutoAnchorOptions o;
+  o.generations = 100;
+  o.kmeans_restarts = 3;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto one = kmean_anchors(sizes, 4, 640, o);
+  at::set_num_threads(3);
+  const auto three = kmean_anchors(sizes, 4, 640, o);
+  at::set_num_threads(threads);
+  EXPECT_EQ(one, three);
+}
+
 TEST(AutoAnchor, GeneticSearchImprovesPoorAnchors) {
   // Fewer distinct sizes than anchors: upstream's random start, which the search must then improve.
   const std::vector<BoxSize> sizes(50, BoxSize{30, 30});
