@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
@@ -34,6 +35,47 @@ std::vector<Batch> epoch(const std::shared_ptr<const YoloDataset>& ds, LoaderOpt
   std::vector<Batch> out;
   while (auto b = loader.next()) out.push_back(std::move(*b));
   return out;
+}
+
+// --image-weights: draws with replacement in proportion to the weights, seeded by the epoch.
+TEST(Loader, SampleWeightsDrawInProportion) {
+  auto ds = demo(true, 64);
+  LoaderOptions o;
+  o.workers = 1;
+  o.prefetch = 1;
+  DataLoader loader(ds, o);
+  std::vector<double> w(ds->size(), 0.0);
+  w[1] = 1.0;
+  w[3] = 3.0;
+  loader.set_sample_weights(w);
+  int64_t ones = 0, threes = 0;
+  for (int e = 0; e < 40; ++e) {
+    loader.start_epoch(e);
+    ASSERT_EQ(loader.epoch_order().size(), ds->size());
+    for (int64_t i : loader.epoch_order()) {
+      ASSERT_TRUE(i == 1 || i == 3) << "drew image " << i << " of weight 0";
+      (i == 1 ? ones : threes) += 1;
+    }
+  }
+  const double share = static_cast<double>(threes) / static_cast<double>(ones + threes);  // expected 0.75
+  EXPECT_NEAR(share, 0.75, 0.05) << ones << " x image 1, " << threes << " x image 3";
+  loader.start_epoch(5);
+  const auto again = loader.epoch_order();
+  loader.start_epoch(6);
+  EXPECT_NE(loader.epoch_order(), again);
+  loader.start_epoch(5);
+  EXPECT_EQ(loader.epoch_order(), again);  // seeded by (seed, epoch)
+  w.pop_back();
+  EXPECT_THROW(loader.set_sample_weights(w), Error);
+  EXPECT_THROW(loader.set_sample_weights(std::vector<double>(ds->size(), 0.0)), Error);
+  std::vector<double> negative(ds->size(), 1.0);
+  negative[0] = -1;
+  EXPECT_THROW(loader.set_sample_weights(negative), Error);
+  loader.set_sample_weights({});  // back to permutations: every sample once
+  loader.start_epoch(7);
+  auto order = loader.epoch_order();
+  std::sort(order.begin(), order.end());
+  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], static_cast<int64_t>(i));
 }
 
 TEST(Loader, EverySampleExactlyOncePerEpoch) {

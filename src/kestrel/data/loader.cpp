@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -102,7 +103,13 @@ void DataLoader::start_epoch(int epoch, int64_t first_batch) {
   // gets the same count, then every world_size-th entry from this rank (as DistributedSampler).
   std::vector<int64_t> all(dataset_->size());
   std::iota(all.begin(), all.end(), 0);
-  if (options_.shuffle) std::shuffle(all.begin(), all.end(), std::mt19937_64(sample_seed(options_.seed, epoch, ~0ull)));
+  if (!sample_weights_.empty()) {
+    std::mt19937_64 rng(sample_seed(options_.seed, epoch, ~1ull));
+    std::discrete_distribution<int64_t> draw(sample_weights_.begin(), sample_weights_.end());
+    for (auto& i : all) i = draw(rng);
+  } else if (options_.shuffle) {
+    std::shuffle(all.begin(), all.end(), std::mt19937_64(sample_seed(options_.seed, epoch, ~0ull)));
+  }
   const size_t per_rank = (all.size() + options_.world_size - 1) / options_.world_size;
   for (size_t i = 0; all.size() < per_rank * options_.world_size; ++i) all.push_back(all[i]);
   order_.clear();
@@ -112,6 +119,21 @@ void DataLoader::start_epoch(int epoch, int64_t first_batch) {
   stopping_ = false;
   error_ = nullptr;
   for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+}
+
+void DataLoader::set_sample_weights(std::vector<double> weights) {
+  if (!weights.empty()) {
+    if (weights.size() != dataset_->size())
+      fail("image weights: ", weights.size(), " weights for ", dataset_->size(), " images");
+    if (!options_.shuffle) fail("image weights need a shuffled loader (not --rect)");
+    double sum = 0;
+    for (double w : weights) {
+      if (!(w >= 0) || !std::isfinite(w)) fail("image weights: a weight is negative or not finite (", w, ")");
+      sum += w;
+    }
+    if (sum <= 0) fail("image weights: every weight is zero (no image has a label?)");
+  }
+  sample_weights_ = std::move(weights);
 }
 
 Batch DataLoader::build_batch(int64_t batch) const {

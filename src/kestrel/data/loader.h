@@ -53,6 +53,10 @@ class DataLoader {
   // The next batch in order; nullopt after the last one. Rethrows a worker's error.
   std::optional<Batch> next();
   size_t num_batches() const;
+  // --image-weights: from the next start_epoch on, the epoch's order is dataset-size draws with
+  // replacement, sample i with probability weights[i] / sum (seeded by seed and epoch), instead of
+  // a permutation. Empty: permutations again. Needs shuffle; all weights >= 0, some > 0.
+  void set_sample_weights(std::vector<double> weights);
   const std::vector<int64_t>& epoch_order() const { return order_; }  // dataset indices of this rank
 
  private:
@@ -63,6 +67,7 @@ class DataLoader {
   std::shared_ptr<const YoloDataset> dataset_;
   LoaderOptions options_;
   std::vector<int64_t> order_;
+  std::vector<double> sample_weights_;
   int epoch_ = 0;
 
   std::mutex mutex_;

@@ -38,6 +38,7 @@
 #include "kestrel/train/autoanchor.h"
 #include "kestrel/train/ema.h"
 #include "kestrel/train/grad_scaler.h"
+#include "kestrel/train/image_weights.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/optimizer.h"
 #include "kestrel/train/param_groups.h"
@@ -69,7 +70,7 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"single_cls", o.single_cls}, {"sync_bn", o.sync_bn}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
           {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"linear_lr", o.linear_lr}, {"label_smoothing", o.label_smoothing},
           {"patience", o.patience}, {"freeze", o.freeze}, {"save_period", o.save_period}, {"seed", o.seed},
-          {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn}, {"checkpoint", o.checkpoint},
+          {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn}, {"image_weights", o.image_weights}, {"checkpoint", o.checkpoint},
           {"max_grad_norm", o.max_grad_norm}, {"max_boxes", o.max_boxes},
           {"min_warmup_iterations", o.min_warmup_iterations}};
 }
@@ -85,7 +86,7 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
     o.cos_lr = j.at("cos_lr"); o.linear_lr = j.value("linear_lr", false); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
     o.freeze = j.at("freeze").get<std::vector<int>>(); o.save_period = j.at("save_period"); o.seed = j.at("seed");
     o.amp = j.at("amp"); o.loss_scale = j.at("loss_scale"); o.check_nans = j.at("check_nans");
-    o.freeze_bn = j.at("freeze_bn"); o.checkpoint = j.value("checkpoint", std::vector<int>{}); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
+    o.freeze_bn = j.at("freeze_bn"); o.image_weights = j.value("image_weights", false); o.checkpoint = j.value("checkpoint", std::vector<int>{}); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
     o.min_warmup_iterations = j.at("min_warmup_iterations");
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": the saved training options are incomplete or malformed (", e.what(), ")");
@@ -181,7 +182,20 @@ struct Progression {
   int best_epoch = 0;
   std::array<double, 3> loss_sum{0, 0, 0};  // this epoch's summed loss items so far
   int64_t loss_count = 0;
+  std::vector<double> maps;  // per-class mAP50-95 of the last validation (--image-weights); empty: none yet
 };
+
+// Upstream's maps: each class's mAP50-95, and the overall mAP50-95 for classes without labels in val.
+std::vector<double> class_maps(const eval::ValidationResult& v, int nc) {
+  std::vector<double> maps(static_cast<size_t>(nc), v.metrics.map);
+  if (!v.metrics.classes.defined() || v.metrics.classes.numel() == 0) return maps;
+  const at::Tensor classes = v.metrics.classes.to(at::kCPU), ap = v.metrics.ap.to(at::kCPU).mean(1);
+  for (int64_t i = 0; i < classes.numel(); ++i) {
+    const int64_t c = classes[i].item<int64_t>();
+    if (c >= 0 && c < nc) maps[static_cast<size_t>(c)] = ap[i].item<double>();
+  }
+  return maps;
+}
 
 }  // namespace
 
@@ -356,6 +370,7 @@ TrainResult train(const TrainOptions& requested) {
       run.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
       run.loss_count = p.at("loss_count");
       ema_updates = p.at("ema_updates");
+      run.maps = p.value("maps", std::vector<double>{});
       // Another number of ranks: rank r takes every W-th sample of the epoch order, so global batch i
       // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps
       // its meaning. Iteration numbers follow the new batches per epoch; a run stops only right
@@ -435,7 +450,7 @@ TrainResult train(const TrainOptions& requested) {
     const nlohmann::json progress = {{"epoch", p.epoch},          {"next_batch", p.next_batch},
                                      {"last_opt_step", p.last_opt_step}, {"best_fitness", p.best_fitness},
                                      {"best_epoch", p.best_epoch}, {"loss_sum", p.loss_sum},
-                                     {"loss_count", p.loss_count}, {"ema_updates", ema.updates()},
+                                     {"loss_count", p.loss_count}, {"ema_updates", ema.updates()}, {"maps", p.maps},
                                      {"world_size", dist_ctx.world_size}};
     save_safetensors(state_path, state,
                      {{"format", kStateFormat}, {"options", json_text(options_json(o))}, {"progress", progress.dump()}});
@@ -464,6 +479,15 @@ TrainResult train(const TrainOptions& requested) {
     if (o.freeze_bn) set_batchnorm_eval(*model);
     optimizer.zero_grad();
     at::Tensor loss_sum = at::tensor(std::vector<double>(run.loss_sum.begin(), run.loss_sum.end()), at::kFloat).to(device);
+    if (o.image_weights) {
+      // Rank 0 validated: every rank samples with its per-class mAPs (one list: the ranks share it).
+      at::Tensor maps = at::zeros({nc}, at::TensorOptions().dtype(at::kDouble).device(device));
+      if (run.maps.size() == static_cast<size_t>(nc)) maps.copy_(at::tensor(run.maps, at::kDouble));
+      dist::broadcast_tensors({maps}, dist_ctx);
+      const at::Tensor m = maps.to(at::kCPU);
+      run.maps.assign(m.data_ptr<double>(), m.data_ptr<double>() + nc);
+      train_data.loader->set_sample_weights(train::image_sampling_weights(train_data.dataset->records(), nc, run.maps));
+    }
     train_data.loader->start_epoch(epoch, run.next_batch);
     progress.header();
     // Logged per epoch: the rates of its last iteration (also when a resumed epoch has no batch left).
@@ -559,6 +583,7 @@ TrainResult train(const TrainOptions& requested) {
       v.half = amp == "fp16";
       last_val = eval::validate(ema.model(), *val_data.loader, *val_data.dataset, device, nc, v, val_loss);
       if (!o.quiet) std::cout << eval::format_validation_table(last_val, names, false);
+      run.maps = class_maps(last_val, nc);
     }
     const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);
     const bool best = fi >= run.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
