@@ -1,6 +1,7 @@
 // libkestrel_video.so: kestrel's video backend (data/video_io.h) on OpenCV's videoio. Loaded by kestrel at
 // run time, so that the kestrel binary itself does not depend on videoio's large closure (FFmpeg ...).
 // Only the interface header is shared with the engine; nothing here throws across the boundary.
+#include <opencv2/core/utils/logger.hpp>
 #include <opencv2/videoio.hpp>
 
 #include "kestrel/data/video_io.h"
@@ -10,6 +11,17 @@ namespace {
 using kestrel::data::VideoBackend;
 using kestrel::data::VideoReader;
 using kestrel::data::VideoWriter;
+
+// videoio tries its backends in turn and logs every refusal (GStreamer, image sequences ...) as an error;
+// kestrel reports the one failure itself, naming the file, so the backends are quiet while opening.
+class QuietLog {
+ public:
+  QuietLog() : previous_(cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT)) {}
+  ~QuietLog() { cv::utils::logging::setLogLevel(previous_); }
+
+ private:
+  cv::utils::logging::LogLevel previous_;
+};
 
 class OpenCvReader final : public VideoReader {
  public:
@@ -49,6 +61,7 @@ class OpenCvBackend final : public VideoBackend {
  public:
   std::unique_ptr<VideoReader> open(const std::string& source, std::string& error) override {
     try {
+      const QuietLog quiet;
       cv::VideoCapture cap;
       const bool camera = !source.empty() && source.find_first_not_of("0123456789") == std::string::npos;
       const bool opened = camera ? cap.open(std::stoi(source)) : cap.open(source, cv::CAP_ANY);
@@ -65,6 +78,7 @@ class OpenCvBackend final : public VideoBackend {
   std::unique_ptr<VideoWriter> create(const std::string& path, const std::string& fourcc, double fps, cv::Size size,
                                       std::string& error) override {
     try {
+      const QuietLog quiet;
       const int code = cv::VideoWriter::fourcc(fourcc[0], fourcc[1], fourcc[2], fourcc[3]);
       cv::VideoWriter writer(path, code, fps > 0 ? fps : 30, size);
       if (!writer.isOpened()) {

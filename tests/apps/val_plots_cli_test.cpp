@@ -32,11 +32,11 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
     EXPECT_EQ(img.rows, confusion ? eval::kConfusionHeight : eval::kCurveHeight) << name;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/exp/weights")));
-  // The 16 validation images in batches of 32 (the default): val_batch0 only, a 4 x 4 grid of images whose
-  // long side is 64.
+  // The 16 validation images in batches of 32 (the default): val_batch0 only, a 4 x 4 grid of letterboxed
+  // images whose long side is val.py's rect shape with 0.5 stride padding: ceil(64 / 32 + 0.5) x 32 = 96.
   for (const char* name : {"val/exp/val_batch0_labels.jpg", "val/exp/val_batch0_pred.jpg"}) {
     const cv::Mat img = data::decode_image_file(dir.file(name)).image;
-    EXPECT_EQ(std::max(img.cols, img.rows), 4 * 64) << name;
+    EXPECT_EQ(std::max(img.cols, img.rows), 4 * 96) << name;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/exp/val_batch1_labels.jpg")));
   // Batches of 4: upstream's first three are drawn, not the fourth; each a 2 x 2 grid.
@@ -47,7 +47,7 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
       const std::string path = dir.file("val/four/val_batch" + std::to_string(i) + "_" + kind + ".jpg");
       ASSERT_TRUE(std::filesystem::exists(path)) << path << "\n" << r.output;
       const cv::Mat img = data::decode_image_file(path).image;
-      EXPECT_EQ(std::max(img.cols, img.rows), 2 * 64) << path;
+      EXPECT_EQ(std::max(img.cols, img.rows), 2 * 96) << path;
     }
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/four/val_batch3_labels.jpg")));
   r = test::run_command(val + " --noplots");

@@ -81,11 +81,12 @@ TEST(Trainer, Yolov5nMemorisesFourImages) {
   for (const char* chart : {"results.png", "confusion_matrix.png", "PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png"})
     EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / chart)) << chart;
   // labels.jpg at the start; val.py's batch images of best.safetensors at the end: the 4 images are one
-  // validation batch, so val_batch0 only, a 2 x 2 grid of 160-pixel letterboxed images.
+  // validation batch, so val_batch0 only, a 2 x 2 grid of letterboxed images whose long side is val.py's
+  // rect shape with 0.5 stride padding: ceil(160 / 32 + 0.5) x 32 = 192.
   EXPECT_EQ(data::decode_image_file((fs::path(r.save_dir) / "labels.jpg").string()).image.size(), cv::Size(1600, 1600));
   for (const char* batch : {"val_batch0_labels.jpg", "val_batch0_pred.jpg"}) {
     const cv::Mat img = data::decode_image_file((fs::path(r.save_dir) / batch).string()).image;
-    EXPECT_EQ(std::max(img.rows, img.cols), 2 * 160) << batch;
+    EXPECT_EQ(std::max(img.rows, img.cols), 2 * 192) << batch;
   }
   EXPECT_FALSE(fs::exists(fs::path(r.save_dir) / "val_batch1_labels.jpg"));
   bool events = false;
