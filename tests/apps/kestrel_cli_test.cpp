@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
+#include "kestrel/data/image_io.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -81,6 +83,17 @@ TEST(CliData, ShowWritesAnImage) {
   auto r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out " + dir.file("b.jpg"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::file_size(dir.file("b.jpg")) > 1000);
+  // 4 images of 128: a 2 x 2 grid at full size; labels.jpg beside it, over every box of the 32 training
+  // images (one per non-empty line of their label files).
+  EXPECT_EQ(data::decode_image_file(dir.file("b.jpg")).image.size(), cv::Size(256, 256));
+  EXPECT_EQ(data::decode_image_file(dir.file("labels.jpg")).image.size(), cv::Size(1600, 1600));
+  int boxes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("data/demo/labels/train")) {
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) boxes += line.find_first_not_of(" \t\r") != std::string::npos;
+  }
+  EXPECT_NE(r.output.find(": " + std::to_string(boxes) + " boxes in 32 training images -> " + dir.file("labels.jpg")),
+            std::string::npos) << r.output;
 }
 
 }  // namespace
