@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "kestrel/dist/launcher.h"
+#include "kestrel/train/evolve.h"
 #include "kestrel/train/trainer.h"
 
 namespace kestrel::app {
@@ -64,7 +65,15 @@ void add_train_command(CLI::App& app) {
                   "data-parallel processes on this node (runs this command N times with RANK, WORLD_SIZE, "
                   "MASTER_ADDR/PORT set, as torchrun --nproc-per-node; --batch-size stays the total batch)")
       ->capture_default_str()->check(CLI::Range(1, 1024));
-  cmd->callback([o, nproc] {
+  auto generations = std::make_shared<int>(0);
+  cmd->add_option("--evolve", *generations, "evolve the hyperparameters for N generations (default 300) into runs/evolve")
+      ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
+  cmd->callback([o, nproc, generations] {
+    if (*generations > 0) {
+      if (*nproc > 1 || dist::launched_worker()) throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
+      train::evolve(*o, *generations);
+      return;
+    }
     // The launcher re-executes this command line; the workers see WORLD_SIZE and train.
     if (*nproc > 1 && !dist::launched_worker()) {
       const int code = dist::launch_local(*nproc, dist::own_command_line());

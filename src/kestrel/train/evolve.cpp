@@ -1,0 +1,228 @@
+#include "kestrel/train/evolve.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "kestrel/core/error.h"
+#include "kestrel/train/hyperparameters.h"
+#include "kestrel/train/run_files.h"
+
+namespace kestrel::train {
+namespace fs = std::filesystem;
+namespace {
+
+const std::vector<std::string> kResultColumns = {"metrics/precision", "metrics/recall", "metrics/mAP_0.5",
+                                                 "metrics/mAP_0.5:0.95", "val/box_loss", "val/obj_loss", "val/cls_loss"};
+
+double row_fitness(const EvolveRow& r) { return fitness(r.results[2], r.results[3]); }
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  for (std::string cell; std::getline(ss, cell, ',');) out.push_back(trim(cell));
+  return out;
+}
+
+double parse_number(const std::string& text, const std::string& path, size_t line) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  fail(path, ":", line, ": \"", text, "\" is not a number");
+}
+
+// The last row of a run's results.csv: P, R, mAP50, mAP50-95, val box/obj/cls (columns 4-10).
+std::vector<double> final_results(const std::string& results_csv) {
+  std::ifstream in(results_csv);
+  if (!in) fail(results_csv, ": cannot read the generation's results");
+  std::string line, last;
+  size_t n = 0;
+  while (std::getline(in, line))
+    if (!trim(line).empty()) last = line, ++n;
+  if (n < 2) fail(results_csv, ": no epoch row");
+  const auto cells = split_csv(last);
+  if (cells.size() < 11) fail(results_csv, ":", n, ": expected at least 11 columns");
+  std::vector<double> r;
+  for (size_t c = 4; c <= 10; ++c) r.push_back(parse_number(cells[c], results_csv, n));
+  return r;
+}
+
+std::string format_row(const std::vector<std::string>& cells) {
+  std::string out;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%20s", cells[i].c_str());
+    out += buf;
+    if (i + 1 < cells.size()) out += ",";
+  }
+  return out + "\n";
+}
+
+// evolve.csv holds upstream's %.5g; the generation's hyp file every digit of the (5-decimal) values.
+std::string number(double v, int digits = 5) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+const std::vector<Gene>& evolution_genes() {
+  // Upstream's meta: {key: (mutation gain, lower limit, upper limit)}.
+  static const std::vector<Gene> genes = {
+      {"lr0", 1, 1e-5, 1e-1},        {"lrf", 1, 0.01, 1.0},           {"momentum", 0.3, 0.6, 0.98},
+      {"weight_decay", 1, 0.0, 0.001}, {"warmup_epochs", 1, 0.0, 5.0}, {"warmup_momentum", 1, 0.0, 0.95},
+      {"warmup_bias_lr", 1, 0.0, 0.2}, {"box", 1, 0.02, 0.2},          {"cls", 1, 0.2, 4.0},
+      {"cls_pw", 1, 0.5, 2.0},       {"obj", 1, 0.2, 4.0},            {"obj_pw", 1, 0.5, 2.0},
+      {"iou_t", 0, 0.1, 0.7},        {"anchor_t", 1, 2.0, 8.0},       {"anchors", 2, 2.0, 10.0},
+      {"fl_gamma", 0, 0.0, 2.0},     {"hsv_h", 1, 0.0, 0.1},          {"hsv_s", 1, 0.0, 0.9},
+      {"hsv_v", 1, 0.0, 0.9},        {"degrees", 1, 0.0, 45.0},       {"translate", 1, 0.0, 0.9},
+      {"scale", 1, 0.0, 0.9},        {"shear", 1, 0.0, 10.0},         {"perspective", 0, 0.0, 0.001},
+      {"flipud", 1, 0.0, 1.0},       {"fliplr", 0, 0.0, 1.0},         {"mosaic", 1, 0.0, 1.0},
+      {"mixup", 1, 0.0, 1.0},        {"copy_paste", 1, 0.0, 1.0},     {"paste_in", 1, 0.0, 1.0}};
+  return genes;
+}
+
+HypValues mutate_hyperparameters(const HypValues& parent, std::mt19937_64& rng) {
+  constexpr double kProbability = 0.8, kSigma = 0.2;
+  std::vector<const Gene*> gene(parent.size(), nullptr);
+  bool any_gain = false;
+  for (size_t i = 0; i < parent.size(); ++i)
+    for (const auto& g : evolution_genes())
+      if (g.key == parent[i].first) gene[i] = &g, any_gain = any_gain || g.gain > 0;
+  if (!any_gain) fail("--evolve: the hyperparameters have no gene to mutate");
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> factor(parent.size(), 1.0);
+  // Upstream: one global uniform draw scales every gene's change; retry until something changes.
+  while (std::all_of(factor.begin(), factor.end(), [](double f) { return f == 1.0; })) {
+    const double scale = uniform(rng);
+    for (size_t i = 0; i < parent.size(); ++i) {
+      const double gain = gene[i] ? gene[i]->gain : 0.0;
+      const double mutated = uniform(rng) < kProbability ? 1.0 : 0.0;
+      factor[i] = std::clamp(gain * mutated * normal(rng) * scale * kSigma + 1.0, 0.3, 3.0);
+    }
+  }
+  HypValues child = parent;
+  for (size_t i = 0; i < child.size(); ++i) {
+    if (!gene[i]) continue;
+    const double v = std::clamp(child[i].second * factor[i], gene[i]->lower, gene[i]->upper);
+    child[i].second = std::round(v * 1e5) / 1e5;
+  }
+  return child;
+}
+
+std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
+  std::vector<EvolveRow> rows;
+  std::ifstream in(path);
+  if (!in) return rows;
+  std::string line;
+  std::vector<std::string> header;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    if (trim(line).empty()) continue;
+    const auto cells = split_csv(line);
+    if (header.empty()) {
+      header = cells;
+      if (header.size() < kResultColumns.size() + 1 || !std::equal(kResultColumns.begin(), kResultColumns.end(), header.begin()))
+        fail(path, ":", n, ": not an evolve.csv header (", kResultColumns[0], ", ...)");
+      continue;
+    }
+    if (cells.size() != header.size()) fail(path, ":", n, ": ", cells.size(), " columns, the header has ", header.size());
+    EvolveRow row;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      const double v = parse_number(cells[c], path, n);
+      if (c < kResultColumns.size()) row.results.push_back(v);
+      else row.hyp.emplace_back(header[c], v);
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+HypValues select_parent(const std::vector<EvolveRow>& rows, std::mt19937_64& rng) {
+  if (rows.empty()) fail("--evolve: no generation to choose a parent from");
+  std::vector<const EvolveRow*> sorted;
+  for (const auto& r : rows) sorted.push_back(&r);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const EvolveRow* a, const EvolveRow* b) { return row_fitness(*a) > row_fitness(*b); });
+  sorted.resize(std::min<size_t>(5, sorted.size()));
+  const double worst = row_fitness(*sorted.back());
+  std::vector<double> w;
+  for (const auto* r : sorted) w.push_back(row_fitness(*r) - worst + 1e-6);
+  std::discrete_distribution<size_t> pick(w.begin(), w.end());
+  return sorted[pick(rng)]->hyp;
+}
+
+EvolveResult evolve(const TrainOptions& base, int generations) {
+  if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
+  if (!base.resume.empty()) fail("--evolve cannot be combined with --resume");
+  const Hyperparameters start = base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
+  // runs/train -> runs/evolve (upstream's project for evolution), other projects keep their folder.
+  const fs::path project = fs::path(base.project).filename() == "train" ? fs::path(base.project).parent_path() / "evolve"
+                                                                         : fs::path(base.project);
+  EvolveResult result;
+  result.save_dir = make_run_dir(project.string(), base.name, base.exist_ok, /*with_weights=*/false);
+  const std::string csv = (fs::path(result.save_dir) / "evolve.csv").string();
+  const std::string hyp_file = (fs::path(result.save_dir) / "hyp_generation.yaml").string();
+  for (int gen = 0; gen < generations; ++gen) {
+    const std::vector<EvolveRow> rows = read_evolve_csv(csv);
+    HypValues hyp = start.values;
+    if (!rows.empty()) {
+      std::mt19937_64 rng(base.seed * 1000003ull + static_cast<uint64_t>(gen));
+      hyp = mutate_hyperparameters(select_parent(rows, rng), rng);
+    }
+    std::string yaml;
+    for (const auto& [k, v] : hyp) yaml += k + ": " + number(v, 10) + "\n";
+    write_text_atomic(hyp_file, yaml);
+    TrainOptions o = base;
+    o.hyp = hyp_file;
+    o.noval = true;  // validate after the final epoch only
+    o.nosave = true;
+    o.project = result.save_dir;
+    o.name = "generation";
+    o.exist_ok = true;
+    std::cout << "--evolve: generation " << gen + 1 << "/" << generations << "\n";
+    const TrainResult run = train(o);
+    if (run.interrupted) break;
+    EvolveRow row{final_results((fs::path(run.save_dir) / "results.csv").string()), hyp};
+    const bool fresh = !fs::exists(csv);
+    std::ofstream out(csv, std::ios::app);
+    if (fresh) {
+      std::vector<std::string> header = kResultColumns;
+      for (const auto& [k, v] : hyp) header.push_back(k);
+      out << format_row(header);
+    }
+    std::vector<std::string> cells;
+    for (double v : row.results) cells.push_back(number(v));
+    for (const auto& [k, v] : hyp) cells.push_back(number(v));
+    out << format_row(cells);
+    out.close();
+    if (!out) fail(csv, ": cannot append the generation's row");
+    // hyp_evolve.yaml: the fittest generation so far.
+    const std::vector<EvolveRow> all = read_evolve_csv(csv);
+    const auto best = std::max_element(all.begin(), all.end(), [](const EvolveRow& a, const EvolveRow& b) { return row_fitness(a) < row_fitness(b); });
+    std::string best_yaml = "# kestrel --evolve: best of " + std::to_string(all.size()) + " generations, fitness " +
+                            number(row_fitness(*best)) + " (0.1 mAP50 + 0.9 mAP50-95)\n";
+    for (const auto& [k, v] : best->hyp) best_yaml += k + ": " + number(v, 10) + "\n";
+    write_text_atomic((fs::path(result.save_dir) / "hyp_evolve.yaml").string(), best_yaml);
+    result.generations = gen + 1;
+    result.best_fitness = row_fitness(*best);
+  }
+  fs::remove(hyp_file);
+  std::cout << "--evolve: " << result.generations << " generations; best hyperparameters in "
+            << (fs::path(result.save_dir) / "hyp_evolve.yaml").string() << ", all in " << csv << "\n";
+  return result;
+}
+
+}  // namespace kestrel::train

@@ -1,0 +1,147 @@
+// --evolve: upstream's gene table and mutation rule (bounds, fixed genes, 5-decimal rounding), the
+// fitness-weighted parent choice, and three generations end to end (evolve.csv, hyp_evolve.yaml).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "kestrel/core/error.h"
+#include "kestrel/train/evolve.h"
+#include "kestrel/train/hyperparameters.h"
+#include "test_support.h"
+
+namespace kestrel::train {
+namespace {
+namespace fs = std::filesystem;
+
+std::map<std::string, Gene> genes() {
+  std::map<std::string, Gene> m;
+  for (const auto& g : evolution_genes()) m[g.key] = g;
+  return m;
+}
+
+TEST(Evolve, GeneBoundsAreUpstreams) {
+  // Bounds from shared/reference/peers.md (v5 HEAD and v7 meta).
+  auto g = genes();
+  EXPECT_EQ(g.at("lr0").lower, 1e-5);
+  EXPECT_EQ(g.at("lr0").upper, 0.1);
+  EXPECT_EQ(g.at("momentum").lower, 0.6);
+  EXPECT_EQ(g.at("momentum").upper, 0.98);
+  EXPECT_EQ(g.at("anchor_t").lower, 2.0);
+  EXPECT_EQ(g.at("anchor_t").upper, 8.0);
+  EXPECT_EQ(g.at("shear").upper, 10.0);
+  EXPECT_EQ(g.at("perspective").upper, 0.001);
+  EXPECT_EQ(g.at("hsv_h").upper, 0.1);
+  EXPECT_EQ(g.size(), 30u);
+}
+
+TEST(Evolve, MutationsStayInBoundsAndKeepFixedGenes) {
+  HypValues start = default_hyperparameters().values;
+  start.emplace_back("loss_ota", 1.0);  // no gene: never mutated
+  const auto g = genes();
+  std::mt19937_64 rng(3);
+  std::set<std::string> changed_keys;
+  for (int i = 0; i < 200; ++i) {
+    const HypValues child = mutate_hyperparameters(start, rng);
+    ASSERT_EQ(child.size(), start.size());
+    bool changed = false;
+    for (size_t k = 0; k < child.size(); ++k) {
+      const auto& [key, v] = child[k];
+      EXPECT_EQ(key, start[k].first);
+      const auto it = g.find(key);
+      if (it == g.end() || it->second.gain == 0) {
+        EXPECT_EQ(v, start[k].second) << key << " has no gain and must not change";
+        continue;
+      }
+      EXPECT_GE(v, it->second.lower) << key;
+      EXPECT_LE(v, it->second.upper) << key;
+      EXPECT_NEAR(v * 1e5, std::round(v * 1e5), 1e-6) << key << " not rounded to 5 decimals";
+      if (v != start[k].second) changed = true, changed_keys.insert(key);
+    }
+    EXPECT_TRUE(changed) << "mutation " << i << " changed nothing";
+  }
+  EXPECT_GT(changed_keys.size(), 15u);  // probability 0.8 per gene: nearly all genes move in 200 draws
+  for (const char* fixed : {"iou_t", "fl_gamma", "perspective", "fliplr", "loss_ota"}) EXPECT_FALSE(changed_keys.count(fixed)) << fixed;
+  // Reproducible for a seed.
+  std::mt19937_64 a(11), b(11);
+  EXPECT_EQ(mutate_hyperparameters(start, a), mutate_hyperparameters(start, b));
+}
+
+TEST(Evolve, ParentIsFitnessWeightedAmongTheTopFive) {
+  // fitness = 0.1 mAP50 + 0.9 mAP50-95 = x when both are x.
+  const std::vector<double> x = {0.5, 0.3, 0.1, 0.2, 0.4, 0.05};
+  std::vector<EvolveRow> rows;
+  for (size_t i = 0; i < x.size(); ++i) rows.push_back({{0, 0, x[i], x[i], 0, 0, 0}, {{"row", static_cast<double>(i)}}});
+  // Top 5: 0.5 0.4 0.3 0.2 0.1; weights x - 0.1 (+1e-6): 0.4 0.3 0.2 0.1 ~0 of 1.0.
+  std::mt19937_64 rng(5);
+  std::map<int, int> picks;
+  for (int i = 0; i < 4000; ++i) ++picks[static_cast<int>(select_parent(rows, rng)[0].second)];
+  EXPECT_EQ(picks[5], 0) << "the sixth-best row is outside the top five";
+  EXPECT_LE(picks[2], 2) << "the fifth-best row has weight 1e-6";
+  EXPECT_NEAR(picks[0] / 4000.0, 0.4, 0.03);
+  EXPECT_NEAR(picks[4] / 4000.0, 0.3, 0.03);
+  EXPECT_NEAR(picks[1] / 4000.0, 0.2, 0.03);
+  EXPECT_NEAR(picks[3] / 4000.0, 0.1, 0.03);
+}
+
+TEST(Evolve, MalformedEvolveCsvNamesTheFile) {
+  test::TempDir dir;
+  test::write_file(dir.file("evolve.csv"), "a,b\n1,2\n");
+  EXPECT_THROW(read_evolve_csv(dir.file("evolve.csv")), Error);
+  EXPECT_TRUE(read_evolve_csv(dir.file("missing.csv")).empty());
+}
+
+std::map<std::string, double> yaml_values(const std::string& path) {
+  std::map<std::string, double> m;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto colon = line.find(':');
+    m[line.substr(0, colon)] = std::stod(line.substr(colon + 1));
+  }
+  return m;
+}
+
+TEST(Evolve, ThreeGenerationsEndToEnd) {
+  test::TempDir dir;
+  TrainOptions o;
+  o.cfg = "yolov5n";
+  o.data = "data/demo/demo.yaml";
+  o.hyp = "configs/hyps/hyp.scratch-low.yaml";
+  o.project = dir.file("runs/train");
+  o.device = "cpu";
+  o.img_size = 64;
+  o.batch_size = 16;
+  o.epochs = 1;
+  o.workers = 1;
+  o.quiet = true;
+  o.noautoanchor = true;
+  const EvolveResult r = evolve(o, 3);
+  EXPECT_EQ(r.generations, 3);
+  EXPECT_EQ(fs::path(r.save_dir).parent_path(), fs::path(dir.file("runs/evolve")));
+  const auto rows = read_evolve_csv((fs::path(r.save_dir) / "evolve.csv").string());
+  ASSERT_EQ(rows.size(), 3u);
+  const HypValues start = load_hyperparameters(o.hyp).values;
+  for (size_t k = 0; k < start.size(); ++k) {
+    EXPECT_EQ(rows[0].hyp[k].first, start[k].first);
+    EXPECT_NEAR(rows[0].hyp[k].second, start[k].second, 1e-9) << "generation 1 trains the given hyperparameters";
+  }
+  EXPECT_NE(rows[1].hyp, rows[0].hyp);
+  for (const auto& row : rows) {
+    ASSERT_EQ(row.results.size(), 7u);
+    for (double v : row.results) EXPECT_TRUE(std::isfinite(v) && v >= 0);
+    EXPECT_GT(row.results[4], 0) << "val box loss of a trained generation";
+  }
+  // hyp_evolve.yaml = the fittest row.
+  size_t best = 0;
+  for (size_t i = 1; i < rows.size(); ++i)
+    if (fitness(rows[i].results[2], rows[i].results[3]) > fitness(rows[best].results[2], rows[best].results[3])) best = i;
+  const auto evolved = yaml_values((fs::path(r.save_dir) / "hyp_evolve.yaml").string());
+  for (const auto& [k, v] : rows[best].hyp) EXPECT_NEAR(evolved.at(k), v, 1e-4 * std::max(1.0, std::fabs(v))) << k;
+}
+
+}  // namespace
+}  // namespace kestrel::train
