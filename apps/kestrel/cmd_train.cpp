@@ -29,6 +29,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu; default: the first GPU if any");
   cmd->add_flag("--multi-scale", o->multi_scale, "vary image size +/- 50% per batch");
   cmd->add_flag("--single-cls", o->single_cls, "train as a single-class dataset");
+  cmd->add_flag("--quad", o->quad, "quad dataloader: groups of 4 images become one image of twice the size (loss x 4)");
   cmd->add_flag("--image-weights", o->image_weights, "each epoch, sample images favouring rare and poorly detected classes");
   cmd->add_flag("--sync-bn", o->sync_bn, "SyncBatchNorm: batch statistics over all ranks (data parallel only)");
   cmd->add_option("--optimizer", o->optimizer, "SGD, Adam or AdamW")->capture_default_str();

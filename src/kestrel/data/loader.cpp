@@ -14,6 +14,7 @@
 #include <torch/cuda.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/data/quad.h"
 
 namespace kestrel::data {
 
@@ -146,6 +147,13 @@ Batch DataLoader::build_batch(int64_t batch) const {
   const float min_box_pixels = dataset_->options().augment ? 1.f : 0.f;
   Batch out = collate(samples, meta, options_.max_boxes, options_.pin_memory, min_box_pixels);
   out.index = batch;
+  if (options_.quad) {
+    // The coin of each group, seeded by (seed, epoch, batch): the same batches for any worker count.
+    std::mt19937_64 rng(sample_seed(options_.seed, epoch_, static_cast<uint64_t>(batch) + (1ull << 41)));
+    std::vector<bool> stitch(static_cast<size_t>(out.images.size(0) / 4));
+    for (size_t g = 0; g < stitch.size(); ++g) stitch[g] = std::uniform_real_distribution<double>(0, 1)(rng) >= 0.5;
+    out = quad_collate(out, stitch);
+  }
   return out;
 }
 

@@ -28,6 +28,7 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int rank = 0, world_size = 1; // data parallel: each rank takes every world_size-th sample of the epoch order
   std::vector<int> cpu_cores;   // bind worker i to cpu_cores[i % size] (empty: no binding)
+  bool quad = false;            // upstream --quad: groups of 4 images become one 2x image (data/quad.h)
 };
 
 struct Batch {

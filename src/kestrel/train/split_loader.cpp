@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
 #include "kestrel/data/dataset_index.h"
 #include "kestrel/data/image_files.h"
 
@@ -41,6 +42,12 @@ SplitLoader make_split_loader(const data::DatasetConfig& cfg, const std::string&
   l.seed = o.seed;
   l.pin_memory = parse_device(o.device).is_cuda();  // page-locked batches: asynchronous host-to-device copies
   if (training) l.rank = rank, l.world_size = world_size;
+  if (training && o.quad) {
+    // Groups of four: an incomplete last batch could leave a group short, so it is dropped.
+    if (d.batch_size < 4) fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", d.batch_size, ")");
+    l.quad = true;
+    l.drop_last = true;
+  }
   out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
   return out;
 }

@@ -70,7 +70,7 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"single_cls", o.single_cls}, {"sync_bn", o.sync_bn}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
           {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"linear_lr", o.linear_lr}, {"label_smoothing", o.label_smoothing},
           {"patience", o.patience}, {"freeze", o.freeze}, {"save_period", o.save_period}, {"seed", o.seed},
-          {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn}, {"image_weights", o.image_weights}, {"checkpoint", o.checkpoint},
+          {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn}, {"quad", o.quad}, {"image_weights", o.image_weights}, {"checkpoint", o.checkpoint},
           {"max_grad_norm", o.max_grad_norm}, {"max_boxes", o.max_boxes},
           {"min_warmup_iterations", o.min_warmup_iterations}};
 }
@@ -86,7 +86,7 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
     o.cos_lr = j.at("cos_lr"); o.linear_lr = j.value("linear_lr", false); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
     o.freeze = j.at("freeze").get<std::vector<int>>(); o.save_period = j.at("save_period"); o.seed = j.at("seed");
     o.amp = j.at("amp"); o.loss_scale = j.at("loss_scale"); o.check_nans = j.at("check_nans");
-    o.freeze_bn = j.at("freeze_bn"); o.image_weights = j.value("image_weights", false); o.checkpoint = j.value("checkpoint", std::vector<int>{}); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
+    o.freeze_bn = j.at("freeze_bn"); o.quad = j.value("quad", false); o.image_weights = j.value("image_weights", false); o.checkpoint = j.value("checkpoint", std::vector<int>{}); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
     o.min_warmup_iterations = j.at("min_warmup_iterations");
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": the saved training options are incomplete or malformed (", e.what(), ")");
@@ -401,11 +401,13 @@ TrainResult train(const TrainOptions& requested) {
   // the resume: the losses copy the head's anchors.
   const loss::YoloLoss compute_loss(model->head(), hyp.loss, o.img_size);
   LossFn train_loss_fn = make_loss_fn(model->head(), hyp.loss, o.img_size, hyp.loss_ota);
-  if (dist_ctx.enabled) {
-    train_loss_fn = [inner = train_loss_fn, ws = static_cast<double>(dist_ctx.world_size)](
-                        const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) {
+  // Upstream: the loss x WORLD_SIZE under DDP (gradients are averaged), and x 4 with --quad.
+  const double loss_factor = static_cast<double>(dist_ctx.world_size) * (o.quad ? 4.0 : 1.0);
+  if (loss_factor != 1.0) {
+    train_loss_fn = [inner = train_loss_fn, loss_factor](const std::vector<at::Tensor>& l, const at::Tensor& t,
+                                                         const at::Tensor& m) {
       loss::YoloLoss::Result r = inner(l, t, m);
-      r.total = r.total * ws;
+      r.total = r.total * loss_factor;
       return r;
     };
   }

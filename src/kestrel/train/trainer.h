@@ -27,6 +27,7 @@ struct TrainOptions {
   bool multi_scale = false;
   bool single_cls = false;
   bool sync_bn = false;                // SyncBatchNorm over the ranks (data parallel only)
+  bool quad = false;                   // upstream --quad: 4 images -> one 2x image, loss x 4
   bool image_weights = false;          // sample images by class weights x (1 - class mAP)^2 each epoch
   std::string optimizer = "SGD";
   int workers = 8;

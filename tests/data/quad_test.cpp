@@ -1,0 +1,92 @@
+// --quad collate against hand-placed pixels and boxes, and through the loader (B -> B/4 images of 2x).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/data/dataset_config.h"
+#include "kestrel/data/image_files.h"
+#include "kestrel/data/quad.h"
+
+namespace kestrel::data {
+namespace {
+
+// Four 2x4 (H x W) images filled with 10, 20, 30, 40; image k has one box (class k) at centre (0.5, 0.25),
+// size (0.2, 0.4); image 3 also a second box.
+Batch four_images() {
+  Batch b;
+  b.images = at::empty({4, 3, 2, 4}, at::kByte);
+  for (int64_t k = 0; k < 4; ++k) b.images[k].fill_(10 * (k + 1));
+  b.targets = at::zeros({4, 2, 5});
+  b.target_mask = at::zeros({4, 2}, at::kBool);
+  for (int64_t k = 0; k < 4; ++k) {
+    b.targets[k][0].copy_(at::tensor({float(k), 0.5f, 0.25f, 0.2f, 0.4f}));
+    b.target_mask[k][0] = true;
+  }
+  b.targets[3][1].copy_(at::tensor({7.f, 0.1f, 0.9f, 0.1f, 0.1f}));
+  b.target_mask[3][1] = true;
+  b.meta.resize(4);
+  return b;
+}
+
+TEST(Quad, StitchPlacesImagesAndBoxesInTheirQuadrants) {
+  const Batch q = quad_collate(four_images(), {true});
+  ASSERT_EQ(q.images.sizes(), (at::IntArrayRef{1, 3, 4, 8}));
+  // i top-left, i+1 below it (rows 2-3), i+2 right of i (cols 4-7), i+3 bottom-right.
+  EXPECT_EQ(q.images[0][0][0][0].item<int>(), 10);
+  EXPECT_EQ(q.images[0][1][3][3].item<int>(), 20);
+  EXPECT_EQ(q.images[0][2][0][4].item<int>(), 30);
+  EXPECT_EQ(q.images[0][0][3][7].item<int>(), 40);
+  ASSERT_EQ(q.target_mask.sizes(), (at::IntArrayRef{1, 8}));
+  EXPECT_EQ(q.target_mask[0].sum().item<int>(), 5);
+  EXPECT_TRUE(q.target_mask[0].narrow(0, 0, 5).all().item<bool>()) << "real rows first";
+  EXPECT_EQ(q.boxes, 5);
+  // (cx + dx) / 2, (cy + dy) / 2, w / 2, h / 2.
+  const auto expect_row = [&](int r, std::vector<float> v) {
+    EXPECT_TRUE(at::allclose(q.targets[0][r], at::tensor(v))) << "row " << r << ": " << q.targets[0][r];
+  };
+  expect_row(0, {0, 0.25f, 0.125f, 0.1f, 0.2f});
+  expect_row(1, {1, 0.25f, 0.625f, 0.1f, 0.2f});
+  expect_row(2, {2, 0.75f, 0.125f, 0.1f, 0.2f});
+  expect_row(3, {3, 0.75f, 0.625f, 0.1f, 0.2f});
+  expect_row(4, {7, 0.55f, 0.95f, 0.05f, 0.05f});
+}
+
+TEST(Quad, UpsampleKeepsTheFirstImagesBoxes) {
+  Batch b = four_images();
+  b.images[0].copy_(at::arange(24).view({3, 2, 4}).to(at::kByte));
+  const Batch q = quad_collate(b, {false});
+  ASSERT_EQ(q.images.sizes(), (at::IntArrayRef{1, 3, 4, 8}));
+  // Independent reference: bilinear (half-pixel centres) in double, truncated like upstream's .type(uint8).
+  const at::Tensor ref = at::upsample_bilinear2d(b.images[0].unsqueeze(0).to(at::kDouble), {4, 8}, false)[0].to(at::kByte);
+  EXPECT_TRUE(at::equal(q.images[0], ref));
+  EXPECT_EQ(q.target_mask[0].sum().item<int>(), 1);
+  EXPECT_TRUE(at::allclose(q.targets[0][0], at::tensor({0.f, 0.5f, 0.25f, 0.2f, 0.4f})));
+}
+
+TEST(Quad, LoaderGivesQuarterBatchesOfTwiceTheSize) {
+  auto cfg = load_dataset_config("data/demo/demo.yaml");
+  DatasetOptions d;
+  d.img_size = 64;
+  d.augment = true;
+  d.seed = 3;
+  auto ds = std::make_shared<const YoloDataset>(index_split(list_images(cfg.train, cfg.source), IndexOptions{cfg.nc, 2, false}), d);
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  o.quad = true;
+  o.drop_last = true;
+  DataLoader loader(ds, o);
+  loader.start_epoch(0);
+  int batches = 0;
+  while (auto b = loader.next()) {
+    EXPECT_EQ(b->images.sizes(), (at::IntArrayRef{2, 3, 128, 128}));
+    EXPECT_EQ(b->targets.size(1), 4 * o.max_boxes);
+    ++batches;
+  }
+  EXPECT_EQ(batches, 4);  // 32 images / 8
+  EXPECT_THROW(quad_collate(four_images(), {true, false}), Error);
+}
+
+}  // namespace
+}  // namespace kestrel::data
