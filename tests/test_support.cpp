@@ -27,6 +27,30 @@ void write_file(const std::string& path, const std::string& text) {
   out << text;
 }
 
+std::string demo_subset(const TempDir& dir, int images) {
+  namespace fs = std::filesystem;
+  static const char* const kStems[] = {"000000000025", "000000000030", "000000000036", "000000000042", "000000000049"};
+  if (images < 1 || images > 5) throw std::invalid_argument("demo_subset: 1..5 images");
+  fs::create_directories(dir.file("images/train"));
+  fs::create_directories(dir.file("labels/train"));
+  for (int i = 0; i < images; ++i) {
+    const std::string stem = kStems[i];
+    fs::copy_file("data/demo/images/train/" + stem + ".jpg", dir.file("images/train/" + stem + ".jpg"),
+                  fs::copy_options::overwrite_existing);
+    fs::copy_file("data/demo/labels/train/" + stem + ".txt", dir.file("labels/train/" + stem + ".txt"),
+                  fs::copy_options::overwrite_existing);
+  }
+  std::ifstream demo("data/demo/demo.yaml");
+  std::string line, names;
+  bool in_names = false;
+  while (std::getline(demo, line)) {
+    if (line.rfind("nc:", 0) == 0) in_names = true;
+    if (in_names) names += line + "\n";
+  }
+  write_file(dir.file("tiny.yaml"), "path: " + dir.path() + "\ntrain: images/train\nval: images/train\n" + names);
+  return dir.file("tiny.yaml");
+}
+
 CommandResult run_command(const std::string& command) {
   std::string full = command + " 2>&1";
   FILE* pipe = ::popen(full.c_str(), "r");

@@ -18,6 +18,11 @@ class TempDir {
 
 void write_file(const std::string& path, const std::string& text);
 
+// The first `images` (1..5) demo training images and their labels under dir/images/train and
+// dir/labels/train, and dir/tiny.yaml using them as both train and val split (the demo's class
+// names). Returns the YAML's path. Paths are relative to the working directory (the source tree).
+std::string demo_subset(const TempDir& dir, int images);
+
 struct CommandResult {
   int exit_code;
   std::string output;  // stdout and stderr together

@@ -29,54 +29,22 @@
 #include "kestrel/loss/yolo_loss.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
+#include "dist/dist_test_support.h"
 #include "test_support.h"
 
 namespace kestrel::dist {
 namespace {
 
 using namespace std::chrono_literals;
+using test::close_rel;
+using test::copy_state;
+using test::file_group;
+using test::run_ranks;
 
 const c10::Device kCpu(c10::kCPU);
 
-// Runs fn(rank) on `world` threads; rethrows the first failure after all have finished.
-void run_ranks(int world, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-DistContext file_group(const std::string& path, int rank, int world, std::chrono::seconds timeout = 30s) {
-  auto store = c10::make_intrusive<c10d::FileStore>(path, world);
-  return init_with_store(store, rank, world, rank, kCpu, timeout);
-}
-
 std::shared_ptr<models::YoloModel> yolov5n() {
   return models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
-}
-
-void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
-  torch::NoGradGuard g;
-  auto pf = from.parameters(), pt = to.parameters();
-  for (size_t i = 0; i < pf.size(); ++i) pt[i].copy_(pf[i]);
-  auto bf = from.buffers(), bt = to.buffers();
-  for (size_t i = 0; i < bf.size(); ++i) bt[i].copy_(bf[i]);
-}
-
-// ||a - b|| <= tol ||b|| (+ a floor for all-zero tensors).
-::testing::AssertionResult close_rel(const at::Tensor& a, const at::Tensor& b, double tol) {
-  const double diff = (a - b).norm().item<double>(), ref = b.norm().item<double>();
-  if (diff <= tol * ref + 1e-12) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative difference " << diff / std::max(ref, 1e-30) << " (|b| " << ref << ")";
 }
 
 int free_port() {
@@ -458,22 +426,9 @@ TEST_F(DistGloo, TcpStoreRendezvousAndMissingRank) {
 // ranks share each epoch (5 images: 3 per rank, batches of 2), and a bad flag on the ranks fails the launch.
 TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
   namespace fs = std::filesystem;
-  fs::create_directories(dir.file("data/images/train"));
-  fs::create_directories(dir.file("data/labels/train"));
-  for (const char* stem : {"000000000025", "000000000030", "000000000036", "000000000042", "000000000049"}) {
-    fs::copy_file(cat("data/demo/images/train/", stem, ".jpg"), dir.file(cat("data/images/train/", stem, ".jpg")));
-    fs::copy_file(cat("data/demo/labels/train/", stem, ".txt"), dir.file(cat("data/labels/train/", stem, ".txt")));
-  }
-  std::ifstream demo("data/demo/demo.yaml");
-  std::string line, names;
-  bool in_names = false;
-  while (std::getline(demo, line)) {
-    if (line.rfind("nc:", 0) == 0) in_names = true;
-    if (in_names) names += line + "\n";
-  }
-  test::write_file(dir.file("data/tiny.yaml"), "path: " + dir.file("data") + "\ntrain: images/train\nval: images/train\n" + names);
+  const std::string data = test::demo_subset(dir, 5);
   const std::string common = test::kestrel_binary() + " train --nproc-per-node 2 --cfg yolov5n --data " +
-                             dir.file("data/tiny.yaml") + " --img 160 --device cpu --workers 1 --quiet --project " +
+                             data + " --img 160 --device cpu --workers 1 --quiet --project " +
                              dir.file("runs");
   const auto r = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT " + common + " --batch 4 --epochs 2 --noval");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -496,23 +451,10 @@ TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
 // sample of the epoch order, so batch positions (of the total batch) mean the same for any W.
 TEST_F(DistGloo, SyncBnRunInterruptedOnTwoRanksResumesOnOne) {
   namespace fs = std::filesystem;
-  fs::create_directories(dir.file("data/images/train"));
-  fs::create_directories(dir.file("data/labels/train"));
-  for (const char* stem : {"000000000025", "000000000030", "000000000036", "000000000042"}) {
-    fs::copy_file(cat("data/demo/images/train/", stem, ".jpg"), dir.file(cat("data/images/train/", stem, ".jpg")));
-    fs::copy_file(cat("data/demo/labels/train/", stem, ".txt"), dir.file(cat("data/labels/train/", stem, ".txt")));
-  }
-  std::ifstream demo("data/demo/demo.yaml");
-  std::string line, names;
-  bool in_names = false;
-  while (std::getline(demo, line)) {
-    if (line.rfind("nc:", 0) == 0) in_names = true;
-    if (in_names) names += line + "\n";
-  }
-  test::write_file(dir.file("data/tiny.yaml"), "path: " + dir.file("data") + "\ntrain: images/train\nval: images/train\n" + names);
+  const std::string data = test::demo_subset(dir, 4);
   const std::string env = "env -u WORLD_SIZE -u RANK -u MASTER_PORT ";
   const auto first = test::run_command(env + test::kestrel_binary() + " train --nproc-per-node 2 --sync-bn --cfg yolov5n --data " +
-                                       dir.file("data/tiny.yaml") + " --img 160 --device cpu --workers 1 --quiet --project " +
+                                       data + " --img 160 --device cpu --workers 1 --quiet --project " +
                                        dir.file("runs") + " --batch 2 --epochs 2 --noval --interrupt-after 1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("Using SyncBatchNorm() in 57 layers"), std::string::npos) << first.output;  // yolov5n's BNs
@@ -523,7 +465,7 @@ TEST_F(DistGloo, SyncBnRunInterruptedOnTwoRanksResumesOnOne) {
   EXPECT_NE(resumed.output.find("from epoch 0, batch 1"), std::string::npos) << resumed.output;
   std::ifstream csv(dir.file("runs/exp/results.csv"));
   int rows = 0;
-  while (std::getline(csv, line)) rows += line.empty() ? 0 : 1;
+  for (std::string line; std::getline(csv, line);) rows += line.empty() ? 0 : 1;
   EXPECT_EQ(rows, 3) << "header + one row per epoch";
 }
 

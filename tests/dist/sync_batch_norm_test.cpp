@@ -18,39 +18,18 @@
 #include "kestrel/dist/process_group.h"
 #include "kestrel/dist/sync_batch_norm.h"
 #include "kestrel/models/common.h"
+#include "dist/dist_test_support.h"
 #include "test_support.h"
 
 namespace kestrel::dist {
 namespace {
 
 using namespace std::chrono_literals;
+using test::close_rel;
+using test::copy_state;
+using test::file_group;
+using test::run_ranks;
 const c10::Device kCpu(c10::kCPU);
-
-void run_ranks(int world, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-DistContext file_group(const std::string& path, int rank, int world, std::chrono::seconds timeout = 30s) {
-  return init_with_store(c10::make_intrusive<c10d::FileStore>(path, world), rank, world, rank, kCpu, timeout);
-}
-
-::testing::AssertionResult close_rel(const at::Tensor& a, const at::Tensor& b, double tol) {
-  const double diff = (a - b).norm().item<double>(), ref = b.norm().item<double>();
-  if (diff <= tol * ref + 1e-12) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative difference " << diff / std::max(ref, 1e-30) << " (|b| " << ref << ")";
-}
 
 class SyncBatchNorm : public ::testing::Test {
  protected:
@@ -91,14 +70,6 @@ std::shared_ptr<torch::nn::SequentialImpl> small_net() {
   net->push_back(conv(3, 8, 3, 1));
   net->push_back(conv(8, 6, 3, 2));
   return net;
-}
-
-void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
-  torch::NoGradGuard g;
-  auto pf = from.parameters(), pt = to.parameters();
-  for (size_t i = 0; i < pf.size(); ++i) pt[i].copy_(pf[i]);
-  auto bf = from.buffers(), bt = to.buffers();
-  for (size_t i = 0; i < bf.size(); ++i) bt[i].copy_(bf[i]);
 }
 
 struct StepRecord {

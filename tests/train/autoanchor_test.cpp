@@ -249,15 +249,7 @@ TEST(AutoAnchor, IDetectAnchorGridFollows) {
 // `kestrel train` end to end: a model whose anchors cannot fit the demo boxes gets searched anchors,
 // and they are in the saved weights; --noautoanchor leaves them alone.
 std::string tiny_run_dataset(const test::TempDir& dir) {
-  fs::create_directories(dir.file("images/train"));
-  fs::create_directories(dir.file("labels/train"));
-  for (const char* stem : {"000000000025", "000000000030", "000000000036", "000000000042"}) {
-    fs::copy_file(cat("data/demo/images/train/", stem, ".jpg"), dir.file(cat("images/train/", stem, ".jpg")));
-    fs::copy_file(cat("data/demo/labels/train/", stem, ".txt"), dir.file(cat("labels/train/", stem, ".txt")));
-  }
-  std::string names;
-  for (int i = 0; i < 80; ++i) names += cat(i ? ", " : "", "c", i);
-  test::write_file(dir.file("tiny.yaml"), "path: .\ntrain: images/train\nval: images/train\nnc: 80\nnames: [" + names + "]\n");
+  test::demo_subset(dir, 4);  // dir/tiny.yaml
   // yolov5n with absurd anchors (2000 px at --img 128): no box can match them.
   std::ifstream in("configs/models/yolov5n.yaml");
   std::string line, yaml;

@@ -19,31 +19,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Four demo training images (7 boxes, 6 classes) as both the train and the val split.
-std::string tiny_dataset(const test::TempDir& dir) {
-  fs::create_directories(dir.file("images/train"));
-  fs::create_directories(dir.file("labels/train"));
-  for (const char* stem : {"000000000025", "000000000030", "000000000036", "000000000042"}) {
-    fs::copy_file(cat("data/demo/images/train/", stem, ".jpg"), dir.file(cat("images/train/", stem, ".jpg")),
-                  fs::copy_options::overwrite_existing);
-    fs::copy_file(cat("data/demo/labels/train/", stem, ".txt"), dir.file(cat("labels/train/", stem, ".txt")),
-                  fs::copy_options::overwrite_existing);
-  }
-  std::ifstream demo("data/demo/demo.yaml");
-  std::string line, names;
-  bool in_names = false;
-  while (std::getline(demo, line)) {
-    if (line.rfind("nc:", 0) == 0) in_names = true;
-    if (in_names) names += line + "\n";
-  }
-  test::write_file(dir.file("tiny.yaml"), "path: .\ntrain: images/train\nval: images/train\n" + names);
-  return dir.file("tiny.yaml");
-}
-
 TrainOptions quick_options(const test::TempDir& dir) {
   TrainOptions o;
   o.cfg = "yolov5n";
-  o.data = tiny_dataset(dir);
+  o.data = test::demo_subset(dir, 4);  // 7 boxes, 6 classes; train = val
   o.project = dir.file("runs");
   o.device = "cpu";
   o.img_size = 160;
