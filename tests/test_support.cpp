@@ -9,6 +9,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "kestrel/core/error.h"
+
 namespace kestrel::test {
 
 TempDir::TempDir() {
@@ -25,6 +27,15 @@ TempDir::~TempDir() {
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
+}
+
+std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::string demo_subset(const TempDir& dir, int images) {

@@ -1,5 +1,6 @@
 // Helpers shared by the tests: temporary folders, running Python cross-checks and the kestrel binary.
 #pragma once
+#include <functional>
 #include <string>
 
 namespace kestrel::test {
@@ -17,6 +18,9 @@ class TempDir {
 };
 
 void write_file(const std::string& path, const std::string& text);
+
+// The message of the kestrel::Error that f() throws; "" when it throws none (other exceptions pass).
+std::string error_message(const std::function<void()>& f);
 
 // The first `images` (1..5) demo training images and their labels under dir/images/train and
 // dir/labels/train, and dir/tiny.yaml using them as both train and val split (the demo's class

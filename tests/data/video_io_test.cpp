@@ -11,14 +11,6 @@
 namespace kestrel::data {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(VideoIo, SourcesByName) {
   for (const char* v : {"a.mp4", "b.AVI", "dir/c.mov", "d.mkv", "e.wmv", "f.ts", "g.mpeg"}) EXPECT_TRUE(is_video_file(v)) << v;
@@ -65,12 +57,12 @@ TEST(VideoIo, UnreadableVideosNameTheFile) {
   if (const std::string problem = video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
   test::TempDir dir;
   test::write_file(dir.file("broken.mp4"), "not a video at all");
-  const std::string broken = error_of([&] { open_video(dir.file("broken.mp4")); });
+  const std::string broken = test::error_message([&] { open_video(dir.file("broken.mp4")); });
   EXPECT_NE(broken.find(dir.file("broken.mp4") + ": cannot read the video"), std::string::npos) << broken;
-  const std::string missing = error_of([&] { open_video(dir.file("missing.avi")); });
+  const std::string missing = test::error_message([&] { open_video(dir.file("missing.avi")); });
   EXPECT_NE(missing.find(dir.file("missing.avi") + ": no such video file"), std::string::npos) << missing;
-  EXPECT_NE(error_of([&] { create_video(dir.file("x.avi"), 10, {8, 8}, "MJPEG"); }).find("four-character"), std::string::npos);
-  EXPECT_NE(error_of([&] { create_video(dir.file("no/such/folder/x.avi"), 10, {8, 8}, "MJPG"); }).find("x.avi: cannot write the video"),
+  EXPECT_NE(test::error_message([&] { create_video(dir.file("x.avi"), 10, {8, 8}, "MJPEG"); }).find("four-character"), std::string::npos);
+  EXPECT_NE(test::error_message([&] { create_video(dir.file("no/such/folder/x.avi"), 10, {8, 8}, "MJPG"); }).find("x.avi: cannot write the video"),
             std::string::npos);
 }
 

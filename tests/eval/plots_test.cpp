@@ -20,14 +20,6 @@ namespace {
 
 at::Tensor rows(std::vector<double> values, int64_t width) { return at::tensor(values, at::kDouble).view({-1, width}); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // nc = 2. Ground truth: A (class 0) [0,0,10,10], B (class 1) [20,0,30,10], C (class 1) [50,50,60,60].
 //   d0 class 0 conf 0.9 on A (IoU 1)          -> A matched by class 0: [0][0]
@@ -69,7 +61,7 @@ TEST(ConfusionMatrix, UpstreamEdgeCases) {
   two.process_batch(rows({0, 0, 10, 10, 0.9, 0}, 6), rows({0, 0, 0, 10, 9, 0, 0, 0, 10, 10}, 5));
   EXPECT_EQ(two.count(0, 0), 1);
   EXPECT_EQ(two.count(1, 0), 1);
-  EXPECT_NE(error_of([&] { two.process_batch(at::Tensor(), rows({3, 0, 0, 1, 1}, 5)); }).find("class 3"), std::string::npos);
+  EXPECT_NE(test::error_message([&] { two.process_batch(at::Tensor(), rows({3, 0, 0, 1, 1}, 5)); }).find("class 3"), std::string::npos);
 }
 
 // One class, one target, one correct prediction at confidence 0.9: P = 1 everywhere (left of the first
@@ -163,19 +155,19 @@ TEST(Plots, EveryChartIsAPngOfUpstreamSize) {
 TEST(Plots, BadPathsAreErrorsNamingThem) {
   test::TempDir dir;
   const std::string missing = dir.file("no/such/folder/confusion_matrix.png");
-  EXPECT_NE(error_of([&] { plot_confusion_matrix(ConfusionMatrix(2), {"a", "b"}, missing); }).find(missing), std::string::npos);
+  EXPECT_NE(test::error_message([&] { plot_confusion_matrix(ConfusionMatrix(2), {"a", "b"}, missing); }).find(missing), std::string::npos);
   const ApPerClass m = three_class_metrics();
   const std::string pr = dir.file("no/PR_curve.png");
-  EXPECT_NE(error_of([&] { plot_pr_curve(m, {}, pr); }).find(pr), std::string::npos);
+  EXPECT_NE(test::error_message([&] { plot_pr_curve(m, {}, pr); }).find(pr), std::string::npos);
   const std::string f1 = dir.file("no/F1_curve.png");
-  EXPECT_NE(error_of([&] { plot_confidence_curve(m, CurveKind::f1, {}, f1); }).find(f1), std::string::npos);
+  EXPECT_NE(test::error_message([&] { plot_confidence_curve(m, CurveKind::f1, {}, f1); }).find(f1), std::string::npos);
   const std::string csv = dir.file("missing.csv");
-  EXPECT_NE(error_of([&] { plot_results(csv, dir.file("results.png")); }).find(csv), std::string::npos);
+  EXPECT_NE(test::error_message([&] { plot_results(csv, dir.file("results.png")); }).find(csv), std::string::npos);
   test::write_file(dir.file("short.csv"), "epoch,a,b\n0,1,2\n");
-  EXPECT_NE(error_of([&] { plot_results(dir.file("short.csv"), dir.file("r.png")); }).find("short.csv"), std::string::npos);
+  EXPECT_NE(test::error_message([&] { plot_results(dir.file("short.csv"), dir.file("r.png")); }).find("short.csv"), std::string::npos);
   // A folder where the file should be: write_png's own error, naming it.
   std::filesystem::create_directories(dir.file("taken.png"));
-  EXPECT_NE(error_of([&] { data::write_png(dir.file("taken.png"), cv::Mat(4, 4, CV_8UC3, cv::Scalar(1, 2, 3))); })
+  EXPECT_NE(test::error_message([&] { data::write_png(dir.file("taken.png"), cv::Mat(4, 4, CV_8UC3, cv::Scalar(1, 2, 3))); })
                 .find(dir.file("taken.png")), std::string::npos);
 }
 

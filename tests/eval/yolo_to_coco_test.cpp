@@ -21,15 +21,6 @@ namespace {
 using test::TempDir;
 using test::write_file;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 data::ImageRecord record(const std::string& image, int width, int height, std::vector<data::LabelRow> rows = {}) {
   return {image, "", width, height, std::move(rows)};
@@ -114,7 +105,7 @@ TEST(YoloToCoco, ClassWithoutNameIsAnError) {
   data::DatasetIndex index;
   index.records = {record("/d/images/1.jpg", 20, 20, {box(2, 0.5f, 0.5f, 0.1f, 0.1f)})};
   index.records[0].label = "/d/labels/1.txt";
-  const std::string message = error_of([&] { coco_annotations(index, {"a", "b"}); });
+  const std::string message = test::error_message([&] { coco_annotations(index, {"a", "b"}); });
   EXPECT_NE(message.find("/d/labels/1.txt"), std::string::npos) << message;
   EXPECT_NE(message.find("class 2"), std::string::npos) << message;
 }
@@ -152,9 +143,9 @@ TEST(YoloToCoco, RelativeFolderStartingWithImagesFindsItsLabels) {
   const std::filesystem::path previous = std::filesystem::current_path();
   std::filesystem::current_path(dir.path());
   nlohmann::json coco;
-  const std::string message = error_of([&] { coco = yolo_to_coco("images/val/", {"a"}); });
+  const std::string message = test::error_message([&] { coco = yolo_to_coco("images/val/", {"a"}); });
   std::filesystem::current_path(previous);
-  ASSERT_EQ(message, "(no error)");
+  ASSERT_EQ(message, "") << "no error expected";
   EXPECT_EQ(coco["images"][0]["file_name"], "1.png");
   EXPECT_EQ(coco["annotations"].size(), 1u);
 }
@@ -226,7 +217,7 @@ TEST(YoloToCoco, MalformedLabelsNameFileAndLine) {
     test::write_png(dir.file("images/val/7.png"), test::coordinate_image(10, 10));
     test::write_png(dir.file("images/val/8.png"), test::coordinate_image(10, 10));  // fine, but 7 fails the split
     write_file(dir.file("labels/val/7.txt"), c.text);
-    const std::string message = error_of([&] { yolo_to_coco(images, {"a", "b", "c", "d"}); });
+    const std::string message = test::error_message([&] { yolo_to_coco(images, {"a", "b", "c", "d"}); });
     EXPECT_EQ(message.rfind(images, 0), 0u) << message;  // names the folder first
     EXPECT_NE(message.find("1 of 2 image(s)"), std::string::npos) << message;
     EXPECT_NE(message.find(dir.file("labels/val/7.txt") + ":2: "), std::string::npos) << message;
@@ -240,7 +231,7 @@ TEST(YoloToCoco, CorruptImagesFailNamingEveryFile) {
   test::write_png(dir.file("images/val/good.png"), test::coordinate_image(20, 20));
   write_file(dir.file("images/val/text.jpg"), "hello");
   test::write_png(dir.file("images/val/tiny.png"), test::coordinate_image(5, 5));  // below 10 px: skipped
-  const std::string message = error_of([&] { yolo_to_coco(images, {"a"}); });
+  const std::string message = test::error_message([&] { yolo_to_coco(images, {"a"}); });
   EXPECT_NE(message.find("2 of 3 image(s)"), std::string::npos) << message;
   EXPECT_NE(message.find(dir.file("images/val/text.jpg")), std::string::npos) << message;
   EXPECT_NE(message.find(dir.file("images/val/tiny.png")), std::string::npos) << message;
@@ -248,9 +239,9 @@ TEST(YoloToCoco, CorruptImagesFailNamingEveryFile) {
 
 TEST(YoloToCoco, MissingOrEmptyFoldersAndNoNamesFail) {
   TempDir dir;
-  EXPECT_NE(error_of([&] { yolo_to_coco(dir.file("nothing"), {"a"}); }).find(dir.file("nothing")), std::string::npos);
-  EXPECT_NE(error_of([&] { yolo_to_coco(dir.path(), {"a"}); }).find("no images"), std::string::npos);
-  EXPECT_NE(error_of([&] { yolo_to_coco("data/demo/images/val", {}); }).find("class names"), std::string::npos);
+  EXPECT_NE(test::error_message([&] { yolo_to_coco(dir.file("nothing"), {"a"}); }).find(dir.file("nothing")), std::string::npos);
+  EXPECT_NE(test::error_message([&] { yolo_to_coco(dir.path(), {"a"}); }).find("no images"), std::string::npos);
+  EXPECT_NE(test::error_message([&] { yolo_to_coco("data/demo/images/val", {}); }).find("class names"), std::string::npos);
 }
 
 TEST(YoloToCoco, WritesJsonFile) {
