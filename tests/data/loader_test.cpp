@@ -271,10 +271,25 @@ void check_prefetcher(const c10::Device& device) {
     EXPECT_TRUE(at::allclose(b->images.cpu(), expected[n].images.to(at::kFloat) / 255.0));
     EXPECT_TRUE(at::equal(b->targets.cpu(), expected[n].targets));
     EXPECT_TRUE(at::equal(b->target_mask.cpu(), expected[n].target_mask));
+    EXPECT_EQ(b->boxes, expected[n].boxes);
+    ASSERT_EQ(b->meta.size(), expected[n].meta.size());
+    for (size_t k = 0; k < b->meta.size(); ++k) EXPECT_EQ(b->meta[k].index, expected[n].meta[k].index);
     ++n;
   }
   EXPECT_EQ(n, expected.size());
   EXPECT_FALSE(prefetcher.next().has_value());
+  // With trimming (as the trainer uses it): the loader's batches narrowed by trim_targets.
+  loader.start_epoch(4);
+  DevicePrefetcher trimming(loader, device, /*channels_last=*/false, /*trim_multiple=*/32);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    auto b = trimming.next();
+    ASSERT_TRUE(b.has_value());
+    Batch ref = expected[i];
+    trim_targets(ref, 32);
+    EXPECT_LT(ref.targets.size(1), expected[i].targets.size(1)) << "nothing was trimmed: the check would be empty";
+    EXPECT_TRUE(at::equal(b->targets.cpu(), ref.targets));
+    EXPECT_TRUE(at::equal(b->target_mask.cpu(), ref.target_mask));
+  }
 }
 
 TEST(DevicePrefetcher, CpuGivesTheLoadersBatchesNormalised) { check_prefetcher(c10::Device(c10::kCPU)); }

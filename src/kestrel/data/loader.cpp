@@ -222,6 +222,8 @@ DeviceBatch to_device(const Batch& batch, const c10::Device& device, bool channe
   out.images = images.to(at::kFloat).div_(255.0);
   out.targets = batch.targets.to(device, true);
   out.target_mask = batch.target_mask.to(device, true);
+  out.meta = batch.meta;
+  out.boxes = batch.boxes;
   return out;
 }
 

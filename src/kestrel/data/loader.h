@@ -93,8 +93,11 @@ void trim_targets(Batch& batch, int64_t multiple = 32);
 
 // The batch on `device`: images float32 [B, 3, H, W] in 0..1 (channels-last memory when asked),
 // targets and mask copied as they are. Copies are non-blocking (pinned source) on the current stream.
+// The host-side description (samples, box count) comes along for logging and error reports.
 struct DeviceBatch {
   at::Tensor images, targets, target_mask;
+  std::vector<SampleMeta> meta;
+  int64_t boxes = 0;
 };
 DeviceBatch to_device(const Batch& batch, const c10::Device& device, bool channels_last = false);
 

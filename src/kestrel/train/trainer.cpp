@@ -24,6 +24,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
 #include "kestrel/data/dataset_config.h"
+#include "kestrel/data/device_prefetcher.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
 #include "kestrel/dist/process_group.h"
@@ -506,14 +507,15 @@ TrainResult train(const TrainOptions& requested) {
     int64_t timed_images = 0;
     Clock::time_point timing_start{};
     bool interrupted = false;
+    // The next batch's copy to the device (a side stream on CUDA) overlaps this batch's step.
+    data::DevicePrefetcher prefetcher(*train_data.loader, device, /*channels_last=*/false, /*trim_multiple=*/32);
     for (int64_t i = run.next_batch; i < nb; ++i) {
-      std::optional<data::Batch> batch = train_data.loader->next();
+      std::optional<data::DeviceBatch> batch = prefetcher.next();
       if (!batch) break;
       const int64_t ni = i + nb * epoch;  // iterations since the start of training
       const StepSettings s = step_settings(sched, epoch, ni, nb);
       lr = s.lr;
-      data::trim_targets(*batch);
-      const data::DeviceBatch in = data::to_device(*batch, device);
+      const data::DeviceBatch& in = *batch;
       at::Tensor images = in.images;
       if (o.multi_scale) {
         // Upstream: a random size in [0.5, 1.5] x img, a multiple of the stride, per batch (seeded here by batch).
