@@ -1,5 +1,6 @@
 #include "dist/dist_test_support.h"
 
+#include <cstdlib>
 #include <exception>
 #include <thread>
 #include <vector>
@@ -43,6 +44,22 @@ void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
   for (size_t i = 0; i < pf.size(); ++i) pt[i].copy_(pf[i]);
   auto bf = from.buffers(), bt = to.buffers();
   for (size_t i = 0; i < bf.size(); ++i) bt[i].copy_(bf[i]);
+}
+
+ScopedEnv::ScopedEnv(std::vector<std::pair<std::string, std::string>> vars) {
+  for (auto& [k, v] : vars) {
+    const char* old = std::getenv(k.c_str());
+    saved_.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+    if (v.empty()) ::unsetenv(k.c_str());
+    else ::setenv(k.c_str(), v.c_str(), 1);
+  }
+}
+
+ScopedEnv::~ScopedEnv() {
+  for (auto& [k, v] : saved_) {
+    if (v) ::setenv(k.c_str(), v->c_str(), 1);
+    else ::unsetenv(k.c_str());
+  }
 }
 
 }  // namespace kestrel::test

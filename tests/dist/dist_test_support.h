@@ -3,7 +3,10 @@
 #pragma once
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -29,5 +32,17 @@ dist::DistContext file_group(const std::string& path, int rank, int world,
 
 // Copies every parameter and buffer of `from` into `to` (same architecture).
 void copy_state(torch::nn::Module& from, torch::nn::Module& to);
+
+// Sets environment variables for one test ("" unsets) and restores them afterwards.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
 
 }  // namespace kestrel::test

@@ -58,7 +58,9 @@ TEST_F(SyncBatchNorm, AllReduceSumGradientIsTheSumOverRanks) {
 }
 
 std::shared_ptr<models::Conv> conv(int64_t c1, int64_t c2, int64_t k, int64_t s) {
-  models::ConvOptions o{c1, c2};
+  models::ConvOptions o{};
+  o.c1 = c1;
+  o.c2 = c2;
   o.k = k;
   o.s = s;
   return std::make_shared<models::Conv>(o);
@@ -115,14 +117,18 @@ void compare_two_ranks_with_one_process(const std::string& store, bool sync, boo
     GradientReducer reducer(ranks[r]->parameters(), ctx);
     rec[r] = train_three_steps(*ranks[r], images.narrow(0, 2 * r, 2), weights.narrow(0, 2 * r, 2), 2.0, &reducer);
   });
-  if (sync) EXPECT_EQ(converted[0], 2);
+  if (sync) {
+    EXPECT_EQ(converted[0], 2);
+  }
   const double tol = 1e-4;
   bool all_close = true;
   for (int step = 0; step < 3; ++step) {
     const at::Tensor joined = at::cat({rec[0].outputs[step], rec[1].outputs[step]});
     const bool close = close_rel(joined, ref.outputs[step], tol);
     all_close = all_close && close;
-    if (expect_equal) EXPECT_TRUE(close_rel(joined, ref.outputs[step], tol)) << "output of step " << step;
+    if (expect_equal) {
+      EXPECT_TRUE(close_rel(joined, ref.outputs[step], tol)) << "output of step " << step;
+    }
   }
   const auto pref = reference->parameters();
   for (int r = 0; r < 2; ++r) {
@@ -137,10 +143,14 @@ void compare_two_ranks_with_one_process(const std::string& store, bool sync, boo
     const auto b = ranks[r]->buffers(), bref = reference->buffers();
     for (size_t i = 0; i < b.size(); ++i) {
       all_close = all_close && close_rel(b[i].to(at::kDouble), bref[i].to(at::kDouble), tol);
-      if (expect_equal) EXPECT_TRUE(close_rel(b[i].to(at::kDouble), bref[i].to(at::kDouble), tol)) << "rank " << r << " buffer " << i;
+      if (expect_equal) {
+        EXPECT_TRUE(close_rel(b[i].to(at::kDouble), bref[i].to(at::kDouble), tol)) << "rank " << r << " buffer " << i;
+      }
     }
   }
-  if (!expect_equal) EXPECT_FALSE(all_close) << "per-rank BN matched the whole-batch BN: the SyncBN test proves nothing";
+  if (!expect_equal) {
+    EXPECT_FALSE(all_close) << "per-rank BN matched the whole-batch BN: the SyncBN test proves nothing";
+  }
 }
 
 TEST_F(SyncBatchNorm, TwoRanksEqualOneProcessWithTheWholeBatch) {

@@ -108,7 +108,9 @@ TEST(AutoAnchor, SearchRecoversKnownClusters) {
   for (size_t i = 0; i < k.size(); ++i) {
     EXPECT_NEAR(k[i][0] / centres[i][0], 1.0, 0.1) << i;
     EXPECT_NEAR(k[i][1] / centres[i][1], 1.0, 0.1) << i;
-    if (i) EXPECT_LE(k[i - 1][0] * k[i - 1][1], k[i][0] * k[i][1]);  // sorted by area
+    if (i) {
+      EXPECT_LE(k[i - 1][0] * k[i - 1][1], k[i][0] * k[i][1]);  // sorted by area
+    }
   }
   // The genetic search only ever keeps improvements over the k-means anchors.
   AutoAnchorOptions no_search = o;

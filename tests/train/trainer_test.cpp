@@ -164,9 +164,11 @@ TEST(Trainer, Fp16LossScalerSkipsOverflowingStepsAndBacksOff) {
   EXPECT_LE(scale, 0.5e38);  // halved once per skipped step
   EXPECT_NEAR(scale, 1e38 * std::pow(0.5, skipped), 1e32);
   // The model itself stayed finite: skipped steps never applied an inf update.
-  for (const auto& [name, t] : state.tensors)
-    if (name.rfind("model/", 0) == 0 && at::isFloatingType(t.scalar_type()))
+  for (const auto& [name, t] : state.tensors) {
+    if (name.rfind("model/", 0) == 0 && at::isFloatingType(t.scalar_type())) {
       EXPECT_TRUE(at::isfinite(t).all().item<bool>()) << name;
+    }
+  }
 }
 
 TEST(Trainer, BadOptionsAreClearErrors) {
