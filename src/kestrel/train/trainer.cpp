@@ -46,6 +46,7 @@
 #include "kestrel/train/run_files.h"
 #include "kestrel/train/schedule.h"
 #include "kestrel/train/split_loader.h"
+#include "kestrel/train/train_options.h"
 #include "kestrel/train/tensorboard.h"
 #include "kestrel/train/train_step.h"
 
@@ -64,45 +65,6 @@ extern "C" void on_interrupt(int) {
 
 std::string json_text(const nlohmann::json& j) { return j.dump(); }
 
-nlohmann::json options_json(const TrainOptions& o) {
-  return {{"weights", o.weights}, {"cfg", o.cfg}, {"data", o.data}, {"hyp", o.hyp}, {"epochs", o.epochs},
-          {"batch_size", o.batch_size}, {"imgsz", o.img_size}, {"rect", o.rect}, {"nosave", o.nosave},
-          {"noval", o.noval}, {"noautoanchor", o.noautoanchor}, {"cache", o.cache}, {"device", o.device}, {"multi_scale", o.multi_scale},
-          {"single_cls", o.single_cls}, {"sync_bn", o.sync_bn}, {"optimizer", o.optimizer}, {"workers", o.workers}, {"project", o.project},
-          {"name", o.name}, {"exist_ok", o.exist_ok}, {"cos_lr", o.cos_lr}, {"linear_lr", o.linear_lr}, {"label_smoothing", o.label_smoothing},
-          {"patience", o.patience}, {"freeze", o.freeze}, {"save_period", o.save_period}, {"seed", o.seed},
-          {"amp", o.amp}, {"loss_scale", o.loss_scale}, {"check_nans", o.check_nans}, {"freeze_bn", o.freeze_bn}, {"quad", o.quad}, {"image_weights", o.image_weights}, {"checkpoint", o.checkpoint},
-          {"max_grad_norm", o.max_grad_norm}, {"max_boxes", o.max_boxes},
-          {"min_warmup_iterations", o.min_warmup_iterations}};
-}
-
-TrainOptions options_from_json(const nlohmann::json& j, const std::string& source) {
-  TrainOptions o;
-  try {
-    o.weights = j.at("weights"); o.cfg = j.at("cfg"); o.data = j.at("data"); o.hyp = j.at("hyp");
-    o.epochs = j.at("epochs"); o.batch_size = j.at("batch_size"); o.img_size = j.at("imgsz"); o.rect = j.at("rect");
-    o.nosave = j.at("nosave"); o.noval = j.at("noval"); o.noautoanchor = j.value("noautoanchor", false); o.cache = j.at("cache"); o.device = j.at("device");
-    o.multi_scale = j.at("multi_scale"); o.single_cls = j.at("single_cls"); o.sync_bn = j.value("sync_bn", false); o.optimizer = j.at("optimizer");
-    o.workers = j.at("workers"); o.project = j.at("project"); o.name = j.at("name"); o.exist_ok = j.at("exist_ok");
-    o.cos_lr = j.at("cos_lr"); o.linear_lr = j.value("linear_lr", false); o.label_smoothing = j.at("label_smoothing"); o.patience = j.at("patience");
-    o.freeze = j.at("freeze").get<std::vector<int>>(); o.save_period = j.at("save_period"); o.seed = j.at("seed");
-    o.amp = j.at("amp"); o.loss_scale = j.at("loss_scale"); o.check_nans = j.at("check_nans");
-    o.freeze_bn = j.at("freeze_bn"); o.quad = j.value("quad", false); o.image_weights = j.value("image_weights", false); o.checkpoint = j.value("checkpoint", std::vector<int>{}); o.max_grad_norm = j.at("max_grad_norm"); o.max_boxes = j.at("max_boxes");
-    o.min_warmup_iterations = j.at("min_warmup_iterations");
-  } catch (const nlohmann::json::exception& e) {
-    fail(source, ": the saved training options are incomplete or malformed (", e.what(), ")");
-  }
-  return o;
-}
-
-std::string options_yaml(const TrainOptions& o) {
-  std::string out;
-  const nlohmann::json j = options_json(o);
-  for (auto it = j.begin(); it != j.end(); ++it) out += it.key() + ": " + it.value().dump() + "\n";
-  return out;
-}
-
-// Upstream --freeze: [n] freezes layers 0..n-1, a longer list freezes exactly those layer indices.
 // Upstream --freeze's layer selection, also used by --checkpoint: [n] is layers 0..n-1, a longer list
 // is exactly those layer indices.
 std::vector<int> selected_layers(const std::vector<int>& spec) {

@@ -1,0 +1,83 @@
+#include "kestrel/train/train_options.h"
+
+#include <nlohmann/json.hpp>
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::train {
+namespace {
+
+// visit(key, field, required) for every saved field, in opt.yaml's order. `required`: present since the
+// first state format (a missing one means a damaged file); later additions default when absent.
+template <class Options, class Visit>
+void for_each_saved_option(Options& o, Visit&& visit) {
+  visit("weights", o.weights, true);
+  visit("cfg", o.cfg, true);
+  visit("data", o.data, true);
+  visit("hyp", o.hyp, true);
+  visit("epochs", o.epochs, true);
+  visit("batch_size", o.batch_size, true);
+  visit("imgsz", o.img_size, true);
+  visit("rect", o.rect, true);
+  visit("nosave", o.nosave, true);
+  visit("noval", o.noval, true);
+  visit("noautoanchor", o.noautoanchor, false);
+  visit("cache", o.cache, true);
+  visit("device", o.device, true);
+  visit("multi_scale", o.multi_scale, true);
+  visit("single_cls", o.single_cls, true);
+  visit("sync_bn", o.sync_bn, false);
+  visit("optimizer", o.optimizer, true);
+  visit("workers", o.workers, true);
+  visit("project", o.project, true);
+  visit("name", o.name, true);
+  visit("exist_ok", o.exist_ok, true);
+  visit("cos_lr", o.cos_lr, true);
+  visit("linear_lr", o.linear_lr, false);
+  visit("label_smoothing", o.label_smoothing, true);
+  visit("patience", o.patience, true);
+  visit("freeze", o.freeze, true);
+  visit("save_period", o.save_period, true);
+  visit("seed", o.seed, true);
+  visit("amp", o.amp, true);
+  visit("loss_scale", o.loss_scale, true);
+  visit("check_nans", o.check_nans, true);
+  visit("freeze_bn", o.freeze_bn, true);
+  visit("quad", o.quad, false);
+  visit("image_weights", o.image_weights, false);
+  visit("checkpoint", o.checkpoint, false);
+  visit("max_grad_norm", o.max_grad_norm, true);
+  visit("max_boxes", o.max_boxes, true);
+  visit("min_warmup_iterations", o.min_warmup_iterations, true);
+}
+
+}  // namespace
+
+nlohmann::json options_json(const TrainOptions& o) {
+  nlohmann::json j = nlohmann::json::object();
+  for_each_saved_option(o, [&](const char* key, const auto& field, bool) { j[key] = field; });
+  return j;
+}
+
+TrainOptions options_from_json(const nlohmann::json& j, const std::string& source) {
+  TrainOptions o;
+  try {
+    for_each_saved_option(o, [&](const char* key, auto& field, bool required) {
+      if (required || j.contains(key)) j.at(key).get_to(field);
+    });
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, ": the saved training options are incomplete or malformed (", e.what(), ")");
+  }
+  return o;
+}
+
+std::string options_yaml(const TrainOptions& o) {
+  std::string out;
+  // In the table's order (nlohmann::json sorts its keys).
+  for_each_saved_option(o, [&](const char* key, const auto& field, bool) {
+    out += std::string(key) + ": " + nlohmann::json(field).dump() + "\n";
+  });
+  return out;
+}
+
+}  // namespace kestrel::train

@@ -1,0 +1,71 @@
+// The saved training options: every saved field survives opt JSON -> options, a damaged file names
+// itself, an older state file (without the later keys) loads with their defaults, opt.yaml lists the
+// fields in upstream's order.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kestrel/core/error.h"
+#include "kestrel/train/train_options.h"
+
+namespace kestrel::train {
+namespace {
+
+TrainOptions unusual() {
+  TrainOptions o;  // every saved field away from its default
+  o.weights = "w.safetensors"; o.cfg = "yolov7"; o.data = "d.yaml"; o.hyp = "h.yaml"; o.epochs = 7; o.batch_size = 12;
+  o.img_size = 320; o.rect = true; o.nosave = true; o.noval = true; o.noautoanchor = true; o.cache = "disk";
+  o.device = "cuda:1"; o.multi_scale = true; o.single_cls = true; o.sync_bn = true; o.quad = true;
+  o.image_weights = true; o.optimizer = "AdamW"; o.workers = 3; o.project = "p"; o.name = "n"; o.exist_ok = true;
+  o.cos_lr = true; o.linear_lr = true; o.label_smoothing = 0.1; o.patience = 9; o.freeze = {1, 3}; o.save_period = 5;
+  o.seed = 1234567890123ull; o.amp = "bf16"; o.loss_scale = 1024; o.check_nans = true; o.freeze_bn = true;
+  o.checkpoint = {0, 2}; o.max_grad_norm = 3.5; o.max_boxes = 77; o.min_warmup_iterations = 5;
+  return o;
+}
+
+TEST(TrainOptions, EverySavedFieldRoundTrips) {
+  const TrainOptions a = unusual();
+  const TrainOptions b = options_from_json(options_json(a), "test");
+  EXPECT_EQ(b.weights, a.weights); EXPECT_EQ(b.cfg, a.cfg); EXPECT_EQ(b.data, a.data); EXPECT_EQ(b.hyp, a.hyp);
+  EXPECT_EQ(b.epochs, a.epochs); EXPECT_EQ(b.batch_size, a.batch_size); EXPECT_EQ(b.img_size, a.img_size);
+  EXPECT_EQ(b.rect, a.rect); EXPECT_EQ(b.nosave, a.nosave); EXPECT_EQ(b.noval, a.noval);
+  EXPECT_EQ(b.noautoanchor, a.noautoanchor); EXPECT_EQ(b.cache, a.cache); EXPECT_EQ(b.device, a.device);
+  EXPECT_EQ(b.multi_scale, a.multi_scale); EXPECT_EQ(b.single_cls, a.single_cls); EXPECT_EQ(b.sync_bn, a.sync_bn);
+  EXPECT_EQ(b.quad, a.quad); EXPECT_EQ(b.image_weights, a.image_weights); EXPECT_EQ(b.optimizer, a.optimizer);
+  EXPECT_EQ(b.workers, a.workers); EXPECT_EQ(b.project, a.project); EXPECT_EQ(b.name, a.name);
+  EXPECT_EQ(b.exist_ok, a.exist_ok); EXPECT_EQ(b.cos_lr, a.cos_lr); EXPECT_EQ(b.linear_lr, a.linear_lr);
+  EXPECT_EQ(b.label_smoothing, a.label_smoothing); EXPECT_EQ(b.patience, a.patience); EXPECT_EQ(b.freeze, a.freeze);
+  EXPECT_EQ(b.save_period, a.save_period); EXPECT_EQ(b.seed, a.seed); EXPECT_EQ(b.amp, a.amp);
+  EXPECT_EQ(b.loss_scale, a.loss_scale); EXPECT_EQ(b.check_nans, a.check_nans); EXPECT_EQ(b.freeze_bn, a.freeze_bn);
+  EXPECT_EQ(b.checkpoint, a.checkpoint); EXPECT_EQ(b.max_grad_norm, a.max_grad_norm); EXPECT_EQ(b.max_boxes, a.max_boxes);
+  EXPECT_EQ(b.min_warmup_iterations, a.min_warmup_iterations);
+}
+
+TEST(TrainOptions, DamagedAndOlderFiles) {
+  nlohmann::json j = options_json(unusual());
+  nlohmann::json old = j;
+  for (const char* later : {"noautoanchor", "sync_bn", "linear_lr", "quad", "image_weights", "checkpoint"}) old.erase(later);
+  const TrainOptions o = options_from_json(old, "old.state");
+  EXPECT_FALSE(o.quad);
+  EXPECT_TRUE(o.checkpoint.empty());
+  EXPECT_EQ(o.epochs, 7);
+  j.erase("epochs");
+  try {
+    (void)options_from_json(j, "run/weights/last.state.safetensors");
+    ADD_FAILURE() << "a state without epochs was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run/weights/last.state.safetensors"), std::string::npos) << e.what();
+  }
+  j = options_json(unusual());
+  j["workers"] = "many";
+  EXPECT_THROW(options_from_json(j, "x"), Error);
+}
+
+TEST(TrainOptions, OptYamlInUpstreamOrder) {
+  const std::string yaml = options_yaml(TrainOptions{});
+  EXPECT_EQ(yaml.rfind("weights: \"\"\ncfg: \"\"\ndata: ", 0), 0u) << yaml;
+  EXPECT_NE(yaml.find("\nepochs: 100\nbatch_size: 16\nimgsz: 640\n"), std::string::npos) << yaml;
+}
+
+}  // namespace
+}  // namespace kestrel::train
