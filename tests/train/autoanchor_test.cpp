@@ -265,19 +265,25 @@ std::string tiny_run_dataset(const test::TempDir& dir) {
   return dir.file("tiny.yaml");
 }
 
-TEST(AutoAnchor, TrainerSearchesAndSavesAnchors) {
-  test::TempDir dir;
+// A quiet CPU run of yolov5n-bad on the tiny dataset, validating only at the end.
+TrainOptions bad_anchor_run(const test::TempDir& dir) {
   TrainOptions o;
   o.cfg = dir.file("yolov5n-bad.yaml");
   o.data = tiny_run_dataset(dir);
   o.project = dir.file("runs");
   o.device = "cpu";
-  o.img_size = 128;
-  o.batch_size = 4;
-  o.epochs = 1;
   o.workers = 1;
   o.quiet = true;
   o.noval = true;
+  return o;
+}
+
+TEST(AutoAnchor, TrainerSearchesAndSavesAnchors) {
+  test::TempDir dir;
+  TrainOptions o = bad_anchor_run(dir);
+  o.img_size = 128;
+  o.batch_size = 4;
+  o.epochs = 1;
   o.name = "auto";
   const TrainResult searched = train(o);
   const at::Tensor config_px = at::tensor(std::vector<float>{2000, 2000, 2100, 2100, 2200, 2200}).view({1, 3, 2}).expand({3, 3, 2});
@@ -305,17 +311,10 @@ TEST(AutoAnchor, ResumedRunKeepsTheSearchedAnchorsInModelAndLoss) {
   // The resume does not search again: it loads the saved anchors, and the losses (built after the
   // resume) use them; so an interrupted + resumed run ends with the uninterrupted run's exact state.
   test::TempDir dir;
-  TrainOptions o;
-  o.cfg = dir.file("yolov5n-bad.yaml");
-  o.data = tiny_run_dataset(dir);
-  o.project = dir.file("runs");
-  o.device = "cpu";
+  TrainOptions o = bad_anchor_run(dir);
   o.img_size = 64;
   o.batch_size = 2;
   o.epochs = 2;
-  o.workers = 1;
-  o.quiet = true;
-  o.noval = true;
   o.name = "whole";
   const TrainResult whole = train(o);
   o.name = "split";
