@@ -105,6 +105,7 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--precision", t->precision, "fp32, fp16 (loss scaling) or bf16")->capture_default_str()
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   step->add_flag("--channels-last", t->channels_last, "channels-last weights and activations");
+  step->add_flag("--cuda-graph", t->cuda_graph, "capture the step as a CUDA graph and replay it (CUDA only)");
   step->add_option("--optimizer", t->optimizer, "SGD, Adam or AdamW")->capture_default_str();
   step->add_flag("--ota", t->ota, "YOLOv7's OTA loss");
   step->add_option("--targets", t->targets_per_image, "boxes per image")->capture_default_str()->check(CLI::Range(0, 10000));
@@ -112,7 +113,8 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--steps", t->steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
   step->add_option("--checkpoint", t->checkpoint_layers, "activation checkpointing of the first N layers (-1: all)")
       ->capture_default_str();
-  step->add_flag("--ablation", *ablation, "table: fp32, + mixed precision, + channels-last, + checkpointing");
+  step->add_flag("--ablation", *ablation,
+                 "table: fp32, + mixed precision, + channels-last, + CUDA graph (CUDA), + checkpointing");
   step->add_flag("--json", *tjson, "machine-readable output");
   step->callback([t, tjson, ablation] {
     print_step_results(*ablation ? train::bench_train_ablation(*t) : std::vector<train::StepBenchResult>{train::bench_train_step(*t)},
@@ -132,6 +134,7 @@ void add_bench_command(CLI::App& app) {
   e2e->add_option("--precision", e->step.precision, "fp32, fp16 (loss scaling) or bf16")->capture_default_str()
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   e2e->add_flag("--channels-last", e->step.channels_last, "channels-last weights and activations");
+  e2e->add_flag("--cuda-graph", e->step.cuda_graph, "capture the step as a CUDA graph and replay it (CUDA only)");
   e2e->add_option("--optimizer", e->step.optimizer, "SGD, Adam or AdamW")->capture_default_str();
   e2e->add_option("--workers", e->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
   e2e->add_option("--cache", e->cache, "cache resized images: ram, disk, or none")->capture_default_str()

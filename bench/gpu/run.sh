@@ -7,7 +7,7 @@
 #
 # Steps: kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, CUDA runtime queries);
 # the training-step ablation (yolov5s, batch 64, 640) and single rows for yolov5n, yolov3 and yolov7
-# with OTA; the loader on 16 cores; bench e2e (loader + copy + step); a short training run on 64 coco128 images.
+# with OTA (eager and as a CUDA graph); the loader on 16 cores; bench e2e (loader + copy + step, eager and graphed); a short training run on 64 coco128 images.
 set -uo pipefail
 OUT=${OUT:-/tmp/kestrel-gpu-out}
 mkdir -p "$OUT"
@@ -30,12 +30,13 @@ step() { echo; echo "=== $*"; }
 step env;                 $K env 2>&1 | tee "$OUT/env.txt"
 step cuda tests;          timeout 120 $T --gtest_filter='*Cuda*:*CUDA*:DevicePrefetcher*:NmsCuda*' 2>&1 | tail -25 | tee "$OUT/cuda_tests.txt"
 step ablation yolov5s;    timeout 150 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation --steps 20 2>&1 | tee "$OUT/ablation_yolov5s.txt"
-for row in "yolov5n" "yolov3" "yolov7 --ota"; do
+for row in "yolov5n" "yolov3" "yolov7 --ota" "yolov7 --ota --cuda-graph"; do
   step "bench $row";      timeout 90 $K bench train --cfg $row --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --steps 10 --json 2>&1 | tee -a "$OUT/bench_models.jsonl"
 done
 DATA=build-device/coco128/coco128.yaml
 [ -f "$DATA" ] || DATA=data/demo/demo.yaml
 step "loader 16 workers ($DATA)"; timeout 90 $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 4 --epochs 3 2>&1 | tee "$OUT/bench_data.txt"
 step "bench e2e ($DATA)"; timeout 120 $K bench e2e --data "$DATA" --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --workers 16 --steps 20 2>&1 | tee "$OUT/bench_e2e.txt"
+step "bench e2e + CUDA graph"; timeout 90 $K bench e2e --data "$DATA" --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --cuda-graph --workers 16 --steps 20 2>&1 | tee -a "$OUT/bench_e2e.txt"
 step "train e2e ($DATA)"; timeout 150 $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 --device 0 --workers 16 --cache ram --project /tmp/kruns --name gpu 2>&1 | grep -v '^ \{10,\}[a-z]' | tail -20 | tee "$OUT/train_e2e.txt"
 echo; echo "figures in $OUT"

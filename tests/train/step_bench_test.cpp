@@ -55,6 +55,9 @@ TEST(StepBench, OtaLossRunsAndBadOptionsAreErrors) {
   o = small("fp32", false);
   o.img_size = 100;
   EXPECT_THROW(bench_train_step(o), Error);
+  o = small("fp32", false);
+  o.cuda_graph = true;  // graphs are a CUDA feature: on the CPU an error, not a silent eager run
+  EXPECT_THROW(bench_train_step(o), Error);
 }
 
 // The whole pipeline on the demo data (32 images, batches of 8): the timed steps run across an epoch

@@ -12,7 +12,7 @@ namespace kestrel::train {
 
 ModelEma::ModelEma(std::shared_ptr<models::YoloModel> average, const models::YoloModel& model, EmaOptions options,
                    int64_t updates)
-    : average_(std::move(average)), options_(options), updates_(updates) {
+    : average_(std::move(average)), options_(options) {
   const models::NamedTensors source = models::state_dict(model);
   const models::NamedTensors target = models::state_dict(*average_);
   if (source.size() != target.size()) fail("EMA: the averaged model has a different architecture");
@@ -28,7 +28,13 @@ ModelEma::ModelEma(std::shared_ptr<models::YoloModel> average, const models::Yol
   }
   for (const auto& p : average_->parameters()) p.set_requires_grad(false);
   average_->eval();
+  const c10::Device device = average_floats_.empty() ? c10::Device(c10::kCPU) : average_floats_.front().device();
+  updates_ = at::full({}, static_cast<double>(updates), at::TensorOptions().dtype(at::kDouble).device(device));
 }
+
+int64_t ModelEma::updates() const { return static_cast<int64_t>(updates_.item<double>()); }
+
+void ModelEma::set_updates(int64_t updates) { updates_.fill_(static_cast<double>(updates)); }
 
 double ModelEma::decay_at(int64_t updates) const {
   return options_.decay * (1 - std::exp(-static_cast<double>(updates) / options_.tau));
@@ -36,10 +42,12 @@ double ModelEma::decay_at(int64_t updates) const {
 
 void ModelEma::update() {
   torch::NoGradGuard no_grad;
-  ++updates_;
-  const double d = decay_at(updates_);
-  at::_foreach_mul_(average_floats_, d);
-  at::_foreach_add_(average_floats_, model_floats_, 1.0 - d);
+  // d in float64 as upstream's Python float, then rounded to the tensors' float32 as its scalar is;
+  // v = v d + (m (1 - d)) in upstream's order of operations.
+  updates_.add_(1);
+  const at::Tensor d = options_.decay * (1 - at::exp(-updates_ / options_.tau));
+  at::_foreach_mul_(average_floats_, d.to(at::kFloat));
+  at::_foreach_add_(average_floats_, at::_foreach_mul(model_floats_, (1 - d).to(at::kFloat)));
 }
 
 }  // namespace kestrel::train

@@ -1,7 +1,8 @@
 // Exponential moving average of the model's weights (YOLOv5/YOLOv7 ModelEMA): after every optimiser
 // step, each floating-point parameter and buffer v_ema = d v_ema + (1 - d) v with
 // d = decay (1 - exp(-updates / tau)), so early averages follow the model closely. Validation and the
-// saved weights use the average.
+// saved weights use the average. The update count lives on the device and d is computed there, so an
+// update has no host input and can be captured in a CUDA graph with the rest of the step.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -33,13 +34,13 @@ class ModelEma {
 
   models::YoloModel& model() { return *average_; }
   std::shared_ptr<models::YoloModel> shared_model() const { return average_; }
-  int64_t updates() const { return updates_; }
-  void set_updates(int64_t updates) { updates_ = updates; }
+  int64_t updates() const;  // reads the device counter: for checkpoints, not inside the step
+  void set_updates(int64_t updates);
 
  private:
   std::shared_ptr<models::YoloModel> average_;
   EmaOptions options_;
-  int64_t updates_;
+  at::Tensor updates_;  // 0-dim float64 on the models' device
   std::vector<at::Tensor> average_floats_, model_floats_;  // aligned: floating-point state of both models
 };
 

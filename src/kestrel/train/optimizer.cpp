@@ -47,11 +47,22 @@ Optimizer::Optimizer(const ParamGroups& groups, OptimizerOptions options) : opti
         group.step.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
       }
     }
+    const c10::Device device = group.params.empty() ? c10::Device(c10::kCPU) : group.params.front().device();
+    group.lr = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
   }
 }
 
 void Optimizer::step(const std::array<double, 3>& lr, double momentum, const at::Tensor& grad_scale,
                      const at::Tensor& found_inf) {
+  set_learning_rates(lr);
+  step(momentum, grad_scale, found_inf);
+}
+
+void Optimizer::set_learning_rates(const std::array<double, 3>& lr) {
+  for (size_t g = 0; g < 3; ++g) groups_[g].lr.fill_(lr[g]);
+}
+
+void Optimizer::step(double momentum, const at::Tensor& grad_scale, const at::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   const std::optional<at::Tensor> scale = grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt;
   const std::optional<at::Tensor> inf = found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt;
@@ -74,26 +85,30 @@ void Optimizer::step(const std::array<double, 3>& lr, double momentum, const at:
     }
     if (params.empty()) continue;
     if (options_.kind == OptimizerKind::sgd) {
-      at::_fused_sgd_(params, grads, buf, group.weight_decay, momentum, lr[g], /*dampening=*/0.0, /*nesterov=*/true,
+      at::_fused_sgd_(params, grads, buf, group.weight_decay, momentum, group.lr, /*dampening=*/0.0, /*nesterov=*/true,
                       /*maximize=*/false, /*is_first_step=*/false, scale, inf);
       continue;
     }
     // Bias correction counts the step before the kernel runs; a skipped step is taken back after it.
     at::_foreach_add_(steps, 1.0);
     if (options_.kind == OptimizerKind::adam)
-      at::_fused_adam_(params, grads, avg, avg_sq, /*max_exp_avg_sqs=*/{}, steps, lr[g], momentum, options_.beta2,
+      at::_fused_adam_(params, grads, avg, avg_sq, /*max_exp_avg_sqs=*/{}, steps, group.lr, momentum, options_.beta2,
                        group.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false, scale, inf);
     else
-      at::_fused_adamw_(params, grads, avg, avg_sq, /*max_exp_avg_sqs=*/{}, steps, lr[g], momentum, options_.beta2,
+      at::_fused_adamw_(params, grads, avg, avg_sq, /*max_exp_avg_sqs=*/{}, steps, group.lr, momentum, options_.beta2,
                         group.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false, scale, inf);
     if (inf) at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), inf->reshape({})));
   }
-  ++steps_;
 }
 
-void Optimizer::zero_grad() {
+void Optimizer::zero_grad(bool set_to_none) {
+  std::vector<at::Tensor> grads;
   for (Group& group : groups_)
-    for (at::Tensor& p : group.params) p.mutable_grad() = at::Tensor();
+    for (at::Tensor& p : group.params) {
+      if (set_to_none) p.mutable_grad() = at::Tensor();
+      else if (p.grad().defined()) grads.push_back(p.grad());
+    }
+  if (!grads.empty()) at::_foreach_zero_(grads);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Optimizer::state() const {

@@ -4,12 +4,16 @@
 //
 // Upstream semantics kept:
 //  - SGD: momentum, Nesterov, no dampening; weight decay (L2, added to the gradient) only in the
-//    decayed-weights group. Momentum buffers start as the first gradient (torch's is_first_step).
+//    decayed-weights group. Momentum buffers start at zero, which equals torch's "first step copies the
+//    gradient" without dampening.
 //  - Adam: betas (momentum, 0.999), eps 1e-8, L2 weight decay in the decayed group (torch.optim.Adam);
 //    AdamW: decoupled decay in that group (torch.optim.AdamW).
 //  - With a GradScaler, the scaled gradients are unscaled inside the kernel and the whole update is
 //    skipped when `found_inf` is set, without a host synchronisation on CUDA. Adam's step counters are
 //    device tensors that do not advance on skipped steps (as torch.optim.Adam with fused=True).
+//  - The learning rates are device tensors that the kernels read, set before the step: so the update has
+//    no host input but the momentum, and a CUDA graph can capture it once and replay it for every batch
+//    of the epochs that follow the warm-up (the momentum is constant there, the lr changes per epoch).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -43,14 +47,21 @@ class Optimizer {
   // (frozen layers) are left out of every update.
   Optimizer(const ParamGroups& groups, OptimizerOptions options);
 
-  // One update with the given per-group learning rates and momentum (SGD momentum / Adam beta1).
-  // Parameters whose gradient is undefined are skipped (as torch.optim). grad_scale / found_inf:
-  // from a GradScaler (0-dim float tensors on the parameters' device), or undefined for plain fp32.
+  // One update with the given per-group learning rates and momentum (SGD momentum / Adam beta1):
+  // set_learning_rates(lr), then step(momentum, ...).
   void step(const std::array<double, 3>& lr, double momentum, const at::Tensor& grad_scale = {},
             const at::Tensor& found_inf = {});
 
-  // Sets every gradient to undefined (set_to_none, as upstream's zero_grad in recent PyTorch).
-  void zero_grad();
+  // Writes the per-group learning rates into their device tensors (outside any captured graph).
+  void set_learning_rates(const std::array<double, 3>& lr);
+  // One update with the learning rates last set. Parameters whose gradient is undefined are skipped
+  // (as torch.optim). grad_scale / found_inf: from a GradScaler (0-dim float tensors on the
+  // parameters' device), or undefined for plain fp32.
+  void step(double momentum, const at::Tensor& grad_scale = {}, const at::Tensor& found_inf = {});
+
+  // set_to_none: every gradient becomes undefined (upstream's zero_grad in recent PyTorch); otherwise
+  // they are zeroed in place and keep their memory (what a captured graph needs).
+  void zero_grad(bool set_to_none = true);
 
   // State for checkpoints: momentum buffers or Adam moments and step counters, named
   // "group<g>.<i>.<what>", on the parameters' device.
@@ -59,7 +70,6 @@ class Optimizer {
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state, const std::string& source);
 
   const OptimizerOptions& options() const { return options_; }
-  int64_t steps_taken() const { return steps_; }  // calls of step(), skipped-by-found_inf ones included
 
  private:
   struct Group {
@@ -67,11 +77,10 @@ class Optimizer {
     double weight_decay = 0;
     std::vector<at::Tensor> momentum;          // SGD
     std::vector<at::Tensor> exp_avg, exp_avg_sq, step;  // Adam/AdamW (step: 0-dim float32)
-    bool first_step = true;                    // SGD: buffers not yet initialised
+    at::Tensor lr;                             // 0-dim float32 on the parameters' device
   };
   OptimizerOptions options_;
   std::array<Group, 3> groups_;
-  int64_t steps_ = 0;
 };
 
 }  // namespace kestrel::train

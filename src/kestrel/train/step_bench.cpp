@@ -16,6 +16,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/device_prefetcher.h"
 #include "kestrel/models/model_config.h"
+#include "kestrel/train/cuda_graph_step.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/param_groups.h"
 #include "kestrel/train/split_loader.h"
@@ -37,6 +38,7 @@ double peak_memory_gb(const c10::Device& device) {
 std::string label_of(const StepBenchOptions& o) {
   std::string label = o.precision;
   if (o.channels_last) label += " + channels-last";
+  if (o.cuda_graph) label += " + CUDA graph";
   if (o.checkpoint_layers != 0)
     label += o.checkpoint_layers < 0 ? std::string(" + checkpointing") : " + checkpointing " + std::to_string(o.checkpoint_layers) + " layers";
   if (o.ota) label += " + OTA";
@@ -50,7 +52,16 @@ struct BenchStep {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<TrainStep> step;
+  std::unique_ptr<CudaGraphStep> graph;  // with --cuda-graph
   c10::Device device{c10::kCPU};
+
+  // One batch with an optimiser step, through the graph when there is one.
+  at::Tensor run(const at::Tensor& images, const at::Tensor& targets, const at::Tensor& mask, const StepSettings& s) {
+    if (graph) return graph->run(images, targets, mask, s, /*update=*/true).total;
+    const at::Tensor total = step->forward_backward(images, targets, mask).total.detach();
+    step->optimizer_step(s);
+    return total;
+  }
 };
 
 std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss::LossOptions& loss_options, int nc) {
@@ -93,6 +104,7 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
   step_options.channels_last = o.channels_last;
   const LossFn loss_fn = make_loss_fn(b->model->head(), loss_options, o.img_size, o.ota);
   b->step = std::make_unique<TrainStep>(*b->model, loss_fn, *b->optimizer, *b->scaler, b->ema.get(), step_options);
+  if (o.cuda_graph) b->graph = std::make_unique<CudaGraphStep>(*b->step, b->device);
   return b;
 }
 
@@ -105,7 +117,6 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
     fail("bench train: batch size and steps must be >= 1, warm-up and targets >= 0");
   const auto bench = make_bench_step(o, loss::LossOptions{}, /*nc: the config's*/ 0);
   const c10::Device device = bench->device;
-  auto& step = *bench->step;
 
   // Synthetic batch: images uniform in 0..1; boxes with centres anywhere and sides of 2-40 % of the image.
   at::Generator gen = at::detail::createCPUGenerator(o.seed);
@@ -127,8 +138,7 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
       synchronize(device);
       start = Clock::now();
     }
-    totals.push_back(step.forward_backward(images, targets, mask).total.detach());
-    step.optimizer_step(kBenchSettings);
+    totals.push_back(bench->run(images, targets, mask, kBenchSettings));
   }
   synchronize(device);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -174,9 +184,8 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
         std::optional<data::DeviceBatch> batch = prefetcher.next();
         if (waited) *waited += std::chrono::duration<double>(Clock::now() - wait_start).count();
         if (!batch) break;
-        const at::Tensor total = bench->step->forward_backward(batch->images, batch->targets, batch->target_mask).total;
-        if (waited) totals.push_back(total.detach());
-        bench->step->optimizer_step(kBenchSettings);
+        const at::Tensor total = bench->run(batch->images, batch->targets, batch->target_mask, kBenchSettings);
+        if (waited) totals.push_back(total);
         ++steps;
         images += batch->images.size(0);
       }
@@ -208,6 +217,10 @@ std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& option
   rows.push_back(bench_train_step(o));
   o.channels_last = true;
   rows.push_back(bench_train_step(o));
+  if (device.is_cuda()) {
+    o.cuda_graph = true;
+    rows.push_back(bench_train_step(o));
+  }
   o.checkpoint_layers = -1;
   rows.push_back(bench_train_step(o));
   return rows;

@@ -14,6 +14,7 @@ struct StepBenchOptions {
   std::string device;                 // "" = first GPU if any, else CPU
   std::string precision = "fp32";     // fp32, fp16 (with loss scaling), bf16
   bool channels_last = false;
+  bool cuda_graph = false;            // capture the step once, replay it (CUDA only; see cuda_graph_step.h)
   std::string optimizer = "SGD";
   bool ota = false;                   // YOLOv7's OTA loss instead of YOLOv5's
   int checkpoint_layers = 0;          // activation checkpointing of the first N layers (0: off, -1: all)
@@ -34,7 +35,7 @@ struct StepBenchResult {
 StepBenchResult bench_train_step(const StepBenchOptions& options);
 
 // The ablation table: fp32 baseline, + mixed precision (fp16 on CUDA, bf16 on CPU), + channels-last,
-// + activation checkpointing of every layer (the memory / compute trade).
+// + CUDA graph (CUDA only), + activation checkpointing of every layer (the memory / compute trade).
 std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options);
 
 // `kestrel bench e2e`: the whole training pipeline on a real dataset — the trainer's loader (training

@@ -39,6 +39,20 @@ loss::YoloLoss::Result TrainStep::forward_backward(const at::Tensor& images, con
 }
 
 void TrainStep::optimizer_step(const StepSettings& s) {
+  set_learning_rates(s.lr);
+  apply_update(s.momentum);
+}
+
+void TrainStep::set_learning_rates(const std::array<double, 3>& lr) { optimizer_.set_learning_rates(lr); }
+
+void TrainStep::keep_gradient_memory() {
+  torch::NoGradGuard no_grad;
+  keep_gradient_memory_ = true;
+  for (auto& p : trainable_)
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p, at::MemoryFormat::Preserve);
+}
+
+void TrainStep::apply_update(double momentum) {
   scaler_.begin_step();
   std::vector<at::Tensor> grads;
   for (const auto& p : trainable_) grads.push_back(p.grad());
@@ -48,9 +62,9 @@ void TrainStep::optimizer_step(const StepSettings& s) {
   } else {
     scaler_.check(grads);  // the fused kernel unscales
   }
-  optimizer_.step(s.lr, s.momentum, scaler_.grad_scale(), scaler_.found_inf());
+  optimizer_.step(momentum, scaler_.grad_scale(), scaler_.found_inf());
   scaler_.update();
-  optimizer_.zero_grad();
+  optimizer_.zero_grad(/*set_to_none=*/!keep_gradient_memory_);
   if (ema_) ema_->update();
 }
 

@@ -3,6 +3,7 @@
 // optimiser step: unscale + clip, fused update that skips inf/NaN steps, loss-scale update, EMA.
 // Nothing here reads a device value back to the host.
 #pragma once
+#include <array>
 #include <functional>
 #include <vector>
 
@@ -38,7 +39,17 @@ class TrainStep {
 
   // images [B, 3, H, W] float 0..1 on the model's device. Gradients accumulate until optimizer_step().
   loss::YoloLoss::Result forward_backward(const at::Tensor& images, const at::Tensor& targets, const at::Tensor& mask);
+  // set_learning_rates(settings.lr), then apply_update(settings.momentum).
   void optimizer_step(const StepSettings& settings);
+  // Writes the learning rates into the optimiser's device tensors (outside any captured graph).
+  void set_learning_rates(const std::array<double, 3>& lr);
+  // The device part of optimizer_step(), with the learning rates already set: unscale, clip, update,
+  // scale update, zero gradients, EMA. This is what a CUDA graph captures.
+  void apply_update(double momentum);
+
+  // From now on gradients keep their memory: allocated (zero) now, accumulated into in place by
+  // backward, zeroed in place after each update — so a captured graph always finds them where it left them.
+  void keep_gradient_memory();
 
   const StepOptions& options() const { return options_; }
 
@@ -49,6 +60,7 @@ class TrainStep {
   GradScaler& scaler_;
   ModelEma* ema_;
   StepOptions options_;
+  bool keep_gradient_memory_ = false;
   std::vector<at::Tensor> trainable_;  // parameters with requires_grad
 };
 

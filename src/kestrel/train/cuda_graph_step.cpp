@@ -1,0 +1,226 @@
+#include "kestrel/train/cuda_graph_step.h"
+
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#ifdef KESTREL_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "kestrel/core/error.h"
+
+namespace kestrel::train {
+
+int64_t padded_target_rows(int64_t rows) {
+  int64_t n = 32;
+  while (n < rows) n *= 2;
+  return n;
+}
+
+namespace {
+
+// One shape's static buffers and, once captured, its graph and the graph's outputs.
+struct Shape {
+  at::Tensor images, targets, mask;  // [B, 3, H, W], [B, Mp, 5], [B, Mp] (rows past the batch's: masked)
+  loss::YoloLoss::Result out;        // the captured step's outputs, rewritten by every replay
+  double momentum = 0;               // of the last call (0 for micro-steps: they have none)
+  int steady_calls = 0;              // consecutive calls with that momentum
+  double graph_momentum = 0;         // the one the graph was captured with
+#ifdef KESTREL_WITH_CUDA
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+#endif
+};
+
+// image sizes, padded target rows, whether the step updates the weights
+using ShapeKey = std::tuple<std::vector<int64_t>, int64_t, bool>;
+
+loss::YoloLoss::Result copy_of(const loss::YoloLoss::Result& r) {
+  return {r.total.detach().clone(), r.items.clone()};
+}
+
+// Autocast's cast cache off for a scope: casts inside a capture must be part of the graph.
+class NoAutocastCache {
+ public:
+  NoAutocastCache() : previous_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
+  ~NoAutocastCache() { at::autocast::set_autocast_cache_enabled(previous_); }
+  NoAutocastCache(const NoAutocastCache&) = delete;
+  NoAutocastCache& operator=(const NoAutocastCache&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace
+
+struct CudaGraphStep::Impl {
+  TrainStep& step;
+  c10::Device device;
+  GraphStepOptions options;
+  std::map<ShapeKey, Shape> shapes;
+  int captured = 0;
+  int64_t replays = 0;
+#ifdef KESTREL_WITH_CUDA
+  std::optional<c10::cuda::CUDAStream> side;  // warm-up calls and captures
+  c10::MempoolId_t pool{0, 0};                // one memory pool for every graph (replays never overlap)
+#endif
+
+  Impl(TrainStep& s, const c10::Device& d, GraphStepOptions o) : step(s), device(d), options(o) {}
+
+  // The shape's slot for this batch (created on first sight), or nullptr when max_graphs are taken.
+  Shape* slot(const at::Tensor& images, const at::Tensor& targets, bool update) {
+    const int64_t rows = padded_target_rows(targets.size(1));
+    const ShapeKey key{images.sizes().vec(), rows, update};
+    auto it = shapes.find(key);
+    if (it != shapes.end()) return &it->second;
+    if (static_cast<int>(shapes.size()) >= options.max_graphs) return nullptr;
+    Shape& s = shapes[key];
+    s.images = at::empty_like(images);
+    s.targets = at::zeros({targets.size(0), rows, targets.size(2)}, targets.options());
+    s.mask = at::zeros({targets.size(0), rows}, targets.options().dtype(at::kBool));
+    return &s;
+  }
+
+  // Copies the batch into the static buffers (on the current stream, before the step reads them).
+  static void load(Shape& s, const at::Tensor& images, const at::Tensor& targets, const at::Tensor& mask) {
+    torch::NoGradGuard no_grad;
+    const int64_t m = targets.size(1);
+    s.images.copy_(images);
+    s.targets.narrow(1, 0, m).copy_(targets);
+    s.mask.narrow(1, 0, m).copy_(mask);
+    if (m < s.mask.size(1)) s.mask.narrow(1, m, s.mask.size(1) - m).zero_();
+  }
+
+  // The captured body: what one replay does.
+  loss::YoloLoss::Result body(Shape& s, bool update) {
+    loss::YoloLoss::Result r = step.forward_backward(s.images, s.targets, s.mask);
+    if (update) step.apply_update(s.momentum);
+    return {r.total.detach(), r.items};
+  }
+
+  bool ready(const Shape& s) const {
+#ifdef KESTREL_WITH_CUDA
+    return s.graph != nullptr;
+#else
+    (void)s;
+    return false;
+#endif
+  }
+
+  loss::YoloLoss::Result replay(Shape& s) {
+#ifdef KESTREL_WITH_CUDA
+    s.graph->replay();
+    ++replays;
+#endif
+    return copy_of(s.out);
+  }
+
+  // A call of the body without capture: on the side stream when capturing is on (warm-up before a
+  // capture), ordered after the current stream's work (the loaded inputs) and before its next.
+  loss::YoloLoss::Result eager(Shape& s, bool update) {
+#ifdef KESTREL_WITH_CUDA
+    if (options.capture) {
+      const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
+      if (!side) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+      at::cuda::CUDAEvent inputs_ready, done;
+      inputs_ready.record(current);
+      inputs_ready.block(*side);
+      loss::YoloLoss::Result r;
+      {
+        c10::cuda::CUDAStreamGuard on_side(*side);
+        r = body(s, update);
+      }
+      done.record(*side);
+      done.block(current);
+      // Allocated on the side stream, used on the current one: not reused before that use is done.
+      r.total.record_stream(current);
+      r.items.record_stream(current);
+      return r;
+    }
+#endif
+    return body(s, update);
+  }
+
+  // Records the body as the shape's graph (running nothing), on the side stream.
+  void capture(Shape& s, bool update) {
+#ifdef KESTREL_WITH_CUDA
+    if (pool == c10::MempoolId_t{0, 0}) pool = at::cuda::graph_pool_handle();
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
+    if (!side) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+    at::cuda::CUDAEvent inputs_ready, done;
+    inputs_ready.record(current);
+    inputs_ready.block(*side);
+    {
+      c10::cuda::CUDAStreamGuard on_side(*side);
+      NoAutocastCache no_cast_cache;
+      s.graph = std::make_unique<at::cuda::CUDAGraph>();
+      // Thread-local mode: the loader's threads may use CUDA (pinned memory) while this one captures.
+      s.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      s.out = body(s, update);
+      s.graph->capture_end();
+    }
+    done.record(*side);
+    done.block(current);
+    s.graph_momentum = s.momentum;
+    ++captured;
+#else
+    (void)s;
+    (void)update;
+#endif
+  }
+
+  ~Impl() {
+#ifdef KESTREL_WITH_CUDA
+    if (side) side->synchronize();  // the static buffers are freed after this
+#endif
+  }
+};
+
+CudaGraphStep::CudaGraphStep(TrainStep& step, const c10::Device& device, GraphStepOptions options)
+    : impl_(std::make_unique<Impl>(step, device, options)) {
+  if (options.capture && !device.is_cuda()) fail("--cuda-graph needs a CUDA device, not ", device.str());
+#ifndef KESTREL_WITH_CUDA
+  if (options.capture) fail("--cuda-graph: this kestrel was built without CUDA");
+#endif
+  if (options.warmup < 1 || options.max_graphs < 0) fail("CUDA graphs: warm-up must be >= 1 and max graphs >= 0");
+  step.keep_gradient_memory();
+}
+
+CudaGraphStep::~CudaGraphStep() = default;
+
+loss::YoloLoss::Result CudaGraphStep::run(const at::Tensor& images, const at::Tensor& targets, const at::Tensor& mask,
+                                          const StepSettings& settings, bool update) {
+  Impl& m = *impl_;
+  if (update) m.step.set_learning_rates(settings.lr);  // outside the graph: the captured update reads them
+  Shape* s = m.slot(images, targets, update);
+  if (s == nullptr) {  // more shapes than graphs: this one runs eagerly as it is
+    loss::YoloLoss::Result r = m.step.forward_backward(images, targets, mask);
+    if (update) m.step.apply_update(settings.momentum);
+    return {r.total.detach(), r.items};
+  }
+  Impl::load(*s, images, targets, mask);
+  // Only updates depend on the momentum; a micro-step's graph serves any.
+  const double momentum = update ? settings.momentum : 0.0;
+  if (m.ready(*s) && s->graph_momentum == momentum) return m.replay(*s);
+  s->steady_calls = s->momentum == momentum ? s->steady_calls + 1 : 1;
+  s->momentum = momentum;
+  if (m.options.capture && s->steady_calls > m.options.warmup) {
+    m.capture(*s, update);  // records the step without running it ...
+    return m.replay(*s);    // ... which the first replay does
+  }
+  return m.eager(*s, update);
+}
+
+int CudaGraphStep::graphs_captured() const { return impl_->captured; }
+int64_t CudaGraphStep::replays() const { return impl_->replays; }
+
+}  // namespace kestrel::train
