@@ -30,6 +30,8 @@ step() { echo; echo "=== $*"; }
 step env;                 $K env 2>&1 | tee "$OUT/env.txt"
 step cuda tests;          timeout 120 $T --gtest_filter='*Cuda*:*CUDA*:DevicePrefetcher*:NmsCuda*' 2>&1 | tail -25 | tee "$OUT/cuda_tests.txt"
 step ablation yolov5s;    timeout 150 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation --steps 20 2>&1 | tee "$OUT/ablation_yolov5s.txt"
+# Caching-allocator settings come from PyTorch's own variable (LibTorch reads it): compare peak memory and speed.
+step "allocator: expandable segments"; PYTORCH_ALLOC_CONF=expandable_segments:True timeout 60 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --steps 20 2>&1 | tee "$OUT/allocator.txt"
 for row in "yolov5n" "yolov3" "yolov7 --ota" "yolov7 --ota --cuda-graph"; do
   step "bench $row";      timeout 90 $K bench train --cfg $row --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --steps 10 --json 2>&1 | tee -a "$OUT/bench_models.jsonl"
 done

@@ -54,6 +54,8 @@ void synchronize(const c10::Device& device) {
   at::accelerator::synchronizeDevice(device.index());
 }
 
+void set_cudnn_benchmark(bool enabled) { at::globalContext().setBenchmarkCuDNN(enabled); }
+
 double reserved_memory_gb(const c10::Device& device) {
   if (device.is_cpu()) return 0.0;
   const auto stats = at::accelerator::getDeviceStats(device.index());

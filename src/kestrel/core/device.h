@@ -26,6 +26,11 @@ AcceleratorInfo query_accelerators();
 // Waits for the device's queued work (a no-op on the CPU): for timings only, never inside a step.
 void synchronize(const c10::Device& device);
 
+// cuDNN autotuning (torch.backends.cudnn.benchmark): each new convolution shape is timed once and the
+// fastest algorithm kept. LibTorch leaves it off, Python's reference runs turn it on; kestrel turns it on
+// for training and benches on CUDA, where shapes repeat. Harmless without CUDA.
+void set_cudnn_benchmark(bool enabled);
+
 // Memory the caching allocator has reserved on `device`, in GB (0 on the CPU): upstream's GPU_mem column.
 double reserved_memory_gb(const c10::Device& device);
 

@@ -70,6 +70,7 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
   auto b = std::make_unique<BenchStep>();
   b->device = parse_device(o.device);
   if (b->device.is_cuda()) {
+    set_cudnn_benchmark(true);  // as the PyTorch reference figures (docs/benchmarks.md)
     // Each configuration's peak from its own start (earlier rows' blocks returned to the device).
     at::accelerator::emptyCache();
     at::accelerator::resetPeakStats(b->device.index());
