@@ -1,0 +1,634 @@
+#include "kestrel/train/training_run.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
+#include "kestrel/data/device_prefetcher.h"
+#include "kestrel/data/image_files.h"
+#include "kestrel/dist/sync_batch_norm.h"
+#include "kestrel/eval/label_plots.h"
+#include "kestrel/eval/plots.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/train/autoanchor.h"
+#include "kestrel/train/image_weights.h"
+#include "kestrel/train/param_groups.h"
+#include "kestrel/train/train_options.h"
+
+namespace kestrel::train {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kStateFormat = "kestrel-train-state-1";
+using Clock = std::chrono::steady_clock;
+
+// Ctrl-C: the first one asks the loop to stop at the next safe point and save; a second one kills.
+std::atomic<bool> g_stop_requested{false};
+extern "C" void on_interrupt(int) {
+  if (g_stop_requested.exchange(true)) std::_Exit(130);
+}
+
+std::string json_text(const nlohmann::json& j) { return j.dump(); }
+
+// Upstream --freeze's layer selection, also used by --checkpoint: [n] is layers 0..n-1, a longer list
+// is exactly those layer indices.
+std::vector<int> selected_layers(const std::vector<int>& spec) {
+  std::vector<int> layers;
+  if (spec.size() == 1) {
+    for (int i = 0; i < spec[0]; ++i) layers.push_back(i);
+  } else {
+    layers = spec;
+  }
+  return layers;
+}
+
+int freeze_layers(models::YoloModel& model, const std::vector<int>& freeze) {
+  const std::vector<int> layers = selected_layers(freeze);
+  int frozen = 0;
+  for (auto& p : model.named_parameters()) {
+    bool hit = false;
+    for (int l : layers) hit = hit || p.key().rfind(cat("model.", l, "."), 0) == 0;
+    p.value().set_requires_grad(!hit);
+    frozen += hit;
+  }
+  return frozen;
+}
+
+void set_batchnorm_eval(torch::nn::Module& model) {
+  for (const auto& m : model.modules())
+    if (dynamic_cast<torch::nn::BatchNorm2dImpl*>(m.get())) m->eval();
+}
+
+std::string first_non_finite_parameter(torch::nn::Module& model) {
+  for (const auto& p : model.named_parameters()) {
+    if (!at::isfinite(p.value()).all().item<bool>()) return "parameter " + p.key();
+    if (p.value().grad().defined() && !at::isfinite(p.value().grad()).all().item<bool>()) return "gradient of " + p.key();
+  }
+  return "";
+}
+
+// Upstream's maps: each class's mAP50-95, and the overall mAP50-95 for classes without labels in val.
+std::vector<double> class_maps(const eval::ValidationResult& v, int nc) {
+  std::vector<double> maps(static_cast<size_t>(nc), v.metrics.map);
+  if (!v.metrics.classes.defined() || v.metrics.classes.numel() == 0) return maps;
+  const at::Tensor classes = v.metrics.classes.to(at::kCPU), ap = v.metrics.ap.to(at::kCPU).mean(1);
+  for (int64_t i = 0; i < classes.numel(); ++i) {
+    const int64_t c = classes[i].item<int64_t>();
+    if (c >= 0 && c < nc) maps[static_cast<size_t>(c)] = ap[i].item<double>();
+  }
+  return maps;
+}
+
+// [3] loss items on the device -> host doubles.
+std::array<double, 3> host_items(const at::Tensor& items) {
+  const at::Tensor h = items.to(at::kCPU).to(at::kDouble);
+  return {h[0].item<double>(), h[1].item<double>(), h[2].item<double>()};
+}
+
+}  // namespace
+
+// ---- the progress line ------------------------------------------------------------------------------
+
+ProgressLine::ProgressLine(bool quiet, int epochs) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO)), epochs_(epochs) {}
+
+void ProgressLine::header() const {
+  if (quiet_) return;
+  std::printf("\n%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "GPU_mem", "box_loss", "obj_loss", "cls_loss", "Instances",
+              "Size");
+}
+
+bool ProgressLine::due(bool last) {
+  if (quiet_ || (!last && !tty_)) return false;
+  const auto now = Clock::now();
+  if (!last && now - last_draw_ < std::chrono::milliseconds(250)) return false;
+  last_draw_ = now;
+  return true;
+}
+
+void ProgressLine::draw(int epoch, double mem_gb, const std::array<double, 3>& mloss, int64_t instances, int64_t size,
+                        int64_t i, int64_t nb, double images_per_s, bool last) const {
+  char rate[32] = "";
+  if (images_per_s > 0) std::snprintf(rate, sizeof rate, " %.1f img/s", images_per_s);
+  std::printf("%s%11s%11s%11.4g%11.4g%11.4g%11lld%11lld: %3d%% %lld/%lld%s%s", tty_ ? "\r" : "",
+              cat(epoch, "/", epochs_ - 1).c_str(), cat(std::round(mem_gb * 1000) / 1000, "G").c_str(), mloss[0],
+              mloss[1], mloss[2], static_cast<long long>(instances), static_cast<long long>(size),
+              static_cast<int>(100 * (i + 1) / std::max<int64_t>(nb, 1)), static_cast<long long>(i + 1),
+              static_cast<long long>(nb), rate, last ? "\n" : "");
+  std::fflush(stdout);
+}
+
+// ---- set-up -----------------------------------------------------------------------------------------
+
+// --resume: the saved options replace the command line's (but for the few that only steer this
+// process), and the run folder is reused.
+void TrainingRun::read_options(const TrainOptions& requested) {
+  o = requested;
+  if (!requested.resume.empty()) {
+    std::string path = requested.resume;
+    if (fs::is_directory(path)) path = (fs::path(path) / "weights" / "last.state.safetensors").string();
+    resume_state = load_safetensors(path);
+    const auto& m = resume_state.metadata;
+    if (!m.count("format") || m.at("format") != kStateFormat)
+      fail(path, ": not a kestrel training state (pass a run's weights/last.state.safetensors)");
+    o = options_from_json(nlohmann::json::parse(m.at("options")), path);
+    o.resume = path;
+    o.quiet = requested.quiet;
+    o.interrupt_after = requested.interrupt_after;
+    if (!requested.device.empty()) o.device = requested.device;
+    save_dir = fs::path(path).parent_path().parent_path().string();
+  }
+  if (o.epochs < 1) fail("--epochs must be >= 1");
+  if (o.batch_size < 1) fail("--batch-size must be >= 1");
+  if (o.cfg.empty() && o.weights.empty()) fail("give --cfg (a model YAML or name such as yolov5s) or --weights");
+  if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk") fail("--cache ", o.cache, ": expected ram or disk");
+}
+
+// Data parallel (torchrun or --nproc-per-node): one process per device, gradients averaged over ranks.
+void TrainingRun::join_ranks() {
+  device = parse_device(o.device);
+  const dist::DistEnv dist_env = dist::read_env();
+  if (dist_env.world_size > 1 && device.is_cuda()) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist_env.local_rank));
+  dist_ctx = dist::init(dist_env, device, std::chrono::seconds(3600));
+  if (dist_ctx.enabled && o.batch_size % dist_ctx.world_size != 0)
+    fail("--batch-size ", o.batch_size, " must be a multiple of WORLD_SIZE ", dist_ctx.world_size);
+  // Only rank 0 prints, validates and writes the run folder; the others write to a scratch folder.
+  cout_buffer = std::cout.rdbuf();
+  if (!dist_ctx.is_main()) {
+    o.quiet = true;
+    std::cout.rdbuf(nullptr);
+  }
+}
+
+void TrainingRun::load_recipe() {
+  hyp = o.hyp.empty() ? default_hyperparameters() : load_hyperparameters(o.hyp);
+  if (!hyp.unknown_keys.empty()) {
+    std::string keys;
+    for (const auto& k : hyp.unknown_keys) keys += " " + k;
+    std::cout << "warning: " << o.hyp << ": keys kestrel does not use:" << keys << "\n";
+  }
+  hyp.loss.label_smoothing = o.label_smoothing;
+  data_cfg = data::load_dataset_config(o.data);
+  names = o.single_cls ? std::vector<std::string>{"item"} : data_cfg.names;
+  nc = static_cast<int>(names.size());
+}
+
+void TrainingRun::build_model() {
+  models::LoadedModel pretrained;
+  if (!o.weights.empty()) pretrained = models::load_model_weights(o.weights);
+  if (!o.cfg.empty()) {
+    info = models::describe_config(o.cfg, names);
+  } else {
+    info = pretrained.info;
+    info.names = names;
+    info.extra.clear();
+  }
+  auto build = [&] {
+    return models::build_model(models::parse_model_config(info.model_yaml, info.model_name + ".yaml"), nc);
+  };
+  // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
+  torch::manual_seed(o.seed);
+  model = build();
+  if (pretrained.model) transfer_pretrained(pretrained);
+  model->to(device);
+  dist::broadcast_module(*model, dist_ctx);  // every rank starts from rank 0's weights
+  if (o.sync_bn && dist_ctx.enabled)
+    std::cout << "Using SyncBatchNorm() in " << dist::convert_sync_batch_norm(*model, dist_ctx) << " layers\n";
+  else if (o.sync_bn)
+    std::cout << "warning: --sync-bn has no effect in a single process\n";
+  ema_model = build();
+  ema_model->to(device);
+  const int frozen = freeze_layers(*model, o.freeze);
+  if (frozen) std::cout << "freezing " << frozen << " parameter tensors\n";
+  if (!o.checkpoint.empty()) {
+    model->set_checkpointed_layers(selected_layers(o.checkpoint));
+    std::cout << "activation checkpointing of " << model->num_checkpointed_layers() << " layers\n";
+  }
+}
+
+// Upstream's intersect_dicts: same key and shape; anchors come from the config when one is given.
+void TrainingRun::transfer_pretrained(const models::LoadedModel& pretrained) {
+  models::NamedTensors transfer;
+  const auto target = models::state_dict(*model);
+  std::map<std::string, at::Tensor> shapes(target.begin(), target.end());
+  for (auto& [key, t] : models::state_dict(*pretrained.model)) {
+    const auto it = shapes.find(key);
+    if (it == shapes.end() || it->second.sizes() != t.sizes()) continue;
+    if (!o.cfg.empty() && key.find("anchor") != std::string::npos) continue;
+    transfer.emplace_back(key, t);
+  }
+  models::load_state_dict(*model, transfer, /*strict=*/false, o.weights);
+  std::cout << "Transferred " << transfer.size() << "/" << target.size() << " items from " << o.weights << "\n";
+}
+
+void TrainingRun::build_data() {
+  stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
+  if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
+  train_data = make_split_loader(data_cfg, "train", o, true, hyp, stride, static_cast<int>(data_cfg.names.size()),
+                                 dist_ctx.rank, dist_ctx.world_size);
+  val_data = make_split_loader(data_cfg, "val", o, false, hyp, stride, static_cast<int>(data_cfg.names.size()));
+  nb = static_cast<int64_t>(train_data.loader->num_batches());
+  if (hyp.augment.paste_in > 0) {
+    // YOLOv7's paste-in acts only on polygon labels (with boxes only it does nothing upstream either).
+    bool polygons = false;
+    for (const auto& r : train_data.dataset->records())
+      for (const auto& row : r.rows) polygons = polygons || !row.polygon.empty();
+    if (polygons)
+      std::cout << "warning: paste_in " << hyp.augment.paste_in << ": YOLOv7's paste-in augmentation is not implemented "
+                   "by kestrel yet and is skipped (these labels have polygons, so upstream would use it)\n";
+  }
+}
+
+// A resumed run keeps its saved anchors.
+void TrainingRun::run_autoanchor() {
+  if (o.noautoanchor || !o.resume.empty()) return;
+  if (dist_ctx.is_main()) {
+    AutoAnchorOptions aa;
+    aa.anchor_t = hyp.loss.anchor_t;
+    aa.seed = o.seed;
+    std::cout << check_anchors(model->head(), train_data.dataset->records(), o.img_size, aa).report;
+  }
+  std::vector<at::Tensor> head_buffers;
+  for (const auto& b : model->head().named_buffers()) head_buffers.push_back(b.value());
+  dist::broadcast_tensors(head_buffers, dist_ctx);
+}
+
+void TrainingRun::build_optimiser() {
+  sched.lr0 = hyp.lr0;
+  sched.lrf = hyp.lrf;
+  sched.momentum = hyp.momentum;
+  sched.warmup_epochs = hyp.warmup_epochs;
+  sched.warmup_momentum = hyp.warmup_momentum;
+  sched.warmup_bias_lr = hyp.warmup_bias_lr;
+  // YOLOv5: linear unless --cos-lr; YOLOv7's train.py: cosine (one_cycle) unless --linear-lr.
+  sched.cos_lr = o.cos_lr || (hyp.yolov7_recipe && !o.linear_lr);
+  sched.epochs = o.epochs;
+  sched.batch_size = o.batch_size;
+  sched.min_warmup_iterations = o.min_warmup_iterations >= 0 ? o.min_warmup_iterations : (hyp.yolov7_recipe ? 1000 : 100);
+  opt_options.kind = parse_optimizer_kind(o.optimizer);
+  opt_options.weight_decay = scaled_weight_decay(sched, hyp.weight_decay);
+  const ParamGroups groups = split_parameters(*model);
+  optimizer.emplace(groups, opt_options);
+
+  amp = o.amp;
+  if (amp == "auto") amp = device.is_cuda() ? "fp16" : "off";
+  if (amp != "fp16" && amp != "bf16" && amp != "off") fail("--amp ", o.amp, ": expected auto, fp16, bf16 or off");
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = amp == "fp16";
+  scaler_options.init_scale = o.loss_scale;
+  scaler.emplace(scaler_options, device);
+}
+
+void TrainingRun::restore_resume_state() {
+  models::NamedTensors model_t, opt_t, scaler_t;
+  for (auto& [key, t] : resume_state.tensors) {
+    if (key.rfind("model/", 0) == 0) model_t.emplace_back(key.substr(6), t);
+    else if (key.rfind("ema/", 0) == 0) ema_t.emplace_back(key.substr(4), t);
+    else if (key.rfind("optimizer/", 0) == 0) opt_t.emplace_back(key.substr(10), t);
+    else if (key.rfind("scaler/", 0) == 0) scaler_t.emplace_back(key.substr(7), t);
+  }
+  models::load_state_dict(*model, model_t, true, o.resume);
+  optimizer->load_state(opt_t, o.resume);
+  if (scaler->enabled() && !scaler_t.empty()) scaler->load_state(scaler_t, o.resume);
+  try {
+    const nlohmann::json p = nlohmann::json::parse(resume_state.metadata.at("progress"));
+    progression.epoch = p.at("epoch");
+    progression.next_batch = p.at("next_batch");
+    progression.last_opt_step = p.at("last_opt_step");
+    progression.best_fitness = p.at("best_fitness");
+    progression.best_epoch = p.at("best_epoch");
+    progression.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
+    progression.loss_count = p.at("loss_count");
+    ema_updates = p.at("ema_updates");
+    progression.maps = p.value("maps", std::vector<double>{});
+    // Another number of ranks: rank r takes every W-th sample of the epoch order, so global batch i
+    // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps
+    // its meaning. Iteration numbers follow the new batches per epoch; a run stops only right
+    // after an optimiser step, so the last one was the batch before next_batch.
+    const int saved_world_size = p.value("world_size", 1);
+    if (saved_world_size != dist_ctx.world_size) {
+      progression.last_opt_step = nb * progression.epoch + progression.next_batch - 1;
+      std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
+                << saved_world_size << "\n";
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(o.resume, ": malformed training progress (", e.what(), ")");
+  }
+  if (progression.epoch >= o.epochs) fail(o.resume, ": this run already finished its ", o.epochs, " epochs; nothing to resume");
+  std::cout << "Resuming " << save_dir << " from epoch " << progression.epoch << ", batch " << progression.next_batch << "\n";
+}
+
+void TrainingRun::choose_run_dir() {
+  if (o.resume.empty() && dist_ctx.is_main()) save_dir = make_run_dir(o.project, o.name, o.exist_ok);
+  run_dir = save_dir;
+  if (!dist_ctx.is_main()) {
+    save_dir = (fs::temp_directory_path() / cat("kestrel-rank", dist_ctx.rank, "-", ::getpid())).string();
+    fs::create_directories(save_dir);
+  }
+}
+
+void TrainingRun::build_step() {
+  // Training loss: YOLOv7's OTA assignment when the recipe asks for it (loss_ota: 1), else YOLOv5's.
+  // Validation always reports the plain loss, as upstream's test.py/val.py. Built after AutoAnchor and
+  // the resume: the losses copy the head's anchors.
+  compute_loss.emplace(model->head(), hyp.loss, o.img_size);
+  train_loss_fn = make_loss_fn(model->head(), hyp.loss, o.img_size, hyp.loss_ota);
+  // Upstream: the loss x WORLD_SIZE under DDP (gradients are averaged), and x 4 with --quad.
+  const double loss_factor = static_cast<double>(dist_ctx.world_size) * (o.quad ? 4.0 : 1.0);
+  if (loss_factor != 1.0) {
+    train_loss_fn = [inner = train_loss_fn, loss_factor](const std::vector<at::Tensor>& l, const at::Tensor& t,
+                                                         const at::Tensor& m) {
+      loss::YoloLoss::Result r = inner(l, t, m);
+      r.total = r.total * loss_factor;
+      return r;
+    };
+  }
+  ema.emplace(ema_model, *model, EmaOptions{}, ema_updates);
+  if (!o.resume.empty()) models::load_state_dict(ema->model(), ema_t, true, o.resume);
+  StepOptions step_options;
+  step_options.autocast = amp != "off";
+  step_options.autocast_dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
+  step_options.max_grad_norm = o.max_grad_norm;
+  step.emplace(*model, train_loss_fn, *optimizer, *scaler, &*ema, step_options);
+  std::vector<at::Tensor> trainable;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  reducer.emplace(trainable, dist_ctx);  // all-reduces gradient buckets during backward
+}
+
+void TrainingRun::open_run_files() {
+  weights_dir = fs::path(save_dir) / "weights";
+  fs::create_directories(weights_dir);
+  write_text_atomic((fs::path(save_dir) / "hyp.yaml").string(), hyperparameters_yaml(hyp));
+  write_text_atomic((fs::path(save_dir) / "opt.yaml").string(), options_yaml(o));
+  // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
+  if (o.resume.empty() && dist_ctx.is_main())
+    eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
+  results.emplace((fs::path(save_dir) / "results.csv").string());
+  tensorboard.emplace(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
+  last_path = (weights_dir / "last.safetensors").string();
+  best_path = (weights_dir / "best.safetensors").string();
+  state_path = (weights_dir / "last.state.safetensors").string();
+}
+
+void TrainingRun::start_epochs() {
+  std::cout << "kestrel train: " << info.model_name << " (" << nc << " classes) on " << device << ", "
+            << optimizer_name(opt_options.kind) << (hyp.loss_ota ? ", OTA loss" : "") << ", " << nb << " batches of " << o.batch_size << " per epoch, amp "
+            << amp << ", results to " << save_dir << "\n";
+  g_stop_requested = false;
+  previous_handler = std::signal(SIGINT, on_interrupt);
+  progress = ProgressLine(o.quiet, o.epochs);
+  result.save_dir = save_dir;
+}
+
+// ---- one epoch --------------------------------------------------------------------------------------
+
+void TrainingRun::begin_epoch() {
+  model->train();
+  if (o.freeze_bn) set_batchnorm_eval(*model);
+  optimizer->zero_grad();
+  if (o.image_weights) {
+    // Rank 0 validated: every rank samples with its per-class mAPs (one list: the ranks share it).
+    at::Tensor maps = at::zeros({nc}, at::TensorOptions().dtype(at::kDouble).device(device));  // [nc]
+    if (progression.maps.size() == static_cast<size_t>(nc)) maps.copy_(at::tensor(progression.maps, at::kDouble));
+    dist::broadcast_tensors({maps}, dist_ctx);
+    const at::Tensor m = maps.to(at::kCPU);
+    progression.maps.assign(m.data_ptr<double>(), m.data_ptr<double>() + nc);
+    train_data.loader->set_sample_weights(train::image_sampling_weights(train_data.dataset->records(), nc, progression.maps));
+  }
+  train_data.loader->start_epoch(progression.epoch, progression.next_batch);
+  progress.header();
+}
+
+// Batches progression.next_batch .. nb-1 of the epoch: forward and backward every batch, an optimiser
+// step every `accumulate` batches. Stops early (totals.interrupted) only right after an optimiser step.
+EpochTotals TrainingRun::run_batches() {
+  const int epoch = progression.epoch;
+  EpochTotals totals;
+  totals.loss_sum = at::tensor(std::vector<double>(progression.loss_sum.begin(), progression.loss_sum.end()), at::kFloat).to(device);
+  // Logged per epoch: the rates of its last iteration (also when a resumed epoch has no batch left).
+  totals.lr = step_settings(sched, epoch, nb * (epoch + 1) - 1, nb).lr;
+  int64_t timed_images = 0;
+  Clock::time_point timing_start{};
+  // The next batch's copy to the device (a side stream on CUDA) overlaps this batch's step.
+  data::DevicePrefetcher prefetcher(*train_data.loader, device, /*channels_last=*/false, /*trim_multiple=*/32);
+  for (int64_t i = progression.next_batch; i < nb; ++i) {
+    std::optional<data::DeviceBatch> batch = prefetcher.next();
+    if (!batch) break;
+    const int64_t ni = i + nb * epoch;  // iterations since the start of training
+    const StepSettings s = step_settings(sched, epoch, ni, nb);
+    totals.lr = s.lr;
+    // images [B, 3, H, W] float 0..1; targets [B, M, 5] (class, cx, cy, w, h), target_mask [B, M].
+    const at::Tensor images = o.multi_scale ? multi_scale(batch->images, epoch, i) : batch->images;
+
+    // Optimiser step every `accumulate` batches (upstream: ni - last_opt_step >= accumulate); only
+    // the backward before it communicates.
+    const bool optimizer_step_due = ni - progression.last_opt_step >= s.accumulate;
+    reducer->prepare_backward(optimizer_step_due);
+    const loss::YoloLoss::Result step_loss = step->forward_backward(images, batch->targets, batch->target_mask);
+    if (o.check_nans) check_finite_loss(step_loss, *batch, epoch, i, ni);
+    if (optimizer_step_due) totals.interrupted = optimiser_step(s, ni);
+    totals.loss_sum.add_(step_loss.items.to(at::kFloat));
+    ++progression.loss_count;
+    ++batches_run;
+
+    if (i - progression.next_batch == 2) timing_start = Clock::now();  // images/s excludes the first steps
+    if (i - progression.next_batch > 2) timed_images += images.size(0);
+    const bool last = i + 1 == nb || totals.interrupted;
+    if (progress.due(last)) {
+      const double secs = std::chrono::duration<double>(Clock::now() - timing_start).count();
+      progress.draw(epoch, reserved_memory_gb(device), host_items(totals.loss_sum / static_cast<double>(progression.loss_count)),
+                    batch->boxes, images.size(3), i, nb, timed_images > 0 && secs > 0 ? timed_images / secs : 0, last);
+    }
+    if (totals.interrupted) {
+      progression.loss_sum = host_items(totals.loss_sum);
+      progression.next_batch = i + 1;
+      break;
+    }
+  }
+  const double timed_seconds = std::chrono::duration<double>(Clock::now() - timing_start).count();
+  totals.images_per_second = timed_images > 0 ? timed_images / timed_seconds : 0.0;
+  return totals;
+}
+
+// Upstream --multi-scale: a random size in [0.5, 1.5] x img, a multiple of the stride, per batch (seeded
+// here by batch). images [B, 3, H, W] -> [B, 3, H', W'], the longer side near that size.
+at::Tensor TrainingRun::multi_scale(const at::Tensor& images, int epoch, int64_t i) const {
+  std::mt19937 rng(static_cast<uint32_t>(data::sample_seed(o.seed, epoch, static_cast<uint64_t>(i) + (1ull << 40))));
+  const int lo = static_cast<int>(o.img_size * 0.5), hi = static_cast<int>(o.img_size * 1.5) + stride;
+  const int size = std::uniform_int_distribution<int>(lo, hi - 1)(rng) / stride * stride;
+  const double sf = static_cast<double>(size) / std::max(images.size(2), images.size(3));
+  if (sf == 1) return images;
+  const int64_t h = static_cast<int64_t>(std::ceil(images.size(2) * sf / stride) * stride);
+  const int64_t w = static_cast<int64_t>(std::ceil(images.size(3) * sf / stride) * stride);
+  return at::upsample_bilinear2d(images, {h, w}, false);
+}
+
+// --check-nans: one host read of the loss per step, and a report of where it went wrong.
+void TrainingRun::check_finite_loss(const loss::YoloLoss::Result& step_loss, const data::DeviceBatch& batch, int epoch,
+                                    int64_t i, int64_t ni) {
+  if (at::isfinite(step_loss.total).item<bool>()) return;
+  const at::Tensor items = step_loss.items.to(at::kCPU);
+  std::string files;
+  for (size_t k = 0; k < batch.meta.size() && k < 4; ++k)
+    files += "\n  " + train_data.dataset->records()[batch.meta[k].index].image;
+  fail("--check-nans: non-finite loss at epoch ", epoch, ", batch ", i, " (iteration ", ni, "): box ",
+       items[0].item<double>(), ", obj ", items[1].item<double>(), ", cls ", items[2].item<double>(),
+       "; first non-finite model value: ", first_non_finite_parameter(*model), "; batch images:", files);
+}
+
+bool TrainingRun::optimiser_step(const StepSettings& s, int64_t ni) {
+  reducer->reduce();  // waits for the buckets started in backward; no-op in one process
+  step->optimizer_step(s);
+  progression.last_opt_step = ni;
+  // Ctrl-C is honoured here, where no gradient is half accumulated. Several ranks agree on it
+  // every 8 optimiser steps (a collective: all ranks stop at the same step).
+  bool stop_now = g_stop_requested;
+  if (dist_ctx.enabled) stop_now = ++dist_stop_checks % 8 == 0 && dist::any_rank(stop_now, dist_ctx);
+  return stop_now || (o.interrupt_after >= 0 && batches_run + 1 >= o.interrupt_after);
+}
+
+void TrainingRun::save_interrupted() {
+  save_checkpoint(progression, false, progression.epoch - 1);
+  result.interrupted = true;
+  std::cout << "\nInterrupted: saved " << state_path << "; continue with kestrel train --resume " << save_dir << "\n";
+}
+
+// The EMA is validated (on rank 0; every epoch unless --noval), logged and saved.
+bool TrainingRun::end_epoch(const EpochTotals& totals) {
+  if (scaler->enabled() && scaler->skipped_steps() > 0)
+    std::cout << "  loss scale " << scaler->current_scale() << ", " << scaler->skipped_steps()
+              << " optimiser steps skipped so far (inf/NaN gradients)\n";
+  const int epoch = progression.epoch;
+  const std::array<double, 3> train_loss =
+      host_items(totals.loss_sum / static_cast<double>(std::max<int64_t>(progression.loss_count, 1)));
+  result.epoch_losses.push_back(train_loss[0] + train_loss[1] + train_loss[2]);
+  const bool final_epoch = epoch + 1 == o.epochs;
+  if ((!o.noval || final_epoch) && dist_ctx.is_main()) validate_epoch();
+  const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);
+  const bool best = fi >= progression.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
+  if (best) progression.best_fitness = fi, progression.best_epoch = epoch;
+  bool stop = o.patience > 0 && epoch - progression.best_epoch >= o.patience;
+  stop = dist::any_rank(stop, dist_ctx);  // rank 0 decides (only it validates); all ranks stop together
+  if (stop) std::cout << "Stopping early: no improvement in the last " << o.patience << " epochs (best epoch " << progression.best_epoch << ")\n";
+  log_epoch(epoch, train_loss, totals);
+  Progression done = progression;
+  done.epoch = epoch + 1;
+  done.next_batch = 0;
+  done.loss_sum = {0, 0, 0};
+  done.loss_count = 0;
+  if (!o.nosave || final_epoch || stop) save_checkpoint(done, best, epoch);
+  progression.loss_sum = {0, 0, 0};
+  progression.loss_count = 0;
+  result.epochs_completed = epoch + 1;
+  return stop;
+}
+
+void TrainingRun::validate_epoch() {
+  eval::ValidationOptions v;
+  v.single_cls = o.single_cls;
+  v.half = amp == "fp16";
+  const auto val_loss = [&](const std::vector<at::Tensor>& levels, const at::Tensor& t, const at::Tensor& m) {
+    return (*compute_loss)(levels, t, m).items;
+  };
+  last_val = eval::validate(ema->model(), *val_data.loader, *val_data.dataset, device, nc, v, val_loss);
+  if (!o.quiet) std::cout << eval::format_validation_table(last_val, names, false);
+  progression.maps = class_maps(last_val, nc);
+}
+
+// results.csv and TensorBoard: the row of upstream's columns (train losses, P, R, mAPs, val losses, lrs).
+void TrainingRun::log_epoch(int epoch, const std::array<double, 3>& train_loss, const EpochTotals& totals) {
+  const std::vector<double> row = {train_loss[0], train_loss[1], train_loss[2], last_val.metrics.mp,
+                                   last_val.metrics.mr, last_val.metrics.map50, last_val.metrics.map, last_val.loss[0],
+                                   last_val.loss[1], last_val.loss[2], totals.lr[0], totals.lr[1], totals.lr[2]};
+  results->append(epoch, row);
+  for (size_t k = 0; k < row.size(); ++k) tensorboard->add_scalar(ResultsCsv::columns()[k + 1], row[k], epoch);
+  if (totals.images_per_second > 0) tensorboard->add_scalar("x/images_per_second", totals.images_per_second, epoch);
+  tensorboard->flush();
+}
+
+// last (and best, and every --save-period) weights of the EMA; and the state a resume needs: both
+// models, the optimiser and scaler state, and the progression.
+void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_done) {
+  models::WeightsInfo w = info;
+  w.extra = {{"epoch", std::to_string(epoch_done)}, {"best_fitness", cat(p.best_fitness)}};
+  models::save_model_weights(last_path, ema->model(), w);
+  if (best) models::save_model_weights(best_path, ema->model(), w);
+  if (o.save_period > 0 && epoch_done >= 0 && (epoch_done + 1) % o.save_period == 0)
+    models::save_model_weights((weights_dir / cat("epoch", epoch_done, ".safetensors")).string(), ema->model(), w);
+  models::NamedTensors state;
+  for (auto& [k, t] : models::state_dict(*model)) state.emplace_back("model/" + k, t);
+  for (auto& [k, t] : models::state_dict(ema->model())) state.emplace_back("ema/" + k, t);
+  for (auto& [k, t] : optimizer->state()) state.emplace_back("optimizer/" + k, t);
+  if (scaler->enabled())
+    for (auto& [k, t] : scaler->state()) state.emplace_back("scaler/" + k, t);
+  const nlohmann::json progress = {{"epoch", p.epoch},          {"next_batch", p.next_batch},
+                                   {"last_opt_step", p.last_opt_step}, {"best_fitness", p.best_fitness},
+                                   {"best_epoch", p.best_epoch}, {"loss_sum", p.loss_sum},
+                                   {"loss_count", p.loss_count}, {"ema_updates", ema->updates()}, {"maps", p.maps},
+                                   {"world_size", dist_ctx.world_size}};
+  save_safetensors(state_path, state,
+                   {{"format", kStateFormat}, {"options", json_text(options_json(o))}, {"progress", progress.dump()}});
+}
+
+// ---- the end ----------------------------------------------------------------------------------------
+
+void TrainingRun::end_epochs() { std::signal(SIGINT, previous_handler); }
+
+TrainResult TrainingRun::finish() {
+  result.best_fitness = progression.best_fitness;
+  result.final_map50 = last_val.metrics.map50;
+  result.final_map = last_val.metrics.map;
+  if (fs::exists(last_path)) result.last = last_path;
+  if (fs::exists(best_path)) result.best = best_path;
+  if (!result.interrupted && !result.best.empty() && dist_ctx.is_main()) validate_best();
+  if (!result.interrupted && fs::exists(results->path()) && dist_ctx.is_main())
+    eval::plot_results(results->path(), (fs::path(save_dir) / "results.png").string());
+  std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
+  if (!dist_ctx.is_main()) {
+    std::cout.rdbuf(cout_buffer);
+    std::error_code ignored;
+    fs::remove_all(save_dir, ignored);
+    result.save_dir = run_dir;  // the real run folder (empty for a new run: rank 0 named it)
+    result.last.clear();
+    result.best.clear();
+  }
+  dist::barrier(dist_ctx);
+  return result;
+}
+
+// Upstream ends by validating best.pt with the per-class table, and its end-of-training charts (val.py
+// with plots=True on best.pt, and plot_results).
+void TrainingRun::validate_best() {
+  models::LoadedModel best = models::load_model_weights(result.best);
+  best.model->to(device);
+  eval::ValidationOptions v;
+  v.single_cls = o.single_cls;
+  eval::ConfusionMatrix confusion(nc);
+  v.confusion = &confusion;
+  v.plot_batches = 3;  // val.py's val_batch0..2_labels.jpg / _pred.jpg
+  v.plot_dir = save_dir;
+  v.names = names;
+  const eval::ValidationResult r = eval::validate(*best.model, *val_data.loader, *val_data.dataset, device, nc, v);
+  std::cout << "\nValidating " << result.best << "...\n" << eval::format_validation_table(r, names, true);
+  const fs::path dir(save_dir);
+  eval::plot_confusion_matrix(confusion, names, (dir / "confusion_matrix.png").string());
+  eval::plot_pr_curve(r.metrics, names, (dir / "PR_curve.png").string());
+  eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, names, (dir / "F1_curve.png").string());
+  eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, names, (dir / "P_curve.png").string());
+  eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, names, (dir / "R_curve.png").string());
+}
+
+}  // namespace kestrel::train

@@ -1,0 +1,172 @@
+// One `kestrel train` run, in the phases that train() (trainer.cpp) calls in order: options and ranks,
+// recipe, model, data, AutoAnchor, optimiser, resume state, step, run files; then per epoch the batch
+// loop and the end-of-epoch validation and checkpoint; finally the validation of best.safetensors.
+// TrainingRun holds what the phases share. Each phase uses only what the earlier ones set up, and the
+// order is part of the behaviour: console output, the run folder, and the seeded weight initialisation
+// all follow it.
+#pragma once
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/core/safetensors.h"
+#include "kestrel/data/dataset_config.h"
+#include "kestrel/data/loader.h"
+#include "kestrel/dist/process_group.h"
+#include "kestrel/eval/validator.h"
+#include "kestrel/loss/yolo_loss.h"
+#include "kestrel/models/state_dict.h"
+#include "kestrel/models/weights_file.h"
+#include "kestrel/train/ema.h"
+#include "kestrel/train/grad_scaler.h"
+#include "kestrel/train/hyperparameters.h"
+#include "kestrel/train/optimizer.h"
+#include "kestrel/train/run_files.h"
+#include "kestrel/train/schedule.h"
+#include "kestrel/train/split_loader.h"
+#include "kestrel/train/tensorboard.h"
+#include "kestrel/train/train_step.h"
+#include "kestrel/train/trainer.h"
+
+namespace kestrel::train {
+
+// Per-epoch values of a run that a resume must restore.
+struct Progression {
+  int epoch = 0;            // epoch in progress (or to start)
+  int64_t next_batch = 0;   // first batch of `epoch` still to run
+  int64_t last_opt_step = -1;
+  double best_fitness = 0;
+  int best_epoch = 0;
+  std::array<double, 3> loss_sum{0, 0, 0};  // this epoch's summed loss items so far
+  int64_t loss_count = 0;
+  std::vector<double> maps;  // per-class mAP50-95 of the last validation (--image-weights); empty: none yet
+};
+
+// The per-iteration line of upstream's progress bar, redrawn in place on a terminal.
+class ProgressLine {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ProgressLine() = default;
+  ProgressLine(bool quiet, int epochs);
+  void header() const;
+  bool due(bool last);
+  void draw(int epoch, double mem_gb, const std::array<double, 3>& mloss, int64_t instances, int64_t size, int64_t i,
+            int64_t nb, double images_per_s, bool last) const;
+
+ private:
+  bool quiet_ = true, tty_ = false;
+  int epochs_ = 1;
+  Clock::time_point last_draw_{};
+};
+
+// What the end of an epoch takes from its batch loop.
+struct EpochTotals {
+  at::Tensor loss_sum;             // [3] float32 on the device: summed box, obj, cls loss items
+  std::array<double, 3> lr{};      // per-group learning rates of the epoch's last iteration
+  double images_per_second = 0;    // after the first steps; 0: too few batches to time
+  bool interrupted = false;        // Ctrl-C or --interrupt-after: progression points after the last step
+};
+
+class TrainingRun {
+ public:
+  TrainingRun() = default;
+  TrainingRun(const TrainingRun&) = delete;  // the step and the EMA refer to members
+  TrainingRun& operator=(const TrainingRun&) = delete;
+
+  // ---- set-up, in this order ----------------------------------------------------------------------
+  void read_options(const TrainOptions& requested);  // --resume: the saved options; checks
+  void join_ranks();               // device, data-parallel context; ranks > 0 go quiet
+  void load_recipe();              // hyperparameters, dataset config, class names
+  void build_model();              // seeded init, pretrained transfer, SyncBN, EMA copy, freeze, checkpointing
+  void build_data();               // training and validation loaders
+  void run_autoanchor();           // AutoAnchor (new runs): rank 0 searches, all ranks receive
+  void build_optimiser();          // schedule, optimiser groups, precision, loss scaler
+  void restore_resume_state();     // --resume only: weights, optimiser, scaler, progression
+  void choose_run_dir();           // a new run folder on rank 0; a scratch folder on other ranks
+  void build_step();               // losses, EMA, the training step, gradient all-reduce
+  void open_run_files();           // weights/, hyp.yaml, opt.yaml, labels.jpg, results.csv, TensorBoard
+  void start_epochs();             // the banner, the progress line, Ctrl-C handling
+  bool resuming() const { return !o.resume.empty(); }
+
+  // ---- one epoch -----------------------------------------------------------------------------------
+  void begin_epoch();              // training mode, image weights, the loader at progression.next_batch
+  EpochTotals run_batches();       // the batch loop
+  void save_interrupted();         // the checkpoint a resume continues from
+  bool end_epoch(const EpochTotals& totals);  // validate, log, save; true: stop early (patience)
+
+  // ---- the end -------------------------------------------------------------------------------------
+  void end_epochs();               // the previous Ctrl-C handler back
+  TrainResult finish();            // validation of best.safetensors, plots, clean-up on all ranks
+
+  TrainOptions o;                  // the effective options (the saved ones when resuming)
+  Progression progression;
+
+ private:
+  void transfer_pretrained(const models::LoadedModel& pretrained);
+  at::Tensor multi_scale(const at::Tensor& images, int epoch, int64_t i) const;
+  void check_finite_loss(const loss::YoloLoss::Result& step_loss, const data::DeviceBatch& batch, int epoch,
+                         int64_t i, int64_t ni);
+  bool optimiser_step(const StepSettings& s, int64_t ni);  // true: stop here (Ctrl-C, --interrupt-after)
+  void validate_epoch();
+  void log_epoch(int epoch, const std::array<double, 3>& train_loss, const EpochTotals& totals);
+  void save_checkpoint(const Progression& p, bool best, int epoch_done);
+  void validate_best();
+
+  // In the order the phases create them (and the reverse of their destruction, as locals had).
+  SafetensorsContents resume_state;
+  std::string save_dir;
+  c10::Device device{c10::kCPU};
+  dist::DistContext dist_ctx;
+  std::streambuf* cout_buffer = nullptr;  // std::cout's, while ranks > 0 silence it
+
+  Hyperparameters hyp;
+  data::DatasetConfig data_cfg;
+  std::vector<std::string> names;
+  int nc = 0;
+
+  models::WeightsInfo info;
+  std::shared_ptr<models::YoloModel> model;
+  std::shared_ptr<models::YoloModel> ema_model;
+
+  int stride = 32;
+  SplitLoader train_data, val_data;
+  int64_t nb = 0;                  // training batches per epoch (of this rank)
+
+  ScheduleOptions sched;
+  OptimizerOptions opt_options;
+  std::optional<Optimizer> optimizer;
+  std::string amp;                 // fp16, bf16 or off
+  std::optional<GradScaler> scaler;
+
+  int64_t ema_updates = 0;
+  models::NamedTensors ema_t;      // the saved average, loaded once the EMA exists
+  std::string run_dir;             // rank 0's run folder ("" on other ranks of a new run)
+
+  std::optional<loss::YoloLoss> compute_loss;  // validation's loss (always YOLOv5's)
+  LossFn train_loss_fn;
+  std::optional<ModelEma> ema;
+  std::optional<TrainStep> step;
+  std::optional<dist::GradientReducer> reducer;
+
+  std::filesystem::path weights_dir;
+  std::string last_path, best_path, state_path;
+  std::optional<ResultsCsv> results;
+  std::optional<TensorBoardWriter> tensorboard;
+
+  void (*previous_handler)(int) = nullptr;
+  ProgressLine progress;
+  TrainResult result;
+  int64_t batches_run = 0;
+  int64_t dist_stop_checks = 0;    // optimiser steps of this process (ranks agree on Ctrl-C every 8th)
+  eval::ValidationResult last_val;
+};
+
+}  // namespace kestrel::train
