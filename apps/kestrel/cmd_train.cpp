@@ -53,6 +53,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--freeze-bn", o->freeze_bn, "keep BatchNorm statistics fixed");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "activation checkpointing (recompute in backward, less memory): the first N layers, or several layer indices");
+  cmd->add_flag("--cuda-graph", o->cuda_graph,
+                "capture the training step as CUDA graphs once the warm-up ends and replay them (one process, CUDA; "
+                "--check-nans then sees a loss after its update)");
   cmd->add_option("--max-grad-norm", o->max_grad_norm, "gradient-norm clipping (<= 0: off)")->capture_default_str();
   cmd->add_option("--max-boxes", o->max_boxes, "target capacity per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));

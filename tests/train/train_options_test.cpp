@@ -19,7 +19,7 @@ TrainOptions unusual() {
   o.image_weights = true; o.optimizer = "AdamW"; o.workers = 3; o.project = "p"; o.name = "n"; o.exist_ok = true;
   o.cos_lr = true; o.linear_lr = true; o.label_smoothing = 0.1; o.patience = 9; o.freeze = {1, 3}; o.save_period = 5;
   o.seed = 1234567890123ull; o.amp = "bf16"; o.loss_scale = 1024; o.check_nans = true; o.freeze_bn = true;
-  o.checkpoint = {0, 2}; o.max_grad_norm = 3.5; o.max_boxes = 77; o.min_warmup_iterations = 5;
+  o.checkpoint = {0, 2}; o.cuda_graph = true; o.max_grad_norm = 3.5; o.max_boxes = 77; o.min_warmup_iterations = 5;
   return o;
 }
 
@@ -38,15 +38,17 @@ TEST(TrainOptions, EverySavedFieldRoundTrips) {
   EXPECT_EQ(b.save_period, a.save_period); EXPECT_EQ(b.seed, a.seed); EXPECT_EQ(b.amp, a.amp);
   EXPECT_EQ(b.loss_scale, a.loss_scale); EXPECT_EQ(b.check_nans, a.check_nans); EXPECT_EQ(b.freeze_bn, a.freeze_bn);
   EXPECT_EQ(b.checkpoint, a.checkpoint); EXPECT_EQ(b.max_grad_norm, a.max_grad_norm); EXPECT_EQ(b.max_boxes, a.max_boxes);
-  EXPECT_EQ(b.min_warmup_iterations, a.min_warmup_iterations);
+  EXPECT_EQ(b.min_warmup_iterations, a.min_warmup_iterations); EXPECT_EQ(b.cuda_graph, a.cuda_graph);
 }
 
 TEST(TrainOptions, DamagedAndOlderFiles) {
   nlohmann::json j = options_json(unusual());
   nlohmann::json old = j;
-  for (const char* later : {"noautoanchor", "sync_bn", "linear_lr", "quad", "image_weights", "checkpoint"}) old.erase(later);
+  for (const char* later : {"noautoanchor", "sync_bn", "linear_lr", "quad", "image_weights", "checkpoint", "cuda_graph"})
+    old.erase(later);
   const TrainOptions o = options_from_json(old, "old.state");
   EXPECT_FALSE(o.quad);
+  EXPECT_FALSE(o.cuda_graph);
   EXPECT_TRUE(o.checkpoint.empty());
   EXPECT_EQ(o.epochs, 7);
   j.erase("epochs");

@@ -182,6 +182,9 @@ TEST(Trainer, BadOptionsAreClearErrors) {
   o = quick_options(dir);
   o.optimizer = "Lion";
   EXPECT_THROW(train(o), Error);
+  o = quick_options(dir);
+  o.cuda_graph = true;  // quick_options trains on the CPU: graphs are a CUDA feature
+  EXPECT_NE(test::error_message([&] { train(o); }).find("--cuda-graph"), std::string::npos);
   TrainOptions resume;
   resume.resume = dir.file("nothing-here");
   EXPECT_THROW(train(resume), Error);

@@ -46,6 +46,7 @@ void for_each_saved_option(Options& o, Visit&& visit) {
   visit("quad", o.quad, false);
   visit("image_weights", o.image_weights, false);
   visit("checkpoint", o.checkpoint, false);
+  visit("cuda_graph", o.cuda_graph, false);
   visit("max_grad_norm", o.max_grad_norm, true);
   visit("max_boxes", o.max_boxes, true);
   visit("min_warmup_iterations", o.min_warmup_iterations, true);

@@ -157,6 +157,8 @@ void TrainingRun::read_options(const TrainOptions& requested) {
 // Data parallel (torchrun or --nproc-per-node): one process per device, gradients averaged over ranks.
 void TrainingRun::join_ranks() {
   device = parse_device(o.device);
+  // cuDNN autotuning: the training shapes repeat (YOLOv7's train.py turns it on too; YOLOv5 v7.0 leaves it off).
+  if (device.is_cuda()) set_cudnn_benchmark(true);
   const dist::DistEnv dist_env = dist::read_env();
   if (dist_env.world_size > 1 && device.is_cuda()) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist_env.local_rank));
   dist_ctx = dist::init(dist_env, device, std::chrono::seconds(3600));
@@ -362,6 +364,12 @@ void TrainingRun::build_step() {
   step_options.autocast_dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
   step_options.max_grad_norm = o.max_grad_norm;
   step.emplace(*model, train_loss_fn, *optimizer, *scaler, &*ema, step_options);
+  if (o.cuda_graph) {
+    if (dist_ctx.enabled)
+      fail("--cuda-graph: data-parallel training is not captured (its all-reduce starts from host-side hooks); "
+           "run one process or drop --cuda-graph");
+    graph = std::make_unique<CudaGraphStep>(*step, device);  // a clear error on the CPU
+  }
   std::vector<at::Tensor> trainable;
   for (const auto& p : model->parameters())
     if (p.requires_grad()) trainable.push_back(p);
@@ -437,7 +445,10 @@ EpochTotals TrainingRun::run_batches() {
     // the backward before it communicates.
     const bool optimizer_step_due = ni - progression.last_opt_step >= s.accumulate;
     reducer->prepare_backward(optimizer_step_due);
-    const loss::YoloLoss::Result step_loss = step->forward_backward(images, batch->targets, batch->target_mask);
+    // With --cuda-graph the update is part of the replay (one process: nothing to reduce before it).
+    const loss::YoloLoss::Result step_loss =
+        graph ? graph->run(images, batch->targets, batch->target_mask, s, optimizer_step_due)
+              : step->forward_backward(images, batch->targets, batch->target_mask);
     if (o.check_nans) check_finite_loss(step_loss, *batch, epoch, i, ni);
     if (optimizer_step_due) totals.interrupted = optimiser_step(s, ni);
     totals.loss_sum.add_(step_loss.items.to(at::kFloat));
@@ -490,8 +501,10 @@ void TrainingRun::check_finite_loss(const loss::YoloLoss::Result& step_loss, con
 }
 
 bool TrainingRun::optimiser_step(const StepSettings& s, int64_t ni) {
-  reducer->reduce();  // waits for the buckets started in backward; no-op in one process
-  step->optimizer_step(s);
+  if (!graph) {
+    reducer->reduce();  // waits for the buckets started in backward; no-op in one process
+    step->optimizer_step(s);
+  }
   progression.last_opt_step = ni;
   // Ctrl-C is honoured here, where no gradient is half accumulated. Several ranks agree on it
   // every 8 optimiser steps (a collective: all ranks stop at the same step).

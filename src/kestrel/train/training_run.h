@@ -25,6 +25,7 @@
 #include "kestrel/loss/yolo_loss.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/models/weights_file.h"
+#include "kestrel/train/cuda_graph_step.h"
 #include "kestrel/train/ema.h"
 #include "kestrel/train/grad_scaler.h"
 #include "kestrel/train/hyperparameters.h"
@@ -154,6 +155,7 @@ class TrainingRun {
   LossFn train_loss_fn;
   std::optional<ModelEma> ema;
   std::optional<TrainStep> step;
+  std::unique_ptr<CudaGraphStep> graph;  // --cuda-graph: replays the step (and its update)
   std::optional<dist::GradientReducer> reducer;
 
   std::filesystem::path weights_dir;
