@@ -8,6 +8,7 @@
 #include "kestrel/data/disk_cache.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/mosaic.h"
+#include "kestrel/data/paste_in.h"
 
 namespace kestrel::data {
 namespace {
@@ -78,6 +79,10 @@ YoloDataset::YoloDataset(DatasetIndex index, DatasetOptions options)
     batch_shapes_ = rect_shapes(records_, options_);
   }
   cache_.resize(records_.size());
+  // Records keep polygons only when every row of the image has one (labelled() uses them then).
+  polygons_ = std::any_of(records_.begin(), records_.end(), [](const ImageRecord& r) {
+    return !r.rows.empty() && std::all_of(r.rows.begin(), r.rows.end(), [](const LabelRow& row) { return !row.polygon.empty(); });
+  });
 }
 
 cv::Size YoloDataset::batch_shape(size_t batch) const {
@@ -150,6 +155,13 @@ Sample YoloDataset::training_sample(size_t index, std::mt19937& rng) const {
     random_perspective(s, hyp, {0, 0}, rng, options_.dialect);
   }
   augment_hsv(s.image, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, rng);
+  // YOLOv7's paste-in (paste_in.h) where upstream has it: after the HSV jitter (pasted objects keep
+  // their colours), before the flips. Without polygons upstream finds nothing to paste; kestrel then
+  // skips it without drawing, so box-only datasets see the same stream whatever paste_in is.
+  if (hyp.paste_in > 0 && polygons_ && random_unit(rng) < hyp.paste_in) {
+    const auto load = [this](size_t i) { return load_resized(i); };
+    paste_in(s, collect_paste_objects(load, records_.size(), options_.img_size, rng), rng);
+  }
   random_flips(s, hyp, rng);
   return s;
 }

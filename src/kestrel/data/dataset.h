@@ -17,7 +17,7 @@ namespace kestrel::data {
 
 struct DatasetOptions {
   int img_size = 640;
-  bool augment = true;           // training: mosaic, mixup, perspective, HSV, flips
+  bool augment = true;           // training: mosaic, mixup, perspective, HSV, paste-in, flips
   bool rect = false;             // rectangular batches (validation; upstream --rect)
   int batch_size = 16;           // for the rectangular shapes
   int stride = 32;               // the model's largest stride
@@ -64,6 +64,7 @@ class YoloDataset {
   DatasetOptions options_;
   std::vector<ImageRecord> records_;
   std::vector<cv::Size> batch_shapes_;  // rect mode only
+  bool polygons_ = false;               // some image's labels are polygons (paste-in needs them)
   struct Cached {
     cv::Mat image;
     cv::Size original;

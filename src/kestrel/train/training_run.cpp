@@ -240,15 +240,6 @@ void TrainingRun::build_data() {
                                  dist_ctx.rank, dist_ctx.world_size);
   val_data = make_split_loader(data_cfg, "val", o, false, hyp, stride, static_cast<int>(data_cfg.names.size()));
   nb = static_cast<int64_t>(train_data.loader->num_batches());
-  if (hyp.augment.paste_in > 0) {
-    // YOLOv7's paste-in acts only on polygon labels (with boxes only it does nothing upstream either).
-    bool polygons = false;
-    for (const auto& r : train_data.dataset->records())
-      for (const auto& row : r.rows) polygons = polygons || !row.polygon.empty();
-    if (polygons)
-      std::cout << "warning: paste_in " << hyp.augment.paste_in << ": YOLOv7's paste-in augmentation is not implemented "
-                   "by kestrel yet and is skipped (these labels have polygons, so upstream would use it)\n";
-  }
 }
 
 // A resumed run keeps its saved anchors.
