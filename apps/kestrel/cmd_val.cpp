@@ -10,12 +10,12 @@
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
-#include "kestrel/data/image_files.h"
 #include "kestrel/eval/coco_eval.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/train/run_files.h"
+#include "kestrel/train/split_loader.h"
 
 namespace kestrel::app {
 namespace {
@@ -34,29 +34,19 @@ void run_val(const ValOptions& o) {
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   loaded.model->to(device);
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
-  const auto images = data::list_images(cfg.split(o.task), cfg.source);
-  data::DatasetIndex index = data::index_split(images, data::IndexOptions{cfg.nc, o.workers, true});
-  if (!index.skipped.empty()) std::cout << data::describe(index, o.task, 20);
   const int nc = o.single_cls ? 1 : static_cast<int>(loaded.info.names.size());
-  if (o.single_cls)
-    for (auto& r : index.records)
-      for (auto& row : r.rows) row.box[0] = 0;
   if (!o.single_cls && cfg.nc != nc)
     fail(o.weights, " has ", nc, " classes but ", o.data, " has ", cfg.nc);
   const int stride = static_cast<int>(std::max<int64_t>(loaded.model->max_stride(), 32));
-  data::DatasetOptions d;
-  d.img_size = (o.img_size + stride - 1) / stride * stride;
-  d.augment = false;
-  d.rect = true;
-  d.batch_size = o.batch_size;
-  d.stride = stride;
-  d.pad = 0.5;
-  auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
-  data::LoaderOptions l;
+  train::ValLoaderOptions l;
+  l.img_size = (o.img_size + stride - 1) / stride * stride;  // val.py's check_img_size
   l.batch_size = o.batch_size;
+  l.stride = stride;
   l.workers = o.workers;
-  l.shuffle = false;
-  data::DataLoader loader(dataset, l);
+  l.single_cls = o.single_cls;
+  l.nc_for_check = cfg.nc;
+  l.pin_memory = device.is_cuda();
+  const train::SplitLoader split = train::make_val_loader(cfg, o.task, l);
 
   eval::ValidationOptions v;
   v.nms.conf_thres = o.conf_thres;
@@ -76,10 +66,10 @@ void run_val(const ValOptions& o) {
     v.plot_dir = dir;
     v.names = names;
   }
-  const eval::ValidationResult r = eval::validate(*loaded.model, loader, *dataset, device, nc, v);
+  const eval::ValidationResult r = eval::validate(*loaded.model, *split.loader, *split.dataset, device, nc, v);
   std::cout << eval::format_validation_table(r, names, o.verbose || nc < 50);
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%d, 3, %d, %d)\n",
-              r.ms_per_image[0], r.ms_per_image[1], r.ms_per_image[2], o.batch_size, d.img_size, d.img_size);
+              r.ms_per_image[0], r.ms_per_image[1], r.ms_per_image[2], o.batch_size, l.img_size, l.img_size);
   if (!writes) return;
   if (!o.noplots) {
     const auto file = [&](const char* name) { return (std::filesystem::path(dir) / name).string(); };

@@ -9,45 +9,78 @@
 #include "kestrel/data/image_files.h"
 
 namespace kestrel::train {
+namespace {
 
-SplitLoader make_split_loader(const data::DatasetConfig& cfg, const std::string& split, const TrainOptions& o,
-                              bool training, const Hyperparameters& hyp, int stride, int nc_for_check, int rank,
-                              int world_size) {
+// The split's images, verified (skipped files reported on stdout); --single-cls makes every class 0.
+data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::string& split, int workers,
+                                  int nc_for_check, bool single_cls) {
   const auto images = data::list_images(cfg.split(split), cfg.source);
-  data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, o.workers, true});
+  data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, workers, true});
   if (!index.skipped.empty()) std::cout << data::describe(index, split, 20);
-  if (o.single_cls)
+  if (single_cls)
     for (auto& r : index.records)
       for (auto& row : r.rows) row.box[0] = 0;
+  return index;
+}
+
+}  // namespace
+
+SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions& o, const Hyperparameters& hyp,
+                              int stride, int nc_for_check, int rank, int world_size) {
   data::DatasetOptions d;
   d.img_size = o.img_size;
-  d.augment = training;
-  d.rect = training ? o.rect : true;
+  d.augment = true;
+  d.rect = o.rect;
   // Data parallel: each rank loads batch_size / WORLD_SIZE images of its share (upstream train.py).
-  d.batch_size = training ? std::max(1, o.batch_size / world_size) : o.batch_size * 2;
+  d.batch_size = std::max(1, o.batch_size / world_size);
   d.stride = stride;
-  d.pad = training ? 0.0 : 0.5;
+  d.pad = 0.0;
   d.hyp = hyp.augment;
   d.dialect = hyp.yolov7_recipe ? data::Dialect::yolov7 : data::Dialect::yolov5;
   d.cache_ram = o.cache == "ram";
   d.cache_disk = o.cache == "disk";
   d.seed = o.seed;
   SplitLoader out;
-  out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
+  out.dataset = std::make_shared<const data::YoloDataset>(
+      verified_split(cfg, "train", o.workers, nc_for_check, o.single_cls), d);
   data::LoaderOptions l;
   l.batch_size = d.batch_size;
   l.workers = std::max(1, o.workers);
   l.max_boxes = o.max_boxes;
-  l.shuffle = training && !o.rect;
+  l.shuffle = !o.rect;
   l.seed = o.seed;
   l.pin_memory = parse_device(o.device).is_cuda();  // page-locked batches: asynchronous host-to-device copies
-  if (training) l.rank = rank, l.world_size = world_size;
-  if (training && o.quad) {
+  l.rank = rank;
+  l.world_size = world_size;
+  if (o.quad) {
     // Groups of four: an incomplete last batch could leave a group short, so it is dropped.
     if (d.batch_size < 4) fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", d.batch_size, ")");
     l.quad = true;
     l.drop_last = true;
   }
+  out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
+  return out;
+}
+
+SplitLoader make_val_loader(const data::DatasetConfig& cfg, const std::string& split, const ValLoaderOptions& o) {
+  data::DatasetOptions d;
+  d.img_size = o.img_size;
+  d.augment = false;
+  d.rect = true;
+  d.batch_size = o.batch_size;
+  d.stride = o.stride;
+  d.pad = 0.5;
+  d.cache_ram = o.cache == "ram";
+  d.cache_disk = o.cache == "disk";
+  SplitLoader out;
+  out.dataset = std::make_shared<const data::YoloDataset>(
+      verified_split(cfg, split, o.workers, o.nc_for_check, o.single_cls), d);
+  data::LoaderOptions l;
+  l.batch_size = o.batch_size;
+  l.workers = std::max(1, o.workers);
+  l.max_boxes = o.max_boxes;
+  l.shuffle = false;
+  l.pin_memory = o.pin_memory;
   out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
   return out;
 }

@@ -1,6 +1,6 @@
-// The loader of one dataset split as `kestrel train` builds it (training augmentations and shuffling,
-// or validation's rectangular batches), shared by the trainer and `kestrel bench e2e` so that the
-// benchmark measures exactly the training pipeline.
+// The loaders of dataset splits as `kestrel train` builds them: the training loader (augmentations,
+// shuffling, ranks), shared by the trainer and `kestrel bench e2e` so that the benchmark measures
+// exactly the training pipeline; and val.py's loader, shared by training's validation and `kestrel val`.
 #pragma once
 #include <memory>
 #include <string>
@@ -18,12 +18,24 @@ struct SplitLoader {
   std::unique_ptr<data::DataLoader> loader;
 };
 
-// Indexes and verifies `split` of `cfg` (skipped files are reported on stdout), then builds its
-// dataset and loader from the training options: --img, --batch-size (divided over `world_size` ranks
-// in training; doubled for validation, as upstream), --rect, --cache, --workers, --single-cls, --seed.
-// Class ids must be < nc_for_check.
-SplitLoader make_split_loader(const data::DatasetConfig& cfg, const std::string& split, const TrainOptions& o,
-                              bool training, const Hyperparameters& hyp, int stride, int nc_for_check, int rank = 0,
-                              int world_size = 1);
+// Indexes and verifies the training split of `cfg` (skipped files are reported on stdout), then builds
+// its dataset and loader from the training options: --img, --batch-size (divided over `world_size`
+// ranks), --rect, --cache, --workers, --single-cls, --quad, --seed. Class ids must be < nc_for_check.
+SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions& o, const Hyperparameters& hyp,
+                              int stride, int nc_for_check, int rank = 0, int world_size = 1);
+
+// val.py's loader: letterboxed rectangular batches (pad 0.5) in file order, no augmentation.
+struct ValLoaderOptions {
+  int img_size = 640;       // a multiple of stride
+  int batch_size = 32;
+  int stride = 32;
+  int workers = 8;
+  bool single_cls = false;  // every class becomes 0
+  int nc_for_check = 0;     // class ids must be below it
+  int max_boxes = 400;
+  std::string cache;        // "", "ram" or "disk"
+  bool pin_memory = false;  // page-locked batches for asynchronous copies to a GPU
+};
+SplitLoader make_val_loader(const data::DatasetConfig& cfg, const std::string& split, const ValLoaderOptions& o);
 
 }  // namespace kestrel::train

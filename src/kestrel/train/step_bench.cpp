@@ -167,7 +167,7 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   t.seed = o.seed;
   t.device = device.str();
   const int stride = static_cast<int>(std::max<int64_t>(bench->model->max_stride(), 32));
-  SplitLoader split = make_split_loader(data_cfg, "train", t, /*training=*/true, hyp, stride, nc);
+  SplitLoader split = make_train_loader(data_cfg, t, hyp, stride, nc);
 
   E2eBenchResult r;
   r.batches_per_epoch = static_cast<int64_t>(split.loader->num_batches());

@@ -236,9 +236,19 @@ void TrainingRun::transfer_pretrained(const models::LoadedModel& pretrained) {
 void TrainingRun::build_data() {
   stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
   if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
-  train_data = make_split_loader(data_cfg, "train", o, true, hyp, stride, static_cast<int>(data_cfg.names.size()),
-                                 dist_ctx.rank, dist_ctx.world_size);
-  val_data = make_split_loader(data_cfg, "val", o, false, hyp, stride, static_cast<int>(data_cfg.names.size()));
+  const int nc = static_cast<int>(data_cfg.names.size());
+  train_data = make_train_loader(data_cfg, o, hyp, stride, nc, dist_ctx.rank, dist_ctx.world_size);
+  ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
+  v.img_size = o.img_size;
+  v.batch_size = o.batch_size * 2;
+  v.stride = stride;
+  v.workers = o.workers;
+  v.single_cls = o.single_cls;
+  v.nc_for_check = nc;
+  v.max_boxes = o.max_boxes;
+  v.cache = o.cache;
+  v.pin_memory = device.is_cuda();
+  val_data = make_val_loader(data_cfg, "val", v);
   nb = static_cast<int64_t>(train_data.loader->num_batches());
 }
 
