@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include <ATen/ATen.h>
+
 #include "kestrel/core/error.h"
 
 namespace kestrel::train {
@@ -42,6 +44,17 @@ std::vector<double> image_sampling_weights(const std::vector<data::ImageRecord>&
     iw.push_back(w);
   }
   return iw;
+}
+
+std::vector<double> class_maps(const eval::ApPerClass& metrics, int nc) {
+  std::vector<double> maps(static_cast<size_t>(nc), metrics.map);
+  if (!metrics.classes.defined() || metrics.classes.numel() == 0) return maps;
+  const at::Tensor classes = metrics.classes.to(at::kCPU), ap = metrics.ap.to(at::kCPU).mean(1);  // ap [classes, 10]
+  for (int64_t i = 0; i < classes.numel(); ++i) {
+    const int64_t c = classes[i].item<int64_t>();
+    if (c >= 0 && c < nc) maps[static_cast<size_t>(c)] = ap[i].item<double>();
+  }
+  return maps;
 }
 
 }  // namespace kestrel::train

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kestrel/data/dataset_index.h"
+#include "kestrel/eval/ap_metrics.h"
 
 namespace kestrel::train {
 
@@ -17,5 +18,9 @@ std::vector<double> class_frequency_weights(const std::vector<data::ImageRecord>
 // [nc] the per-class mAP50-95 (zeros before the first validation).
 std::vector<double> image_sampling_weights(const std::vector<data::ImageRecord>& records, int nc,
                                            const std::vector<double>& maps);
+
+// [nc]: upstream's maps from a validation: each class's mAP50-95, and the overall mAP50-95 for the
+// classes without labels in the validation split.
+std::vector<double> class_maps(const eval::ApPerClass& metrics, int nc);
 
 }  // namespace kestrel::train

@@ -11,7 +11,6 @@
 #include <map>
 #include <random>
 
-#include <nlohmann/json.hpp>
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
@@ -22,6 +21,7 @@
 #include "kestrel/eval/plots.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/autoanchor.h"
+#include "kestrel/train/freeze.h"
 #include "kestrel/train/image_weights.h"
 #include "kestrel/train/param_groups.h"
 #include "kestrel/train/train_options.h"
@@ -30,44 +30,12 @@ namespace kestrel::train {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kStateFormat = "kestrel-train-state-1";
 using Clock = std::chrono::steady_clock;
 
 // Ctrl-C: the first one asks the loop to stop at the next safe point and save; a second one kills.
 std::atomic<bool> g_stop_requested{false};
 extern "C" void on_interrupt(int) {
   if (g_stop_requested.exchange(true)) std::_Exit(130);
-}
-
-std::string json_text(const nlohmann::json& j) { return j.dump(); }
-
-// Upstream --freeze's layer selection, also used by --checkpoint: [n] is layers 0..n-1, a longer list
-// is exactly those layer indices.
-std::vector<int> selected_layers(const std::vector<int>& spec) {
-  std::vector<int> layers;
-  if (spec.size() == 1) {
-    for (int i = 0; i < spec[0]; ++i) layers.push_back(i);
-  } else {
-    layers = spec;
-  }
-  return layers;
-}
-
-int freeze_layers(models::YoloModel& model, const std::vector<int>& freeze) {
-  const std::vector<int> layers = selected_layers(freeze);
-  int frozen = 0;
-  for (auto& p : model.named_parameters()) {
-    bool hit = false;
-    for (int l : layers) hit = hit || p.key().rfind(cat("model.", l, "."), 0) == 0;
-    p.value().set_requires_grad(!hit);
-    frozen += hit;
-  }
-  return frozen;
-}
-
-void set_batchnorm_eval(torch::nn::Module& model) {
-  for (const auto& m : model.modules())
-    if (dynamic_cast<torch::nn::BatchNorm2dImpl*>(m.get())) m->eval();
 }
 
 std::string first_non_finite_parameter(torch::nn::Module& model) {
@@ -78,18 +46,6 @@ std::string first_non_finite_parameter(torch::nn::Module& model) {
   return "";
 }
 
-// Upstream's maps: each class's mAP50-95, and the overall mAP50-95 for classes without labels in val.
-std::vector<double> class_maps(const eval::ValidationResult& v, int nc) {
-  std::vector<double> maps(static_cast<size_t>(nc), v.metrics.map);
-  if (!v.metrics.classes.defined() || v.metrics.classes.numel() == 0) return maps;
-  const at::Tensor classes = v.metrics.classes.to(at::kCPU), ap = v.metrics.ap.to(at::kCPU).mean(1);
-  for (int64_t i = 0; i < classes.numel(); ++i) {
-    const int64_t c = classes[i].item<int64_t>();
-    if (c >= 0 && c < nc) maps[static_cast<size_t>(c)] = ap[i].item<double>();
-  }
-  return maps;
-}
-
 // [3] loss items on the device -> host doubles.
 std::array<double, 3> host_items(const at::Tensor& items) {
   const at::Tensor h = items.to(at::kCPU).to(at::kDouble);
@@ -98,36 +54,6 @@ std::array<double, 3> host_items(const at::Tensor& items) {
 
 }  // namespace
 
-// ---- the progress line ------------------------------------------------------------------------------
-
-ProgressLine::ProgressLine(bool quiet, int epochs) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO)), epochs_(epochs) {}
-
-void ProgressLine::header() const {
-  if (quiet_) return;
-  std::printf("\n%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "GPU_mem", "box_loss", "obj_loss", "cls_loss", "Instances",
-              "Size");
-}
-
-bool ProgressLine::due(bool last) {
-  if (quiet_ || (!last && !tty_)) return false;
-  const auto now = Clock::now();
-  if (!last && now - last_draw_ < std::chrono::milliseconds(250)) return false;
-  last_draw_ = now;
-  return true;
-}
-
-void ProgressLine::draw(int epoch, double mem_gb, const std::array<double, 3>& mloss, int64_t instances, int64_t size,
-                        int64_t i, int64_t nb, double images_per_s, bool last) const {
-  char rate[32] = "";
-  if (images_per_s > 0) std::snprintf(rate, sizeof rate, " %.1f img/s", images_per_s);
-  std::printf("%s%11s%11s%11.4g%11.4g%11.4g%11lld%11lld: %3d%% %lld/%lld%s%s", tty_ ? "\r" : "",
-              cat(epoch, "/", epochs_ - 1).c_str(), cat(std::round(mem_gb * 1000) / 1000, "G").c_str(), mloss[0],
-              mloss[1], mloss[2], static_cast<long long>(instances), static_cast<long long>(size),
-              static_cast<int>(100 * (i + 1) / std::max<int64_t>(nb, 1)), static_cast<long long>(i + 1),
-              static_cast<long long>(nb), rate, last ? "\n" : "");
-  std::fflush(stdout);
-}
-
 // ---- set-up -----------------------------------------------------------------------------------------
 
 // --resume: the saved options replace the command line's (but for the few that only steer this
@@ -135,13 +61,9 @@ void ProgressLine::draw(int epoch, double mem_gb, const std::array<double, 3>& m
 void TrainingRun::read_options(const TrainOptions& requested) {
   o = requested;
   if (!requested.resume.empty()) {
-    std::string path = requested.resume;
-    if (fs::is_directory(path)) path = (fs::path(path) / "weights" / "last.state.safetensors").string();
-    resume_state = load_safetensors(path);
-    const auto& m = resume_state.metadata;
-    if (!m.count("format") || m.at("format") != kStateFormat)
-      fail(path, ": not a kestrel training state (pass a run's weights/last.state.safetensors)");
-    o = options_from_json(nlohmann::json::parse(m.at("options")), path);
+    const std::string path = training_state_path(requested.resume);
+    resume_state = read_training_state(path);
+    o = resume_state.options;
     o.resume = path;
     o.quiet = requested.quiet;
     o.interrupt_after = requested.interrupt_after;
@@ -293,41 +215,18 @@ void TrainingRun::build_optimiser() {
 }
 
 void TrainingRun::restore_resume_state() {
-  models::NamedTensors model_t, opt_t, scaler_t;
-  for (auto& [key, t] : resume_state.tensors) {
-    if (key.rfind("model/", 0) == 0) model_t.emplace_back(key.substr(6), t);
-    else if (key.rfind("ema/", 0) == 0) ema_t.emplace_back(key.substr(4), t);
-    else if (key.rfind("optimizer/", 0) == 0) opt_t.emplace_back(key.substr(10), t);
-    else if (key.rfind("scaler/", 0) == 0) scaler_t.emplace_back(key.substr(7), t);
-  }
-  models::load_state_dict(*model, model_t, true, o.resume);
-  optimizer->load_state(opt_t, o.resume);
-  if (scaler->enabled() && !scaler_t.empty()) scaler->load_state(scaler_t, o.resume);
-  try {
-    const nlohmann::json p = nlohmann::json::parse(resume_state.metadata.at("progress"));
-    progression.epoch = p.at("epoch");
-    progression.next_batch = p.at("next_batch");
-    progression.last_opt_step = p.at("last_opt_step");
-    progression.best_fitness = p.at("best_fitness");
-    progression.best_epoch = p.at("best_epoch");
-    progression.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
-    progression.loss_count = p.at("loss_count");
-    ema_updates = p.at("ema_updates");
-    progression.maps = p.value("maps", std::vector<double>{});
-    // Another number of ranks: rank r takes every W-th sample of the epoch order, so global batch i
-    // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps
-    // its meaning. Iteration numbers follow the new batches per epoch; a run stops only right
-    // after an optimiser step, so the last one was the batch before next_batch.
-    const int saved_world_size = p.value("world_size", 1);
-    if (saved_world_size != dist_ctx.world_size) {
-      progression.last_opt_step = nb * progression.epoch + progression.next_batch - 1;
-      std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
-                << saved_world_size << "\n";
-    }
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(o.resume, ": malformed training progress (", e.what(), ")");
+  models::load_state_dict(*model, resume_state.model, true, o.resume);
+  optimizer->load_state(resume_state.optimizer, o.resume);
+  if (scaler->enabled() && !resume_state.scaler.empty()) scaler->load_state(resume_state.scaler, o.resume);
+  progression = resume_state.progression;
+  // Another number of ranks: rank r takes every W-th sample of the epoch order, so global batch i
+  // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps
+  // its meaning. Iteration numbers follow the new batches per epoch; a run stops only right
+  // after an optimiser step, so the last one was the batch before next_batch.
+  if (resume_state.world_size != dist_ctx.world_size) {
+    progression.last_opt_step = nb * progression.epoch + progression.next_batch - 1;
+    std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
+              << resume_state.world_size << "\n";
   }
   if (progression.epoch >= o.epochs) fail(o.resume, ": this run already finished its ", o.epochs, " epochs; nothing to resume");
   std::cout << "Resuming " << save_dir << " from epoch " << progression.epoch << ", batch " << progression.next_batch << "\n";
@@ -358,8 +257,8 @@ void TrainingRun::build_step() {
       return r;
     };
   }
-  ema.emplace(ema_model, *model, EmaOptions{}, ema_updates);
-  if (!o.resume.empty()) models::load_state_dict(ema->model(), ema_t, true, o.resume);
+  ema.emplace(ema_model, *model, EmaOptions{}, resume_state.ema_updates);
+  if (!o.resume.empty()) models::load_state_dict(ema->model(), resume_state.ema, true, o.resume);
   StepOptions step_options;
   step_options.autocast = amp != "off";
   step_options.autocast_dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
@@ -559,7 +458,7 @@ void TrainingRun::validate_epoch() {
   };
   last_val = eval::validate(ema->model(), *val_data.loader, *val_data.dataset, device, nc, v, val_loss);
   if (!o.quiet) std::cout << eval::format_validation_table(last_val, names, false);
-  progression.maps = class_maps(last_val, nc);
+  progression.maps = class_maps(last_val.metrics, nc);
 }
 
 // results.csv and TensorBoard: the row of upstream's columns (train losses, P, R, mAPs, val losses, lrs).
@@ -582,19 +481,16 @@ void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_don
   if (best) models::save_model_weights(best_path, ema->model(), w);
   if (o.save_period > 0 && epoch_done >= 0 && (epoch_done + 1) % o.save_period == 0)
     models::save_model_weights((weights_dir / cat("epoch", epoch_done, ".safetensors")).string(), ema->model(), w);
-  models::NamedTensors state;
-  for (auto& [k, t] : models::state_dict(*model)) state.emplace_back("model/" + k, t);
-  for (auto& [k, t] : models::state_dict(ema->model())) state.emplace_back("ema/" + k, t);
-  for (auto& [k, t] : optimizer->state()) state.emplace_back("optimizer/" + k, t);
-  if (scaler->enabled())
-    for (auto& [k, t] : scaler->state()) state.emplace_back("scaler/" + k, t);
-  const nlohmann::json progress = {{"epoch", p.epoch},          {"next_batch", p.next_batch},
-                                   {"last_opt_step", p.last_opt_step}, {"best_fitness", p.best_fitness},
-                                   {"best_epoch", p.best_epoch}, {"loss_sum", p.loss_sum},
-                                   {"loss_count", p.loss_count}, {"ema_updates", ema->updates()}, {"maps", p.maps},
-                                   {"world_size", dist_ctx.world_size}};
-  save_safetensors(state_path, state,
-                   {{"format", kStateFormat}, {"options", json_text(options_json(o))}, {"progress", progress.dump()}});
+  TrainingState state;
+  state.options = o;
+  state.progression = p;
+  state.ema_updates = ema->updates();
+  state.world_size = dist_ctx.world_size;
+  state.model = models::state_dict(*model);
+  state.ema = models::state_dict(ema->model());
+  state.optimizer = optimizer->state();
+  if (scaler->enabled()) state.scaler = scaler->state();
+  write_training_state(state_path, state);
 }
 
 // ---- the end ----------------------------------------------------------------------------------------

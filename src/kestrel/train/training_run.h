@@ -30,43 +30,16 @@
 #include "kestrel/train/grad_scaler.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/optimizer.h"
+#include "kestrel/train/progress_line.h"
 #include "kestrel/train/run_files.h"
 #include "kestrel/train/schedule.h"
 #include "kestrel/train/split_loader.h"
 #include "kestrel/train/tensorboard.h"
 #include "kestrel/train/train_step.h"
+#include "kestrel/train/training_state.h"
 #include "kestrel/train/trainer.h"
 
 namespace kestrel::train {
-
-// Per-epoch values of a run that a resume must restore.
-struct Progression {
-  int epoch = 0;            // epoch in progress (or to start)
-  int64_t next_batch = 0;   // first batch of `epoch` still to run
-  int64_t last_opt_step = -1;
-  double best_fitness = 0;
-  int best_epoch = 0;
-  std::array<double, 3> loss_sum{0, 0, 0};  // this epoch's summed loss items so far
-  int64_t loss_count = 0;
-  std::vector<double> maps;  // per-class mAP50-95 of the last validation (--image-weights); empty: none yet
-};
-
-// The per-iteration line of upstream's progress bar, redrawn in place on a terminal.
-class ProgressLine {
- public:
-  using Clock = std::chrono::steady_clock;
-  ProgressLine() = default;
-  ProgressLine(bool quiet, int epochs);
-  void header() const;
-  bool due(bool last);
-  void draw(int epoch, double mem_gb, const std::array<double, 3>& mloss, int64_t instances, int64_t size, int64_t i,
-            int64_t nb, double images_per_s, bool last) const;
-
- private:
-  bool quiet_ = true, tty_ = false;
-  int epochs_ = 1;
-  Clock::time_point last_draw_{};
-};
 
 // What the end of an epoch takes from its batch loop.
 struct EpochTotals {
@@ -122,7 +95,7 @@ class TrainingRun {
   void validate_best();
 
   // In the order the phases create them (and the reverse of their destruction, as locals had).
-  SafetensorsContents resume_state;
+  TrainingState resume_state;     // --resume: the saved run (its EMA is loaded once the EMA exists)
   std::string save_dir;
   c10::Device device{c10::kCPU};
   dist::DistContext dist_ctx;
@@ -147,8 +120,6 @@ class TrainingRun {
   std::string amp;                 // fp16, bf16 or off
   std::optional<GradScaler> scaler;
 
-  int64_t ema_updates = 0;
-  models::NamedTensors ema_t;      // the saved average, loaded once the EMA exists
   std::string run_dir;             // rank 0's run folder ("" on other ranks of a new run)
 
   std::optional<loss::YoloLoss> compute_loss;  // validation's loss (always YOLOv5's)

@@ -1,0 +1,85 @@
+#include "kestrel/train/training_state.h"
+
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "kestrel/core/error.h"
+#include "kestrel/core/safetensors.h"
+#include "kestrel/train/train_options.h"
+
+namespace kestrel::train {
+namespace {
+
+constexpr const char* kStateFormat = "kestrel-train-state-1";
+
+// The file's tensor groups, in file order.
+struct Group {
+  const char* prefix;
+  models::NamedTensors TrainingState::*tensors;
+};
+constexpr Group kGroups[] = {{"model/", &TrainingState::model},
+                             {"ema/", &TrainingState::ema},
+                             {"optimizer/", &TrainingState::optimizer},
+                             {"scaler/", &TrainingState::scaler}};
+
+}  // namespace
+
+std::string training_state_path(const std::string& resume) {
+  namespace fs = std::filesystem;
+  return fs::is_directory(resume) ? (fs::path(resume) / "weights" / "last.state.safetensors").string() : resume;
+}
+
+TrainingState read_training_state(const std::string& path) {
+  SafetensorsContents file = load_safetensors(path);
+  const auto& m = file.metadata;
+  if (!m.count("format") || m.at("format") != kStateFormat)
+    fail(path, ": not a kestrel training state (pass a run's weights/last.state.safetensors)");
+  TrainingState s;
+  for (auto& [key, t] : file.tensors)
+    for (const Group& g : kGroups)
+      if (key.rfind(g.prefix, 0) == 0) (s.*g.tensors).emplace_back(key.substr(std::string(g.prefix).size()), t);
+  if (!m.count("options")) fail(path, ": the training options are missing");
+  if (!m.count("progress")) fail(path, ": the training progress is missing");
+  nlohmann::json options;
+  try {
+    options = nlohmann::json::parse(m.at("options"));
+  } catch (const std::exception& e) {
+    fail(path, ": malformed training options (", e.what(), ")");
+  }
+  s.options = options_from_json(options, path);
+  try {
+    const nlohmann::json p = nlohmann::json::parse(m.at("progress"));
+    Progression& g = s.progression;
+    g.epoch = p.at("epoch");
+    g.next_batch = p.at("next_batch");
+    g.last_opt_step = p.at("last_opt_step");
+    g.best_fitness = p.at("best_fitness");
+    g.best_epoch = p.at("best_epoch");
+    g.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
+    g.loss_count = p.at("loss_count");
+    g.maps = p.value("maps", std::vector<double>{});
+    s.ema_updates = p.at("ema_updates");
+    s.world_size = p.value("world_size", 1);
+  } catch (const std::exception& e) {
+    fail(path, ": malformed training progress (", e.what(), ")");
+  }
+  return s;
+}
+
+void write_training_state(const std::string& path, const TrainingState& s) {
+  models::NamedTensors tensors;
+  for (const Group& g : kGroups)
+    for (const auto& [name, t] : s.*g.tensors) tensors.emplace_back(g.prefix + name, t);
+  const Progression& p = s.progression;
+  const nlohmann::json progress = {{"epoch", p.epoch},          {"next_batch", p.next_batch},
+                                   {"last_opt_step", p.last_opt_step}, {"best_fitness", p.best_fitness},
+                                   {"best_epoch", p.best_epoch}, {"loss_sum", p.loss_sum},
+                                   {"loss_count", p.loss_count}, {"ema_updates", s.ema_updates}, {"maps", p.maps},
+                                   {"world_size", s.world_size}};
+  save_safetensors(path, tensors,
+                   {{"format", kStateFormat}, {"options", options_json(s.options).dump()}, {"progress", progress.dump()}});
+}
+
+}  // namespace kestrel::train

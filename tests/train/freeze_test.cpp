@@ -1,0 +1,57 @@
+// --freeze / --checkpoint layer selection and freezing, and --freeze-bn, on yolov5n.
+#include <gtest/gtest.h>
+
+#include <torch/nn/modules/batchnorm.h>
+
+#include "kestrel/models/model_config.h"
+#include "kestrel/train/freeze.h"
+
+namespace kestrel::train {
+namespace {
+
+std::shared_ptr<models::YoloModel> yolov5n() {
+  return models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+}
+
+TEST(Freeze, LayerSelectionAsUpstream) {
+  EXPECT_EQ(selected_layers({0}), std::vector<int>{});
+  EXPECT_EQ(selected_layers({3}), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(selected_layers({1, 4}), (std::vector<int>{1, 4}));  // a list: exactly those layers
+}
+
+TEST(Freeze, OnlyTheSelectedLayersParametersStopLearning) {
+  auto model = yolov5n();
+  // yolov5n layers 0 and 1 are Conv blocks (conv weight, BN weight, BN bias): 3 tensors each.
+  EXPECT_EQ(freeze_layers(*model, {2}), 6);
+  for (const auto& p : model->named_parameters()) {
+    const bool in_first_two = p.key().rfind("model.0.", 0) == 0 || p.key().rfind("model.1.", 0) == 0;
+    EXPECT_EQ(p.value().requires_grad(), !in_first_two) << p.key();
+  }
+  // "model.1." must not catch layers 10..19; {1, 10} freezes exactly those two.
+  EXPECT_EQ(freeze_layers(*model, {1, 10}), 6);
+  for (const auto& p : model->named_parameters()) {
+    const bool hit = p.key().rfind("model.1.", 0) == 0 || p.key().rfind("model.10.", 0) == 0;
+    EXPECT_EQ(p.value().requires_grad(), !hit) << p.key();
+  }
+  EXPECT_EQ(freeze_layers(*model, {0}), 0);  // upstream's default: nothing frozen
+}
+
+TEST(Freeze, FreezeBnPutsEveryBatchNormInEvalMode) {
+  auto model = yolov5n();
+  model->train();
+  set_batchnorm_eval(*model);
+  int bn = 0, other_training = 0;
+  for (const auto& m : model->modules()) {
+    if (dynamic_cast<torch::nn::BatchNorm2dImpl*>(m.get())) {
+      ++bn;
+      EXPECT_FALSE(m->is_training());
+    } else if (m->is_training()) {
+      ++other_training;
+    }
+  }
+  EXPECT_GT(bn, 50);              // yolov5n has 57 BatchNorm layers
+  EXPECT_GT(other_training, 0);   // the rest stays in training mode
+}
+
+}  // namespace
+}  // namespace kestrel::train

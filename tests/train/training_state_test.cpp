@@ -1,0 +1,102 @@
+// The training-state file: what is written is read back (options, progression, every tensor group in
+// its place), a run folder resolves to its file, and damaged or foreign files are errors naming the file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "kestrel/core/error.h"
+#include "kestrel/core/safetensors.h"
+#include "kestrel/train/training_state.h"
+#include "test_support.h"
+
+namespace kestrel::train {
+namespace {
+
+TrainingState sample_state() {
+  TrainingState s;
+  s.options.epochs = 9;
+  s.options.cfg = "yolov5n";
+  s.options.cuda_graph = true;
+  s.progression = {3, 7, 40, 0.25, 2, {1.5, 2.5, 3.5}, 7, {0.1, 0.2}};
+  s.ema_updates = 41;
+  s.world_size = 2;
+  s.model = {{"model.0.conv.weight", at::arange(6, at::kFloat).view({2, 3})}};
+  s.ema = {{"model.0.conv.weight", at::full({2, 3}, 0.5)}};
+  s.optimizer = {{"group0.0.momentum", at::ones({4})}};
+  s.scaler = {{"scale", at::full({}, 1024.0)}};
+  return s;
+}
+
+TEST(TrainingState, WhatIsWrittenIsReadBack) {
+  test::TempDir dir;
+  const std::string path = dir.file("last.state.safetensors");
+  const TrainingState a = sample_state();
+  write_training_state(path, a);
+  const TrainingState b = read_training_state(path);
+  EXPECT_EQ(b.options.epochs, 9);
+  EXPECT_EQ(b.options.cfg, "yolov5n");
+  EXPECT_TRUE(b.options.cuda_graph);
+  EXPECT_EQ(b.progression.epoch, 3);
+  EXPECT_EQ(b.progression.next_batch, 7);
+  EXPECT_EQ(b.progression.last_opt_step, 40);
+  EXPECT_EQ(b.progression.best_fitness, 0.25);
+  EXPECT_EQ(b.progression.best_epoch, 2);
+  EXPECT_EQ(b.progression.loss_sum, (std::array<double, 3>{1.5, 2.5, 3.5}));
+  EXPECT_EQ(b.progression.loss_count, 7);
+  EXPECT_EQ(b.progression.maps, (std::vector<double>{0.1, 0.2}));
+  EXPECT_EQ(b.ema_updates, 41);
+  EXPECT_EQ(b.world_size, 2);
+  // Each group keeps its own tensors under their own names (the prefixes are the file's business).
+  ASSERT_EQ(b.model.size(), 1u);
+  EXPECT_EQ(b.model[0].first, "model.0.conv.weight");
+  EXPECT_TRUE(at::equal(b.model[0].second, a.model[0].second));
+  ASSERT_EQ(b.ema.size(), 1u);
+  EXPECT_TRUE(at::equal(b.ema[0].second, a.ema[0].second));
+  ASSERT_EQ(b.optimizer.size(), 1u);
+  EXPECT_EQ(b.optimizer[0].first, "group0.0.momentum");
+  ASSERT_EQ(b.scaler.size(), 1u);
+  EXPECT_EQ(b.scaler[0].second.item<double>(), 1024.0);
+  // The file itself uses the prefixes.
+  const SafetensorsContents raw = load_safetensors(path);
+  EXPECT_EQ(raw.tensors.size(), 4u);
+  EXPECT_EQ(raw.metadata.at("format"), "kestrel-train-state-1");
+}
+
+TEST(TrainingState, ARunFolderMeansItsLastState) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("exp/weights"));
+  EXPECT_EQ(training_state_path(dir.file("exp")), dir.file("exp") + "/weights/last.state.safetensors");
+  EXPECT_EQ(training_state_path(dir.file("x.safetensors")), dir.file("x.safetensors"));
+}
+
+TEST(TrainingState, ForeignAndDamagedFilesNameThemselves) {
+  test::TempDir dir;
+  const std::string weights = dir.file("weights.safetensors");
+  save_safetensors(weights, {{"a", at::zeros({1})}}, {{"format", "something-else"}});
+  EXPECT_NE(test::error_message([&] { read_training_state(weights); }).find(weights + ": not a kestrel training state"),
+            std::string::npos);
+  // A state whose progress lacks a field, and one whose progress is not JSON.
+  const std::string path = dir.file("state.safetensors");
+  write_training_state(path, sample_state());
+  SafetensorsContents raw = load_safetensors(path);
+  nlohmann::json progress = nlohmann::json::parse(raw.metadata.at("progress"));
+  progress.erase("next_batch");
+  raw.metadata["progress"] = progress.dump();
+  save_safetensors(path, raw.tensors, raw.metadata);
+  std::string message = test::error_message([&] { read_training_state(path); });
+  EXPECT_NE(message.find(path + ": malformed training progress"), std::string::npos) << message;
+  raw.metadata["progress"] = "{not json";
+  save_safetensors(path, raw.tensors, raw.metadata);
+  message = test::error_message([&] { read_training_state(path); });
+  EXPECT_NE(message.find(path + ": malformed training progress"), std::string::npos) << message;
+  raw.metadata.erase("options");
+  save_safetensors(path, raw.tensors, raw.metadata);
+  message = test::error_message([&] { read_training_state(path); });
+  EXPECT_NE(message.find(path + ": the training options are missing"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace kestrel::train
