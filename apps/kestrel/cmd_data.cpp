@@ -91,12 +91,13 @@ void run_show(const DataShowOptions& o) {
   data::write_jpeg(o.out, data::render_batch(*batch, cfg.names, b));
   std::printf("%s: %lld images, %lld boxes -> %s\n", cfg.source.c_str(), static_cast<long long>(batch->images.size(0)),
               static_cast<long long>(batch->boxes), o.out.c_str());
-  // The whole split's label statistics next to it, as training writes them into its run folder.
+  // The whole split's label statistics next to it (labels.jpg, labels_correlogram.jpg), as training writes
+  // them into its run folder.
   const std::string labels = (out.parent_path() / "labels.jpg").string();
   const at::Tensor rows = eval::label_rows(dataset->records());
   eval::plot_labels(rows, cfg.names, labels);
-  std::printf("%s: %lld boxes in %zu training images -> %s\n", cfg.source.c_str(), static_cast<long long>(rows.size(0)),
-              dataset->records().size(), labels.c_str());
+  std::printf("%s: %lld boxes in %zu training images -> %s, %s\n", cfg.source.c_str(), static_cast<long long>(rows.size(0)),
+              dataset->records().size(), labels.c_str(), eval::correlogram_path(labels).c_str());
 }
 
 struct DataCocoOptions {
@@ -130,7 +131,7 @@ void add_data_command(CLI::App& app) {
   cmd->callback([check] { run_check(*check); });
 
   auto show = std::make_shared<DataShowOptions>();
-  auto* shw = data->add_subcommand("show", "write an augmented training batch (boxes, class names) and labels.jpg (the split's label statistics) as images");
+  auto* shw = data->add_subcommand("show", "write an augmented training batch (boxes, class names) and labels.jpg, labels_correlogram.jpg (the split's label statistics) as images");
   shw->add_option("data", show->data, "dataset YAML")->required();
   shw->add_option("--hyp", show->hyp, "hyperparameter YAML (augmentation keys)");
   shw->add_option("--img,--img-size,--imgsz", show->img, "image size")->check(CLI::Range(32, 8192));

@@ -83,10 +83,11 @@ TEST(CliData, ShowWritesAnImage) {
   auto r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out " + dir.file("b.jpg"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::file_size(dir.file("b.jpg")) > 1000);
-  // 4 images of 128: a 2 x 2 grid at full size; labels.jpg beside it, over every box of the 32 training
-  // images (one per non-empty line of their label files).
+  // 4 images of 128: a 2 x 2 grid at full size; labels.jpg and labels_correlogram.jpg beside it, over every
+  // box of the 32 training images (one per non-empty line of their label files).
   EXPECT_EQ(data::decode_image_file(dir.file("b.jpg")).image.size(), cv::Size(256, 256));
   EXPECT_EQ(data::decode_image_file(dir.file("labels.jpg")).image.size(), cv::Size(1600, 1600));
+  EXPECT_EQ(data::decode_image_file(dir.file("labels_correlogram.jpg")).image.size(), cv::Size(2000, 2000));
   int boxes = 0;
   for (const auto& entry : std::filesystem::directory_iterator("data/demo/labels/train")) {
     std::ifstream in(entry.path());

@@ -1,10 +1,16 @@
 // labels.jpg: bar heights proportional to the class counts, boxes drawn centred at their size, the 2D
 // histograms' cells where the labels are (darker for more boxes), the file written as a 1600 x 1600 JPEG.
+// labels_correlogram.jpg: numpy's bin rules (by hand, and against numpy itself), the panels' counts for
+// hand-placed labels, the drawn lower triangle, the file written beside labels.jpg as a 2000 x 2000 JPEG.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <random>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
 #include "kestrel/data/annotate.h"
@@ -112,6 +118,191 @@ TEST(PlotLabels, WritesAJpegAndChecksShapes) {
   ASSERT_EQ(rows.sizes(), (at::IntArrayRef{2, 5}));
   EXPECT_EQ(rows[1][0].item<float>(), 0);
   EXPECT_FLOAT_EQ(rows[1][2].item<float>(), 0.75f);
+}
+
+// ---- labels_correlogram.jpg
+
+at::Tensor doubles(std::vector<double> values) { return at::tensor(values, at::kDouble); }
+
+TEST(PlotLabels, HistogramBinsFollowNumpysRules) {
+  // A fixed count spans min..max; no values: 0..1; all values equal: widened by 0.5 a side (one bin for 'auto').
+  HistogramBins b = histogram_bins(doubles({0.9, 0.1, 0.5}), 50);
+  EXPECT_EQ(b.lo, 0.1);
+  EXPECT_EQ(b.hi, 0.9);
+  EXPECT_EQ(b.n, 50);
+  b = histogram_bins(at::zeros({0}), 0);
+  EXPECT_EQ(b.lo, 0);
+  EXPECT_EQ(b.hi, 1);
+  EXPECT_EQ(b.n, 1);
+  b = histogram_bins(doubles({0.25, 0.25}), 0);
+  EXPECT_EQ(b.lo, -0.25);
+  EXPECT_EQ(b.hi, 0.75);
+  EXPECT_EQ(b.n, 1);
+  // 'auto', by hand. {0, 0.31, 0.31, 1}: quartiles 0.2325 and 0.4825 (linear), IQR 0.25, Freedman-Diaconis
+  // 0.5 / cbrt(4) = 0.315 < Sturges 1 / 3: ceil(1 / 0.315) = 4 bins.
+  EXPECT_EQ(histogram_bins(doubles({0, 0.31, 0.31, 1}), 0).n, 4);
+  // {0, 0.5 x 4, 1}: IQR 0, so Sturges: ceil(log2 6 + 1) = ceil(3.58) = 4.
+  EXPECT_EQ(histogram_bins(doubles({0, 0.5, 0.5, 0.5, 0.5, 1}), 0).n, 4);
+  // 1000 evenly spaced over 0..1: IQR 0.5, Freedman-Diaconis 1 / 10 = 0.1 > Sturges 1 / (log2 1000 + 1) =
+  // 0.0912: ceil(10.97) = 11 bins. 100000 of them: Freedman-Diaconis 1 / 46.4 < Sturges 1 / 17.6: 47 bins.
+  EXPECT_EQ(histogram_bins(at::linspace(0, 1, 1000, at::kDouble), 0).n, 11);
+  EXPECT_EQ(histogram_bins(at::linspace(0, 1, 100000, at::kDouble), 0).n, 47);
+  // A tight cluster and one far outlier would ask for millions of bins: capped.
+  const at::Tensor clustered = at::cat({at::linspace(0, 0.001, 100000, at::kDouble), doubles({1000})});
+  EXPECT_EQ(histogram_bins(clustered, 0).n, kMaxAutoBins);
+  EXPECT_THROW(histogram_bins(doubles({1}), -1), Error);
+}
+
+// x {0, 0.31, 0.31, 1}, y {0, 0.62, 0.62, 1}, width {0.1, 0.23, 0.23, 0.5}, height {0.05, 0.05, 0.05, 0.45}:
+// 'auto' gives 4 bins for each (IQR 0.25, 0.25, 0.1, 0.1 over ranges 1, 1, 0.4, 0.4; see above).
+at::Tensor four_labels() {
+  return labels_of({0, 0, 0, 0.1f, 0.05f, 1, 0.31f, 0.62f, 0.23f, 0.05f, 2, 0.31f, 0.62f, 0.23f, 0.05f, 0, 1, 1, 0.5f, 0.45f});
+}
+
+TEST(PlotLabels, CorrelogramCountsLandInTheirBins) {
+  const at::Tensor labels = four_labels();
+  // Diagonal, x: 50 bins of 0.02 over 0..1: 0 -> 0, 0.31 -> 15, 1 -> the last.
+  PanelHistogram h = correlogram_histogram(labels, 0, 0);
+  ASSERT_EQ(h.counts.sizes(), (at::IntArrayRef{50}));
+  EXPECT_EQ(h.counts[0].item<int64_t>(), 1);
+  EXPECT_EQ(h.counts[15].item<int64_t>(), 2);
+  EXPECT_EQ(h.counts[49].item<int64_t>(), 1);
+  EXPECT_EQ(h.counts.sum().item<int64_t>(), 4);
+  // Diagonal, width: 50 bins of 0.008 over 0.1..0.5: 0.23 -> 0.13 / 0.008 = 16.25 -> 16.
+  h = correlogram_histogram(labels, 2, 2);
+  EXPECT_NEAR(h.x.lo, 0.1, 1e-7);
+  EXPECT_NEAR(h.x.hi, 0.5, 1e-7);
+  EXPECT_EQ(h.counts[0].item<int64_t>(), 1);
+  EXPECT_EQ(h.counts[16].item<int64_t>(), 2);
+  EXPECT_EQ(h.counts[49].item<int64_t>(), 1);
+  EXPECT_EQ(h.counts.sum().item<int64_t>(), 4);
+  // Row 1, column 0: x across (4 bins of 0.25), y up (4 bins of 0.25): (0.31, 0.62) -> cell (1, 2).
+  h = correlogram_histogram(labels, 1, 0);
+  ASSERT_EQ(h.counts.sizes(), (at::IntArrayRef{4, 4}));
+  EXPECT_EQ(h.counts[0][0].item<int64_t>(), 1);
+  EXPECT_EQ(h.counts[1][2].item<int64_t>(), 2);
+  EXPECT_EQ(h.counts[3][3].item<int64_t>(), 1);
+  EXPECT_EQ(h.counts.sum().item<int64_t>(), 4);  // so every other cell is empty
+  // Row 3, column 2: width across (4 bins of 0.1 from 0.1), height up (4 bins of 0.1 from 0.05).
+  h = correlogram_histogram(labels, 3, 2);
+  ASSERT_EQ(h.counts.sizes(), (at::IntArrayRef{4, 4}));
+  EXPECT_EQ(h.counts[0][0].item<int64_t>(), 1);
+  EXPECT_EQ(h.counts[1][0].item<int64_t>(), 2);
+  EXPECT_EQ(h.counts[3][3].item<int64_t>(), 1);
+  EXPECT_EQ(h.counts.sum().item<int64_t>(), 4);
+  // Every panel counts every label once; the upper triangle is not drawn.
+  for (int row = 0; row < 4; ++row)
+    for (int col = 0; col <= row; ++col) EXPECT_EQ(correlogram_histogram(labels, row, col).counts.sum().item<int64_t>(), 4);
+  EXPECT_THROW(correlogram_histogram(labels, 0, 1), Error);
+  EXPECT_THROW(correlogram_histogram(labels, 4, 0), Error);
+  // No labels: one empty bin a side off the diagonal, 50 empty ones on it.
+  EXPECT_EQ(correlogram_histogram(at::zeros({0, 5}), 1, 0).counts.sizes(), (at::IntArrayRef{1, 1}));
+  EXPECT_EQ(correlogram_histogram(at::zeros({0, 5}), 1, 1).counts.sum().item<int64_t>(), 0);
+}
+
+TEST(PlotLabels, CorrelogramCountsAtMostAMillionLabels) {
+  // A million labels at x = 0.25, then one at x = 0.9 that is past the limit: not counted, so x spans
+  // 0.25 +- 0.5.
+  at::Tensor labels = at::full({kCorrelogramMaxLabels + 1, 5}, 0.25f);
+  labels[kCorrelogramMaxLabels][1] = 0.9f;
+  const PanelHistogram h = correlogram_histogram(labels, 0, 0);
+  EXPECT_EQ(h.counts.sum().item<int64_t>(), kCorrelogramMaxLabels);
+  EXPECT_EQ(h.x.hi, 0.75);
+}
+
+TEST(PlotLabels, CorrelogramCountsMatchNumpy) {
+  // 500 labels, x and y uniform, widths and heights skewed towards small boxes: numpy's 'auto' bin count
+  // and histogram2d over those bins, and the 50-bin histogram, agree with the panels' counts.
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> values;
+  for (int i = 0; i < 500; ++i) {
+    const float w = u(gen) * u(gen), h = w * (0.5f + u(gen));
+    values.insert(values.end(), {0, u(gen), u(gen), w, std::min(h, 1.0f)});
+  }
+  const at::Tensor labels = labels_of(values);
+  test::TempDir dir;
+  {
+    std::ofstream out(dir.file("labels.txt"));
+    out.precision(9);
+    for (size_t i = 0; i < values.size(); ++i) out << values[i] << (i % 5 == 4 ? '\n' : ' ');
+  }
+  const test::CommandResult r = test::run_python(
+      "import json, numpy as np\n"
+      "l = np.loadtxt('" + dir.file("labels.txt") + "', dtype=np.float32).astype(np.float64)\n"
+      "x, y, w, h = l[:, 1], l[:, 2], l[:, 3], l[:, 4]\n"
+      "out = {}\n"
+      "for name, a, b in (('xy', x, y), ('wh', w, h), ('xh', x, h)):\n"
+      "    ea, eb = np.histogram_bin_edges(a, 'auto'), np.histogram_bin_edges(b, 'auto')\n"
+      "    out[name] = np.histogram2d(a, b, bins=[ea, eb])[0].astype(int).tolist()\n"
+      "out['w50'] = np.histogram(w, bins=50)[0].tolist()\n"
+      "print('RESULT ' + json.dumps(out))\n");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("RESULT ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const nlohmann::json expected = nlohmann::json::parse(r.output.substr(at + 7, r.output.find('\n', at) - at - 7));
+  auto as_json = [](const at::Tensor& counts) {
+    const at::Tensor c = counts.contiguous();
+    if (c.dim() == 1) return nlohmann::json(std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()));
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t i = 0; i < c.size(0); ++i)
+      rows.push_back(std::vector<int64_t>(c[i].data_ptr<int64_t>(), c[i].data_ptr<int64_t>() + c.size(1)));
+    return rows;
+  };
+  EXPECT_EQ(as_json(correlogram_histogram(labels, 1, 0).counts), expected["xy"]);
+  EXPECT_EQ(as_json(correlogram_histogram(labels, 3, 2).counts), expected["wh"]);
+  EXPECT_EQ(as_json(correlogram_histogram(labels, 3, 0).counts), expected["xh"]);
+  EXPECT_EQ(as_json(correlogram_histogram(labels, 2, 2).counts), expected["w50"]);
+  EXPECT_GT(correlogram_histogram(labels, 3, 2).x.n, 4) << "a real 'auto' count, not a degenerate one";
+}
+
+TEST(PlotLabels, CorrelogramDrawsTheDiagonalAndTheLowerTriangle) {
+  const cv::Mat img = render_correlogram(four_labels());
+  ASSERT_EQ(img.size(), cv::Size(kCorrelogramSize, kCorrelogramSize));
+  const cv::Vec3b white(255, 255, 255);
+  // corner=True: nothing in the upper triangle.
+  for (int row = 0; row < 4; ++row)
+    for (int col = row + 1; col < 4; ++col) {
+      cv::Mat differs;
+      cv::inRange(img(correlogram_panel(row, col)), cv::Scalar(255, 255, 255), cv::Scalar(255, 255, 255), differs);
+      EXPECT_EQ(cv::countNonZero(differs), correlogram_panel(row, col).area()) << row << ", " << col;
+    }
+  // Row 1, column 0 (x across, y up, 4 x 4 cells): the cell of two labels (1, 2) dark, the single label's
+  // (0, 0) light, an empty one (2, 0) blank.
+  const cv::Rect p = correlogram_panel(1, 0);
+  auto cell = [&](int i, int j) {
+    return img.at<cv::Vec3b>(p.y + p.height - (2 * j + 1) * p.height / 8, p.x + (2 * i + 1) * p.width / 8);
+  };
+  EXPECT_NE(cell(1, 2), white);
+  EXPECT_NE(cell(0, 0), white);
+  EXPECT_EQ(cell(2, 0), white);
+  EXPECT_LT(channel_sum(cell(1, 2)), channel_sum(cell(0, 0)) - 200);
+  EXPECT_GT(cell(1, 2)[0], cell(1, 2)[2]) << "blue";
+  // The diagonal's x histogram: the bar of bin 15 (2 labels) twice as tall as bin 0's (1 label), none at bin 30.
+  const cv::Rect d = correlogram_panel(0, 0);
+  auto column = [&](int bin, double height) {  // the pixel at `height` (0..1 of the panel) over the bin's centre
+    return img.at<cv::Vec3b>(d.y + d.height - static_cast<int>(height * d.height), d.x + (2 * bin + 1) * d.width / 100);
+  };
+  EXPECT_NE(column(15, 0.9), white);  // 2 / 2.1 of the height
+  EXPECT_GT(column(15, 0.9)[0], column(15, 0.9)[2]) << "blue";
+  EXPECT_NE(column(0, 0.4), white);  // 1 / 2.1
+  EXPECT_EQ(column(0, 0.6), white);
+  EXPECT_EQ(column(30, 0.05), white);
+}
+
+TEST(PlotLabels, WritesTheCorrelogramBesideLabelsJpg) {
+  EXPECT_EQ(correlogram_path("runs/train/exp/labels.jpg"), "runs/train/exp/labels_correlogram.jpg");
+  EXPECT_EQ(correlogram_path("labels.jpg"), "labels_correlogram.jpg");
+  test::TempDir dir;
+  plot_labels(four_labels(), {"a", "b", "c"}, dir.file("labels.jpg"));
+  EXPECT_EQ(data::decode_image_file(dir.file("labels_correlogram.jpg")).image.size(),
+            cv::Size(kCorrelogramSize, kCorrelogramSize));
+  // No labels: both plots still written (empty panels), no crash.
+  test::TempDir empty;
+  plot_labels(at::zeros({0, 5}), {"a"}, empty.file("labels.jpg"));
+  EXPECT_EQ(data::decode_image_file(empty.file("labels.jpg")).image.size(), cv::Size(kLabelsSize, kLabelsSize));
+  EXPECT_EQ(data::decode_image_file(empty.file("labels_correlogram.jpg")).image.size(),
+            cv::Size(kCorrelogramSize, kCorrelogramSize));
 }
 
 }  // namespace
