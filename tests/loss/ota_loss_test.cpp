@@ -11,38 +11,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <limits>
-
-#include <ATen/autocast_mode.h>
-#include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
 #include "kestrel/loss/ota_loss.h"
-#include "test_support.h"
+#include "loss/loss_test_support.h"
 
 namespace kestrel::loss {
 namespace {
 
-double softplus(double x) { return std::log1p(std::exp(x)); }  // = BCE(x, 0); BCE(x, y) = softplus(x) - x y
-double bce(double x, double y) { return softplus(x) - x * y; }
+using test::all_real, test::bce, test::bools, test::Evaluated, test::evaluate, test::focal_smoothing_weights,
+    test::kSquare, test::kWide, test::longs, test::make_head, test::softplus;
+using RandomCase = test::RandomCase<OtaLoss>;  // 96 x 96 input by default
+
 double logit(double p) { return std::log(p / (1 - p)); }
-
-std::shared_ptr<models::Detect> make_head(int64_t nc, const std::vector<std::vector<double>>& anchors_px,
-                                          const std::vector<double>& strides) {
-  auto head = std::make_shared<models::Detect>(nc, anchors_px, std::vector<int64_t>(anchors_px.size(), 4), false);
-  head->initialize(strides);
-  return head;
-}
-
-std::vector<bool> bools(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  return std::vector<bool>(c.data_ptr<bool>(), c.data_ptr<bool>() + c.numel());
-}
-std::vector<int64_t> longs(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-}
 double item_at(const at::Tensor& items, int64_t k) { return items[k].item<double>(); }
 
 // One level 4x4 (stride 16, input 64), one anchor of one cell, nc 2: gains box 0.05 * 3 = 0.15,
@@ -82,7 +63,6 @@ at::Tensor batch_of(std::vector<std::vector<float>> rows) {
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
   return at::tensor(flat, at::kFloat).view({1, -1, 5});
 }
-at::Tensor all_real(const at::Tensor& t) { return at::ones({t.size(0), t.size(1)}, at::kBool); }
 
 TEST(OtaLoss, NeighbourCellWithTheBestBoxWins) {
   // IoUs 1 (left), 0.39 (own), 0.10 (up): dynamic k = trunc(1.49) = 1, and the cheapest is the left cell
@@ -157,19 +137,6 @@ TEST(OtaLoss, ConflictGoesToTheCheapestTargetAndALoserKeepsNothing) {
   }
 }
 
-// total, items and d total / d levels for `levels` (fresh leaves).
-struct Evaluated { at::Tensor total, items; std::vector<at::Tensor> grads; };
-template <typename Loss>
-Evaluated evaluate(const Loss& loss, const std::vector<at::Tensor>& levels, const at::Tensor& t,
-                   const at::Tensor& mask) {
-  std::vector<at::Tensor> leaves;
-  for (const auto& l : levels) leaves.push_back(l.detach().clone().requires_grad_());
-  const YoloLoss::Result r = loss(leaves, t, mask);
-  r.total.backward();
-  Evaluated out{r.total.detach(), r.items, {}};
-  for (const auto& l : leaves) out.grads.push_back(l.grad());
-  return out;
-}
 void expect_same(const Evaluated& a, const Evaluated& b, double tol) {
   EXPECT_NEAR(a.total.item<double>(), b.total.item<double>(), tol);
   for (int k = 0; k < 3; ++k) EXPECT_NEAR(item_at(a.items, k), item_at(b.items, k), tol) << k;
@@ -188,53 +155,6 @@ TEST(OtaLoss, SingleCandidateEqualsYoloLoss) {
   const at::Tensor t = batch_of({{2, .25f, .25f, .5f, .5f}});
   expect_same(evaluate(ota, {level}, t, all_real(t)), evaluate(yolo, {level}, t, all_real(t)), 1e-6);
 }
-
-// A three-level head, nc 4, for a 96 x 96 input (grids 12, 6, 3) or 64 x 96 (8x12, 4x6, 2x3).
-std::shared_ptr<models::Detect> three_level_head() {
-  return make_head(4, {{2, 3, 3, 6, 6, 4}, {6, 12, 12, 9, 12, 24}, {23, 18, 31, 40, 75, 65}}, {8, 16, 32});
-}
-using Shapes = std::vector<std::pair<int64_t, int64_t>>;
-const Shapes kSquare = {{12, 12}, {6, 6}, {3, 3}}, kWide = {{8, 12}, {4, 6}, {2, 3}};
-std::vector<at::Tensor> random_levels(int64_t b, const Shapes& shapes, double scale = 1.5) {
-  std::vector<at::Tensor> out;
-  for (auto [ny, nx] : shapes) out.push_back(at::randn({b, 3, ny, nx, 9}) * scale);
-  return out;
-}
-// B 3, M 8: image 0 has 5 boxes, image 1 none, image 2 eight; with `specials`, image 2 has grid-aligned and
-// border centres and a near duplicate (cells reached twice, equal costs). Padding rows are garbage.
-std::pair<at::Tensor, at::Tensor> random_targets(bool specials = true) {
-  const int64_t B = 3, M = 8;
-  at::Tensor t = at::rand({B, M, 5}) * 3 - 1, mask = at::zeros({B, M}, at::kBool);
-  for (auto [b, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {2, 8}}) {
-    mask[b].narrow(0, 0, n).fill_(true);
-    at::Tensor real = t[b].narrow(0, 0, n);
-    real.select(1, 0).copy_(at::randint(0, 4, {n}));
-    real.narrow(1, 1, 2).copy_(at::rand({n, 2}));
-    real.narrow(1, 3, 2).copy_(at::exp(at::rand({n, 2}) * std::log(40.0)) / 50);  // 0.02 .. 0.8
-  }
-  if (specials) {
-    t[2][0].narrow(0, 1, 4).copy_(at::tensor({.5f, .25f, .3f, .2f}));   // integer grid centres on every level
-    t[2][1].narrow(0, 1, 4).copy_(at::tensor({1.f, 0.f, .1f, .15f}));   // on the image border
-    t[2][2].narrow(0, 1, 4).copy_(at::tensor({.5f, .25f, .28f, .22f}));  // near duplicate of row 0
-    t[2][3].narrow(0, 1, 2).copy_(at::tensor({.375f, .625f}));          // fraction 0.5 on the middle level
-  }
-  t[0][7].fill_(std::numeric_limits<float>::quiet_NaN());
-  return {t, mask};
-}
-struct RandomCase {
-  explicit RandomCase(uint64_t seed, const LossOptions& hyp = LossOptions{}, const Shapes& shapes = kSquare,
-                      bool specials = true)
-      : shapes(shapes), loss(*head, hyp, 96) {
-    at::manual_seed(seed);
-    levels = random_levels(3, shapes);
-    std::tie(t, mask) = random_targets(specials);
-  }
-  Shapes shapes;
-  std::shared_ptr<models::Detect> head = three_level_head();
-  OtaLoss loss;
-  std::vector<at::Tensor> levels;
-  at::Tensor t, mask;
-};
 
 TEST(OtaLoss, ImagesWithoutBoxesOrCandidatesGiveObjectnessOnly) {
   const RandomCase c(1);
@@ -256,13 +176,8 @@ TEST(OtaLoss, ImagesWithoutBoxesOrCandidatesGiveObjectnessOnly) {
 TEST(OtaLoss, PaddingRowsNeverContribute) {
   const RandomCase c(2);
   const Evaluated a = evaluate(c.loss, c.levels, c.t, c.mask);
-  at::Tensor garbage = at::where(c.mask.unsqueeze(-1), c.t, at::randn_like(c.t) * 1e3);
-  garbage[1][3].fill_(std::numeric_limits<float>::infinity());
-  garbage[0][6].copy_(at::tensor({1.f, .5f, .5f, .1f, .1f}));  // a plausible box, but padding
-  const Evaluated b = evaluate(c.loss, c.levels, garbage, c.mask);
-  EXPECT_TRUE(at::equal(a.total, b.total));
-  EXPECT_TRUE(at::equal(a.items, b.items));
-  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(a.grads[i], b.grads[i])) << "level " << i;
+  const at::Tensor garbage = test::with_garbage_padding(c.t, c.mask);
+  test::expect_identical(evaluate(c.loss, c.levels, garbage, c.mask), a);
   // More padding rows (a larger capacity M) change nothing either.
   const at::Tensor wider = at::cat({garbage, at::randn({3, 5, 5})}, 1);
   const at::Tensor wider_mask = at::cat({c.mask, at::zeros({3, 5}, at::kBool)}, 1);
@@ -305,22 +220,7 @@ TEST(OtaLoss, GradientsFlow) {
   EXPECT_TRUE(box && cls);
 }
 
-TEST(OtaLoss, AutocastComputesInFloat32) {
-  const RandomCase c(5);
-  std::vector<at::Tensor> half, full;
-  for (const auto& l : c.levels) {
-    half.push_back(l.to(at::kBFloat16));
-    full.push_back(half.back().to(at::kFloat));
-  }
-  const OtaLoss::Result expected = c.loss(full, c.t, c.mask);
-  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCPU, true);
-  const OtaLoss::Result r = c.loss(half, c.t, c.mask);
-  at::autocast::set_autocast_enabled(at::kCPU, false);
-  at::autocast::clear_cache();
-  EXPECT_EQ(r.total.scalar_type(), at::kFloat);
-  EXPECT_NEAR(r.total.item<double>(), expected.total.item<double>(), 1e-6 * expected.total.item<double>());
-}
+TEST(OtaLoss, AutocastComputesInFloat32) { test::expect_autocast_computes_in_float32(RandomCase(5)); }
 
 TEST(OtaLoss, RejectsBadInputs) {
   RandomCase c(0);
@@ -331,58 +231,15 @@ TEST(OtaLoss, RejectsBadInputs) {
   EXPECT_THROW(OtaLoss(raw, LossOptions{}, 96), Error);
 }
 
-void write_raw(const std::string& path, const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  std::ofstream(path, std::ios::binary).write(static_cast<const char*>(c.data_ptr()), c.nbytes());
-}
-at::Tensor read_raw(const std::string& path, at::IntArrayRef shape) {
-  at::Tensor t = at::empty(shape, at::kDouble);
-  std::ifstream(path, std::ios::binary).read(static_cast<char*>(t.data_ptr()), t.nbytes());
-  return t;
-}
-
-// Independent loop-based implementation of upstream ComputeLossOTA's semantics (kestrel's documented choices:
-// ties go to the earlier candidate, a cell assigned twice keeps the larger IoU, x scaled by the input width),
-// in float64 except where a threshold decides the 3-positive cells (float32, as the data). Writes
-// result.bin (total, box, obj, cls) and grad<i>.bin.
+// Independent loop-based implementation of upstream ComputeLossOTA's assignment (kestrel's documented choices:
+// ties go to the earlier candidate, x scaled by the input width), in float64 except where a threshold decides
+// the 3-positive cells (float32, as the data); the loss over the positives, with the larger IoU for a cell
+// assigned twice, is the prelude's write_loss.
 const char* kPythonReference = R"PY(
-import json, math, numpy as np, torch
-import torch.nn.functional as F
-meta = json.load(open(DIR + '/meta.json'))
-B, M, nc, na, img = meta['B'], meta['M'], meta['nc'], meta['na'], meta['img_size']
-shapes, strides, h, f32 = meta['shapes'], meta['strides'], meta['hyp'], np.float32
-nl = len(shapes)
-levels = [torch.from_numpy(np.fromfile(f'{DIR}/level{i}.bin', dtype=f32).reshape(B, na, ny, nx, nc + 5))
-          .double().requires_grad_() for i, (ny, nx) in enumerate(shapes)]
-targets = np.fromfile(DIR + '/targets.bin', dtype=f32).reshape(B, M, 5)
-mask = np.fromfile(DIR + '/mask.bin', dtype=np.uint8).reshape(B, M).astype(bool)
-anchors = np.fromfile(DIR + '/anchors.bin', dtype=f32).reshape(nl, na, 2)
-gain_box, gain_cls = h['box'] * 3 / nl, h['cls'] * nc / 80 * 3 / nl
-gain_obj = h['obj'] * (img / 640) ** 2 * 3 / nl
-balance = [4.0, 1.0, 0.4] if nl == 3 else [4.0, 1.0, 0.25, 0.06, 0.02][:nl]
-cp, cn = 1 - 0.5 * h['label_smoothing'], 0.5 * h['label_smoothing']
+import math
 H, W = shapes[0][0] * strides[0], shapes[0][1] * strides[0]
 sig = lambda v: 1 / (1 + math.exp(-v))
 
-def bce(x, y, pw):
-    loss = -(pw * y * F.logsigmoid(x) + (1 - y) * F.logsigmoid(-x))
-    if h['fl_gamma'] > 0:
-        p = torch.sigmoid(x)
-        pt = y * p + (1 - y) * (1 - p)
-        loss = loss * (y * 0.25 + (1 - y) * 0.75) * (1 - pt) ** h['fl_gamma']
-    return loss
-def ciou(p, t, eps=1e-7):
-    (px, py, pw, ph), (tx, ty, tw, th) = p, [torch.tensor(float(v), dtype=torch.float64) for v in t]
-    iw = (torch.minimum(px + pw / 2, tx + tw / 2) - torch.maximum(px - pw / 2, tx - tw / 2)).clamp(min=0)
-    ih = (torch.minimum(py + ph / 2, ty + th / 2) - torch.maximum(py - ph / 2, ty - th / 2)).clamp(min=0)
-    iou = iw * ih / (pw * ph + tw * th - iw * ih + eps)
-    cw = torch.maximum(px + pw / 2, tx + tw / 2) - torch.minimum(px - pw / 2, tx - tw / 2)
-    ch = torch.maximum(py + ph / 2, ty + th / 2) - torch.minimum(py - ph / 2, ty - th / 2)
-    rho2 = (px - tx) ** 2 + (py - ty) ** 2
-    v = 4 / np.pi ** 2 * (torch.atan(tw / th) - torch.atan(pw / ph)) ** 2
-    with torch.no_grad():
-        alpha = v / (v - iou + 1 + eps)
-    return iou - rho2 / (cw ** 2 + ch ** 2 + eps) - v * alpha
 def iou_corners(a, b):  # (x1, y1, x2, y2)
     iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
     ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
@@ -407,7 +264,7 @@ def image_candidates(b):
                     out.append((i, a, min(max(int(sy), 0), ny - 1), min(max(int(sx), 0), nx - 1)))
     return out
 
-positives = [[] for _ in range(nl)]  # per level: (b, a, gj, gi, target row)
+positives = [[] for _ in range(nl)]  # per level, as write_loss takes them
 for b in range(B):
     gts, cands = list(np.nonzero(mask[b])[0]), image_candidates(b)
     if not gts or not cands: continue
@@ -437,35 +294,10 @@ for b in range(B):
     for n, who in sorted(claims.items()):
         g = who[0] if len(who) == 1 else min(range(len(gts)), key=lambda g: (costs[g][n], g))
         i, a, gj, gi = cands[n]
-        positives[i].append((b, a, gj, gi, gts[g]))
-
-lbox = lobj = lcls = torch.zeros((), dtype=torch.float64)
-for i, p in enumerate(levels):
-    ny, nx = shapes[i]
-    best, box_sum, cls_sum = {}, 0, 0
-    for b, a, gj, gi, m in positives[i]:
-        c, cx, cy, w, hh = [float(v) for v in targets[b, m]]
-        row = p[b, a, gj, gi]
-        s = torch.sigmoid(row[:4])
-        pb = (s[0] * 2 - 0.5, s[1] * 2 - 0.5, (s[2] * 2) ** 2 * float(anchors[i, a, 0]), (s[3] * 2) ** 2 * float(anchors[i, a, 1]))
-        io = ciou(pb, (cx * nx - gi, cy * ny - gj, w * nx, hh * ny))
-        box_sum = box_sum + (1 - io)
-        best[(b, a, gj, gi)] = max(best.get((b, a, gj, gi), 0.0), max(io.item(), 0.0))
-        for k in range(nc):
-            cls_sum = cls_sum + bce(row[5 + k], cp if k == int(c) else cn, h['cls_pw'])
-    n = len(positives[i])
-    if n: lbox = lbox + box_sum / n
-    if n and nc > 1: lcls = lcls + cls_sum / (n * nc)
-    tobj = torch.zeros(p.shape[:4], dtype=torch.float64)
-    for key, v in best.items(): tobj[key] = v
-    lobj = lobj + bce(p[..., 4], tobj, h['obj_pw']).mean() * balance[i]
-    print(f'level {i}: {n} positives, {len(best)} cells')
-items = torch.stack([lbox * gain_box, lobj * gain_obj, lcls * gain_cls])
-total = items.sum() * B
-total.backward()
-np.array([total.item()] + items.tolist(), dtype=np.float64).tofile(DIR + '/result.bin')
-for i, p in enumerate(levels): p.grad.numpy().astype(np.float64).tofile(f'{DIR}/grad{i}.bin')
-print('reference', total.item(), items.tolist())
+        c, cx, cy, w, hh = [float(v) for v in targets[b, gts[g]]]
+        ny, nx = shapes[i]
+        positives[i].append((b, a, gj, gi, (cx * nx - gi, cy * ny - gj, w * nx, hh * ny), int(c)))
+write_loss(positives)
 )PY";
 
 // Runs upstream's own ComputeLossOTA from the checkout YOLOV7 (imported with its heavy imports stubbed) on the
@@ -499,51 +331,19 @@ for i, p in enumerate(levels): p.grad.numpy().astype(np.float64).tofile(f'{DIR}/
 print('upstream', loss.item(), items[:3].tolist())
 )PY";
 
-// Runs `script` (the reference or upstream) on a random case and compares loss, items and gradients.
-void cross_check(const RandomCase& c, const LossOptions& hyp, const std::string& prelude, const char* script,
-                 double rtol) {
-  const Evaluated e = evaluate(c.loss, c.levels, c.t, c.mask);
-  test::TempDir dir;
-  for (size_t i = 0; i < 3; ++i) write_raw(dir.file("level" + std::to_string(i) + ".bin"), c.levels[i]);
-  write_raw(dir.file("targets.bin"), c.t);
-  write_raw(dir.file("mask.bin"), c.mask.to(at::kByte));
-  write_raw(dir.file("anchors.bin"), c.head->anchors());
-  nlohmann::json shapes = nlohmann::json::array();
-  for (auto [ny, nx] : c.shapes) shapes.push_back({ny, nx});
-  const nlohmann::json meta = {{"B", 3}, {"M", 8}, {"nc", 4}, {"na", 3}, {"img_size", 96}, {"shapes", shapes},
-                               {"strides", {8, 16, 32}},
-                               {"hyp", {{"box", hyp.box}, {"cls", hyp.cls}, {"cls_pw", hyp.cls_pw}, {"obj", hyp.obj},
-                                        {"obj_pw", hyp.obj_pw}, {"anchor_t", hyp.anchor_t}, {"fl_gamma", hyp.fl_gamma},
-                                        {"label_smoothing", hyp.label_smoothing}}}};
-  test::write_file(dir.file("meta.json"), meta.dump());
-  const test::CommandResult r = test::run_python(prelude + "DIR = '" + dir.path() + "'\n" + script);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-
-  const at::Tensor ref = read_raw(dir.file("result.bin"), {4});  // total, box, obj, cls
-  EXPECT_NEAR(e.total.item<double>(), ref[0].item<double>(), rtol * ref[0].item<double>()) << r.output;
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(item_at(e.items, k), ref[k + 1].item<double>(), rtol * ref[k + 1].item<double>()) << k;
-  for (size_t i = 0; i < 3; ++i) {
-    const at::Tensor g = read_raw(dir.file("grad" + std::to_string(i) + ".bin"), c.levels[i].sizes());
-    const double tol = rtol * g.abs().max().item<double>();
-    EXPECT_LE((e.grads[i].to(at::kDouble) - g).abs().max().item<double>(), tol) << "level " << i;
-  }
-}
-
-LossOptions focal_smoothing_weights() {
-  LossOptions o;
-  o.box = 0.07, o.cls = 0.4, o.obj = 0.9, o.cls_pw = 1.3, o.obj_pw = 0.8, o.anchor_t = 3.0;
-  o.fl_gamma = 1.5, o.label_smoothing = 0.1;
-  return o;
+// Runs the Python reference on a random case and compares loss, items and gradients.
+void cross_check(const RandomCase& c) {
+  test::cross_check(c, "", test::kPythonLossPrelude + std::string(kPythonReference), 1e-4);
 }
 
 TEST(OtaLoss, MatchesPythonReferenceDefaults) {
-  for (uint64_t seed : {11, 12, 13}) cross_check(RandomCase(seed), LossOptions{}, "", kPythonReference, 1e-4);
+  for (uint64_t seed : {11, 12, 13}) cross_check(RandomCase(seed));
 }
 
 TEST(OtaLoss, MatchesPythonReferenceFocalSmoothingWeightsWideInput) {
   const LossOptions o = focal_smoothing_weights();
-  cross_check(RandomCase(14, o, kWide), o, "", kPythonReference, 1e-4);
-  cross_check(RandomCase(15, o, kSquare), o, "", kPythonReference, 1e-4);
+  cross_check(RandomCase(14, o, kWide));
+  cross_check(RandomCase(15, o, kSquare));
 }
 
 TEST(OtaLoss, MatchesUpstreamComputeLossOta) {
@@ -551,23 +351,15 @@ TEST(OtaLoss, MatchesUpstreamComputeLossOta) {
   if (checkout == nullptr) GTEST_SKIP() << "set KESTREL_YOLOV7_DIR to a checkout of WongKinYiu/yolov7";
   // Square inputs (upstream scales x by the height) and no targets on grid-aligned centres or sharing cells
   // on purpose (upstream's tie order among equal costs is torch.topk's). Upstream computes in float32.
-  const std::string prelude = std::string("YOLOV7 = '") + checkout + "'\n";
-  for (uint64_t seed : {21, 22}) cross_check(RandomCase(seed, LossOptions{}, kSquare, false), {}, prelude, kPythonUpstream, 1e-4);
-  const LossOptions o = focal_smoothing_weights();
-  cross_check(RandomCase(23, o, kSquare, false), o, prelude, kPythonUpstream, 1e-4);
+  const std::string defines = std::string("YOLOV7 = '") + checkout + "'\n";
+  for (uint64_t seed : {21, 22})
+    test::cross_check(RandomCase(seed, LossOptions{}, kSquare, false), defines, kPythonUpstream, 1e-4);
+  test::cross_check(RandomCase(23, focal_smoothing_weights(), kSquare, false), defines, kPythonUpstream, 1e-4);
 }
 
 TEST(OtaLoss, CudaMatchesCpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  const RandomCase c(6);
-  c.head->to(at::kCUDA);
-  const OtaLoss cuda(*c.head, LossOptions{}, 96);
-  std::vector<at::Tensor> on_device;
-  for (const auto& l : c.levels) on_device.push_back(l.cuda());
-  const Evaluated a = evaluate(c.loss, c.levels, c.t, c.mask);
-  const Evaluated b = evaluate(cuda, on_device, c.t.cuda(), c.mask.cuda());
-  EXPECT_NEAR(a.total.item<double>(), b.total.item<double>(), 1e-5 * a.total.item<double>());
-  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(at::allclose(a.grads[i], b.grads[i].cpu(), 1e-4, 1e-6)) << "level " << i;
+  test::expect_cuda_matches_cpu(RandomCase(6));
 }
 
 // Not a check: prints forward + backward times of OtaLoss and YoloLoss for a COCO-sized batch (B 16, 320 px,

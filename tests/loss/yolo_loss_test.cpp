@@ -5,41 +5,22 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
-
-#include <ATen/autocast_mode.h>
-#include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
 #include "kestrel/loss/yolo_loss.h"
-#include "test_support.h"
+#include "loss/loss_test_support.h"
 
 namespace kestrel::loss {
 namespace {
 
-double softplus(double x) { return std::log1p(std::exp(x)); }  // = BCE(x, 0); BCE(x, y) = softplus(x) - x y
-double bce(double x, double y) { return softplus(x) - x * y; }
+using test::all_real, test::bce, test::bools, test::Evaluated, test::evaluate, test::longs, test::make_head,
+    test::softplus;
+
 constexpr double kPi = 3.14159265358979323846;
 double aspect_v(double r1, double r2) { return 4 / (kPi * kPi) * std::pow(std::atan(r2) - std::atan(r1), 2); }
 
-// A head with one anchor level per entry (pixels), initialised for `strides` (anchors -> grid units).
-std::shared_ptr<models::Detect> make_head(int64_t nc, const std::vector<std::vector<double>>& anchors_px,
-                                          const std::vector<double>& strides) {
-  auto head = std::make_shared<models::Detect>(nc, anchors_px, std::vector<int64_t>(anchors_px.size(), 4), false);
-  head->initialize(strides);
-  return head;
-}
-
 at::Tensor rows(std::vector<float> values) { return at::tensor(values, at::kFloat).view({1, -1, 5}); }
-at::Tensor all_real(const at::Tensor& t) { return at::ones({t.size(0), t.size(1)}, at::kBool); }
-template <typename T>
-std::vector<T> values(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
-}
-std::vector<bool> bools(const at::Tensor& t) { return values<bool>(t); }
-std::vector<int64_t> longs(const at::Tensor& t) { return values<int64_t>(t); }
 
 TEST(LossOptions, DefaultsAreScratchLowAndGainsScaleAsTrainPy) {
   LossOptions o;  // hyp.scratch-low.yaml: box 0.05 cls 0.5 cls_pw 1 obj 1 obj_pw 1 anchor_t 4 fl_gamma 0
@@ -225,47 +206,10 @@ TEST(Loss, SharedCellKeepsLargestIou) {
   }
 }
 
-// A three-level head for a 64 x 96 input (grids 8x12, 4x6, 2x3), nc 4, and random inputs for it.
-std::shared_ptr<models::Detect> three_level_head() {
-  return make_head(4, {{2, 3, 3, 6, 6, 4}, {6, 12, 12, 9, 12, 24}, {23, 18, 31, 40, 75, 65}}, {8, 16, 32});
-}
-std::vector<at::Tensor> random_levels(int64_t b, double scale = 1.5) {
-  std::vector<at::Tensor> out;
-  for (auto [ny, nx] : std::vector<std::pair<int64_t, int64_t>>{{8, 12}, {4, 6}, {2, 3}})
-    out.push_back(at::randn({b, 3, ny, nx, 9}) * scale);
-  return out;
-}
-// B 3, M 8: image 0 has 5 boxes, image 1 none, image 2 eight (with grid-aligned and border centres and a
-// near duplicate, which share cells). Padding rows are garbage.
-std::pair<at::Tensor, at::Tensor> random_targets() {
-  const int64_t B = 3, M = 8;
-  at::Tensor t = at::rand({B, M, 5}) * 3 - 1, mask = at::zeros({B, M}, at::kBool);
-  for (auto [b, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {2, 8}}) {
-    mask[b].narrow(0, 0, n).fill_(true);
-    at::Tensor real = t[b].narrow(0, 0, n);
-    real.select(1, 0).copy_(at::randint(0, 4, {n}));
-    real.narrow(1, 1, 2).copy_(at::rand({n, 2}));
-    real.narrow(1, 3, 2).copy_(at::exp(at::rand({n, 2}) * std::log(40.0)) / 50);  // 0.02 .. 0.8
-  }
-  t[2][0].narrow(0, 1, 4).copy_(at::tensor({.5f, .25f, .3f, .2f}));  // integer grid centres on every level
-  t[2][1].narrow(0, 1, 4).copy_(at::tensor({1.f, 0.f, .1f, .15f}));  // on the image border
-  t[2][2].narrow(0, 1, 4).copy_(at::tensor({.5f, .25f, .28f, .22f}));  // near duplicate of row 0
-  t[2][3].narrow(0, 1, 2).copy_(at::tensor({.375f, .625f}));          // fraction 0.5 on the middle level
-  t[0][7].fill_(std::numeric_limits<float>::quiet_NaN());
-  return {t, mask};
-}
-
-// The three-level head and one random batch (levels and targets) for it.
-struct RandomCase {
-  explicit RandomCase(uint64_t seed, const LossOptions& hyp = LossOptions{}) : loss(*head, hyp, 96) {
-    at::manual_seed(seed);
-    levels = random_levels(3);
-    std::tie(t, mask) = random_targets();
-  }
-  std::shared_ptr<models::Detect> head = three_level_head();
-  YoloLoss loss;
-  std::vector<at::Tensor> levels;
-  at::Tensor t, mask;
+// The three-level head and one random batch for a 64 x 96 input (grids 8x12, 4x6, 2x3).
+struct RandomCase : test::RandomCase<YoloLoss> {
+  explicit RandomCase(uint64_t seed, const LossOptions& hyp = LossOptions{})
+      : test::RandomCase<YoloLoss>(seed, hyp, test::kWide) {}
 };
 
 TEST(Loss, ImagesWithoutBoxes) {
@@ -282,29 +226,10 @@ TEST(Loss, ImagesWithoutBoxes) {
   EXPECT_NEAR(r.total.item<double>(), lobj * obj_gain * 3, 1e-6 * lobj);
 }
 
-// total, items and d total / d levels for `levels` (fresh leaves).
-struct Evaluated { at::Tensor total, items; std::vector<at::Tensor> grads; };
-Evaluated evaluate(const YoloLoss& loss, const std::vector<at::Tensor>& levels, const at::Tensor& t,
-                   const at::Tensor& mask) {
-  std::vector<at::Tensor> leaves;
-  for (const auto& l : levels) leaves.push_back(l.detach().clone().requires_grad_());
-  const YoloLoss::Result r = loss(leaves, t, mask);
-  r.total.backward();
-  Evaluated out{r.total.detach(), r.items, {}};
-  for (const auto& l : leaves) out.grads.push_back(l.grad());
-  return out;
-}
-
 TEST(Loss, PaddingRowsNeverContribute) {
   const RandomCase c(2);
   const Evaluated a = evaluate(c.loss, c.levels, c.t, c.mask);
-  at::Tensor garbage = at::where(c.mask.unsqueeze(-1), c.t, at::randn_like(c.t) * 1e3);
-  garbage[1][3].fill_(std::numeric_limits<float>::infinity());
-  garbage[0][6].copy_(at::tensor({1.f, .5f, .5f, .1f, .1f}));  // a plausible box, but padding
-  const Evaluated b = evaluate(c.loss, c.levels, garbage, c.mask);
-  EXPECT_TRUE(at::equal(a.total, b.total));
-  EXPECT_TRUE(at::equal(a.items, b.items));
-  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(a.grads[i], b.grads[i])) << "level " << i;
+  test::expect_identical(evaluate(c.loss, c.levels, test::with_garbage_padding(c.t, c.mask), c.mask), a);
 }
 
 TEST(Loss, GradientsFlow) {
@@ -322,22 +247,7 @@ TEST(Loss, GradientsFlow) {
   EXPECT_FALSE((e.grads[0][1].narrow(-1, 0, 4) != 0).any().item<bool>());
 }
 
-TEST(Loss, AutocastComputesInFloat32) {
-  const RandomCase c(4);
-  std::vector<at::Tensor> half, full;
-  for (const auto& l : c.levels) {
-    half.push_back(l.to(at::kBFloat16));
-    full.push_back(half.back().to(at::kFloat));
-  }
-  const YoloLoss::Result expected = c.loss(full, c.t, c.mask);
-  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCPU, true);
-  const YoloLoss::Result r = c.loss(half, c.t, c.mask);
-  at::autocast::set_autocast_enabled(at::kCPU, false);
-  at::autocast::clear_cache();
-  EXPECT_EQ(r.total.scalar_type(), at::kFloat);
-  EXPECT_NEAR(r.total.item<double>(), expected.total.item<double>(), 1e-6 * expected.total.item<double>());
-}
+TEST(Loss, AutocastComputesInFloat32) { test::expect_autocast_computes_in_float32(RandomCase(4)); }
 
 TEST(Loss, RejectsBadInputs) {
   RandomCase c(0);
@@ -350,53 +260,11 @@ TEST(Loss, RejectsBadInputs) {
   EXPECT_THROW(YoloLoss(raw, LossOptions{}, 96), Error);
 }
 
-void write_raw(const std::string& path, const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  std::ofstream(path, std::ios::binary).write(static_cast<const char*>(c.data_ptr()), c.nbytes());
-}
-at::Tensor read_raw(const std::string& path, at::IntArrayRef shape) {
-  at::Tensor t = at::empty(shape, at::kDouble);
-  std::ifstream(path, std::ios::binary).read(static_cast<char*>(t.data_ptr()), t.nbytes());
-  return t;
-}
-
-// Independent loop-based implementation of the same semantics (including the max-IoU rule for shared
-// cells), in float64 except where a threshold decides (grid coordinates and ratios in float32, as the data).
+// Independent loop-based implementation of YOLOv5's target assignment (build_targets: the anchor ratio
+// threshold, the own cell and its two nearest neighbours), in float32 where a threshold decides (grid
+// coordinates and ratios, as the data); the loss over the candidates, in float64 with the max-IoU rule for
+// shared cells, is the prelude's write_loss.
 const char* kPythonReference = R"PY(
-import json, numpy as np, torch
-import torch.nn.functional as F
-meta = json.load(open(DIR + '/meta.json'))
-B, M, nc, na, img = meta['B'], meta['M'], meta['nc'], meta['na'], meta['img_size']
-shapes, h, nl, f32 = meta['shapes'], meta['hyp'], len(meta['shapes']), np.float32
-levels = [torch.from_numpy(np.fromfile(f'{DIR}/level{i}.bin', dtype=f32).reshape(B, na, ny, nx, nc + 5))
-          .double().requires_grad_() for i, (ny, nx) in enumerate(shapes)]
-targets = np.fromfile(DIR + '/targets.bin', dtype=f32).reshape(B, M, 5)
-mask = np.fromfile(DIR + '/mask.bin', dtype=np.uint8).reshape(B, M).astype(bool)
-anchors = np.fromfile(DIR + '/anchors.bin', dtype=f32).reshape(nl, na, 2)
-gain_box, gain_cls = h['box'] * 3 / nl, h['cls'] * nc / 80 * 3 / nl
-gain_obj = h['obj'] * (img / 640) ** 2 * 3 / nl
-balance = [4.0, 1.0, 0.4] if nl == 3 else [4.0, 1.0, 0.25, 0.06, 0.02][:nl]
-cp, cn = 1 - 0.5 * h['label_smoothing'], 0.5 * h['label_smoothing']
-
-def bce(x, y, pw):
-    loss = -(pw * y * F.logsigmoid(x) + (1 - y) * F.logsigmoid(-x))
-    if h['fl_gamma'] > 0:
-        p = torch.sigmoid(x)
-        pt = y * p + (1 - y) * (1 - p)
-        loss = loss * (y * 0.25 + (1 - y) * 0.75) * (1 - pt) ** h['fl_gamma']
-    return loss
-def ciou(p, t, eps=1e-7):
-    (px, py, pw, ph), (tx, ty, tw, th) = p, [torch.tensor(float(v), dtype=torch.float64) for v in t]
-    iw = (torch.minimum(px + pw / 2, tx + tw / 2) - torch.maximum(px - pw / 2, tx - tw / 2)).clamp(min=0)
-    ih = (torch.minimum(py + ph / 2, ty + th / 2) - torch.maximum(py - ph / 2, ty - th / 2)).clamp(min=0)
-    iou = iw * ih / (pw * ph + tw * th - iw * ih + eps)
-    cw = torch.maximum(px + pw / 2, tx + tw / 2) - torch.minimum(px - pw / 2, tx - tw / 2)
-    ch = torch.maximum(py + ph / 2, ty + th / 2) - torch.minimum(py - ph / 2, ty - th / 2)
-    rho2 = (px - tx) ** 2 + (py - ty) ** 2
-    v = 4 / np.pi ** 2 * (torch.atan(tw / th) - torch.atan(pw / ph)) ** 2
-    with torch.no_grad():
-        alpha = v / (v - iou + 1 + eps)
-    return iou - rho2 / (cw ** 2 + ch ** 2 + eps) - v * alpha
 def candidates(i):
     ny, nx = shapes[i]
     out = []
@@ -415,83 +283,21 @@ def candidates(i):
                 gi, gj = min(max(int(sx), 0), nx - 1), min(max(int(sy), 0), ny - 1)
                 out.append((int(b), a, gj, gi, (gx - f32(gi), gy - f32(gj), gw, gh), int(c)))
     return out
-lbox = lobj = lcls = torch.zeros((), dtype=torch.float64)
-for i, p in enumerate(levels):
-    cands, best = candidates(i), {}
-    box_sum = cls_sum = 0
-    for b, a, gj, gi, tb, c in cands:
-        row = p[b, a, gj, gi]
-        s = torch.sigmoid(row[:4])
-        pb = (s[0] * 2 - 0.5, s[1] * 2 - 0.5, (s[2] * 2) ** 2 * float(anchors[i, a, 0]), (s[3] * 2) ** 2 * float(anchors[i, a, 1]))
-        io = ciou(pb, tb)
-        box_sum = box_sum + (1 - io)
-        best[(b, a, gj, gi)] = max(best.get((b, a, gj, gi), 0.0), max(io.item(), 0.0))
-        for k in range(nc):
-            cls_sum = cls_sum + bce(row[5 + k], cp if k == c else cn, h['cls_pw'])
-    if cands: lbox = lbox + box_sum / len(cands)
-    if cands and nc > 1: lcls = lcls + cls_sum / (len(cands) * nc)
-    tobj = torch.zeros(p.shape[:4], dtype=torch.float64)
-    for key, v in best.items(): tobj[key] = v
-    lobj = lobj + bce(p[..., 4], tobj, h['obj_pw']).mean() * balance[i]
-    print(f'level {i}: {len(cands)} candidates, {len(best)} cells')
-items = torch.stack([lbox * gain_box, lobj * gain_obj, lcls * gain_cls])
-total = items.sum() * B
-total.backward()
-np.array([total.item()] + items.tolist(), dtype=np.float64).tofile(DIR + '/result.bin')
-for i, p in enumerate(levels): p.grad.numpy().astype(np.float64).tofile(f'{DIR}/grad{i}.bin')
-print('reference', total.item(), items.tolist())
+write_loss([candidates(i) for i in range(nl)])
 )PY";
 
-// Runs the Python reference on the inputs and compares loss, items and gradients.
+// Runs the Python reference on a random case and compares loss, items and gradients.
 void cross_check(const LossOptions& hyp, uint64_t seed) {
-  const RandomCase c(seed, hyp);
-  const Evaluated e = evaluate(c.loss, c.levels, c.t, c.mask);
-  test::TempDir dir;
-  for (size_t i = 0; i < 3; ++i) write_raw(dir.file("level" + std::to_string(i) + ".bin"), c.levels[i]);
-  write_raw(dir.file("targets.bin"), c.t);
-  write_raw(dir.file("mask.bin"), c.mask.to(at::kByte));
-  write_raw(dir.file("anchors.bin"), c.head->anchors());
-  const nlohmann::json meta = {{"B", 3}, {"M", 8}, {"nc", 4}, {"na", 3}, {"img_size", 96},
-                               {"shapes", {{8, 12}, {4, 6}, {2, 3}}},
-                               {"hyp", {{"box", hyp.box}, {"cls", hyp.cls}, {"cls_pw", hyp.cls_pw}, {"obj", hyp.obj},
-                                        {"obj_pw", hyp.obj_pw}, {"anchor_t", hyp.anchor_t}, {"fl_gamma", hyp.fl_gamma},
-                                        {"label_smoothing", hyp.label_smoothing}}}};
-  test::write_file(dir.file("meta.json"), meta.dump());
-  const test::CommandResult r = test::run_python("DIR = '" + dir.path() + "'\n" + kPythonReference);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-
-  const at::Tensor ref = read_raw(dir.file("result.bin"), {4});  // total, box, obj, cls
-  EXPECT_NEAR(e.total.item<double>(), ref[0].item<double>(), 1e-4 * ref[0].item<double>()) << r.output;
-  for (int k = 0; k < 3; ++k)
-    EXPECT_NEAR(e.items[k].item<double>(), ref[k + 1].item<double>(), 1e-4 * ref[k + 1].item<double>()) << k;
-  for (size_t i = 0; i < 3; ++i) {
-    const at::Tensor g = read_raw(dir.file("grad" + std::to_string(i) + ".bin"), c.levels[i].sizes());
-    const double tol = 1e-4 * g.abs().max().item<double>();
-    EXPECT_LE((e.grads[i].to(at::kDouble) - g).abs().max().item<double>(), tol) << "level " << i;
-  }
+  test::cross_check(RandomCase(seed, hyp), "", test::kPythonLossPrelude + std::string(kPythonReference), 1e-4);
 }
 
 TEST(Loss, MatchesPythonReferenceDefaults) { cross_check(LossOptions{}, 11); }
 
-TEST(Loss, MatchesPythonReferenceFocalSmoothingWeights) {
-  LossOptions o;
-  o.box = 0.07, o.cls = 0.4, o.obj = 0.9, o.cls_pw = 1.3, o.obj_pw = 0.8, o.anchor_t = 3.0;
-  o.fl_gamma = 1.5, o.label_smoothing = 0.1;
-  cross_check(o, 12);
-}
+TEST(Loss, MatchesPythonReferenceFocalSmoothingWeights) { cross_check(test::focal_smoothing_weights(), 12); }
 
 TEST(Loss, CudaMatchesCpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  const RandomCase c(5);
-  c.head->to(at::kCUDA);
-  const YoloLoss cuda(*c.head, LossOptions{}, 96);
-  std::vector<at::Tensor> on_device;
-  for (const auto& l : c.levels) on_device.push_back(l.cuda());
-  const Evaluated a = evaluate(c.loss, c.levels, c.t, c.mask);
-  const Evaluated b = evaluate(cuda, on_device, c.t.cuda(), c.mask.cuda());
-  EXPECT_NEAR(a.total.item<double>(), b.total.item<double>(), 1e-5 * a.total.item<double>());
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_TRUE(at::allclose(a.grads[i], b.grads[i].cpu(), 1e-4, 1e-6)) << "level " << i;
+  test::expect_cuda_matches_cpu(RandomCase(5));
 }
 
 }  // namespace
