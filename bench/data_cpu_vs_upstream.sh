@@ -68,27 +68,11 @@ LOAD_MAX=${LOAD_MAX:-1.5}
 MAX_WAIT=${MAX_WAIT:-1200}
 SIDES=${SIDES:-upstream kestrel}
 BATCH=16 IMG=640 WORKERS=2 CACHE=ram
-say() { printf '\033[1mbench:\033[0m %s\n' "$*" >&2; }
-die() { say "error: $*"; exit 1; }
+. "$REPO/bench/lib/compare.sh"
 
 ((EPOCHS >= 2)) || die "EPOCHS ($EPOCHS) must be at least 2 (the first epoch is reported apart)"
-[[ " $SIDES " == *" upstream "* ]] && DO_UP=1 || DO_UP=0
-[[ " $SIDES " == *" kestrel "* ]] && DO_KS=1 || DO_KS=0
 [ -f "$DATASET/coco128.yaml" ] && [ -d "$DATASET/images/train2017" ] || die "DATASET=$DATASET is not a coco128 folder"
-if ((DO_UP)); then
-  [ -f "$UPSTREAM_DIR/utils/dataloaders.py" ] || die "UPSTREAM_DIR=$UPSTREAM_DIR has no utils/dataloaders.py (see bench/train_cpu_vs_upstream.sh)"
-  [ -x "$UPSTREAM_PYTHON" ] || die "UPSTREAM_PYTHON=$UPSTREAM_PYTHON is not executable"
-  UPSTREAM_DIR=$(cd "$UPSTREAM_DIR" && pwd)
-fi
-if ((DO_KS)); then
-  [ -x "$KESTREL_BIN" ] || die "$KESTREL_BIN not found: build kestrel first (scripts/setup.sh)"
-  KESTREL_BIN=$(cd "$(dirname "$KESTREL_BIN")" && pwd)/$(basename "$KESTREL_BIN")
-fi
-if [ -n "${THREADS:-}" ]; then export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS; fi
-
-WORK=${WORK:-$(mktemp -d /tmp/kestrel-databench.XXXXXX)}
-mkdir -p "$WORK/logs"
-WORK=$(cd "$WORK" && pwd)
+compare_setup kestrel-databench utils/dataloaders.py
 
 # ---- dataset: one copy of coco128 (both sides write label caches next to the labels) ----
 rm -rf "$WORK/coco128"
@@ -106,18 +90,6 @@ font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 if [ -f "$font" ]; then cp "$font" "$WORK/ultralytics/Arial.ttf"; else : >"$WORK/ultralytics/Arial.ttf"; fi
 upstream_env=(env YOLOv5_AUTOINSTALL=False YOLOV5_CONFIG_DIR="$WORK/ultralytics")
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }  # user nice system irq softirq steal
-waited=0
-# wait_for_quiet: waits while the 1-minute load exceeds LOAD_MAX, within the MAX_WAIT budget.
-wait_for_quiet() {
-  while awk -v l="$(load1)" -v m="$LOAD_MAX" 'BEGIN { exit !(l + 0 > m + 0) }'; do
-    if ((waited >= MAX_WAIT)); then say "load $(load1) > $LOAD_MAX, wait budget (${MAX_WAIT}s) spent: running anyway"; return; fi
-    say "load $(load1) > $LOAD_MAX: waiting 30 s (waited ${waited}s of ${MAX_WAIT}s)"
-    sleep 30
-    waited=$((waited + 30))
-  done
-}
 run_upstream() {  # R
   (cd "$UPSTREAM_DIR" && "${upstream_env[@]}" "$UPSTREAM_PYTHON" "$REPO/bench/upstream_loader_bench.py" \
      --upstream-dir "$UPSTREAM_DIR" --data "$WORK/coco128.yaml" --hyp "$HYP" --img $IMG --batch-size $BATCH \
@@ -129,16 +101,7 @@ run_kestrel() {  # R
 }
 
 # ---- versions and machine ----
-up_commit=${UPSTREAM_COMMIT:-}
-if ((DO_UP)) && [ -z "$up_commit" ]; then
-  if [ -e "$UPSTREAM_DIR/.git" ]; then up_commit=$(git -C "$UPSTREAM_DIR" describe --tags --always 2>/dev/null) || true
-  elif [ -f "$UPSTREAM_DIR/.upstream-commit" ]; then up_commit=$(cat "$UPSTREAM_DIR/.upstream-commit"); fi
-  up_commit=${up_commit:-unknown}
-fi
-ks_commit="HEAD $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-git diff --quiet HEAD 2>/dev/null || ks_commit="$ks_commit (+ uncommitted changes)"
-((DO_KS)) && ks_commit="$ks_commit, binary built $(date -u -r "$KESTREL_BIN" '+%Y-%m-%d %H:%M UTC')"
-
+((DO_UP)) && up_commit=$(upstream_commit)
 # ---- warm-up, untimed: page cache for the libraries, upstream's .pyc files; the label caches ----
 if ((DO_UP)); then
   say "upstream: checking the environment"
@@ -148,8 +111,7 @@ if ((DO_UP)); then
 print(f"python {sys.version.split()[0]}, torch {torch.__version__}, opencv-python {cv2.__version__}, numpy {numpy.__version__}")')
 fi
 if ((DO_KS)); then
-  ks_env=$("$KESTREL_BIN" env 2>&1) || die "$KESTREL_BIN env failed"
-  ks_versions="kestrel $(awk '/^kestrel/ {print $2}' <<<"$ks_env"), libtorch $(awk '/^libtorch/ {print $2}' <<<"$ks_env"), $(awk '/^cpu threads/ {print $3}' <<<"$ks_env") torch threads"
+  ks_versions=$(kestrel_versions)
   # OpenCV's version from the file the binary loads (libopencv_core.so.406 -> libopencv_core.so.4.6.0)
   ocv=$(ldd "$KESTREL_BIN" 2>/dev/null | awk '/libopencv_core/ {print $3; exit}') || true
   [ -n "$ocv" ] && ocv=$(readlink -f "$ocv" | sed -n 's/.*libopencv_core\.so\.\([0-9][0-9.]*\)$/OpenCV \1/p')
@@ -168,14 +130,8 @@ for ((r = 1; r <= REPEATS; r++)); do
     l=$(awk '{print $1 " " $2 " " $3}' /proc/loadavg)
     say "$side: run $r/$REPEATS at $t_start; uptime: $up"
     log="$WORK/logs/$side-r$r.log"
-    busy0=$(busy_jiffies)
-    TIMEFORMAT='%R %U %S'
-    if ! { time "run_$side" "$r" >"$log" 2>&1; } 2>"$log.time"; then tail -n 30 "$log" >&2; die "$side run $r failed (log: $log)"; fi
-    busy1=$(busy_jiffies)
-    # CPU time of other processes during the run, as a share of all cores: busy time of the machine
-    # (/proc/stat) minus this run's own user+system time (its worker processes included).
-    others=$(awk -v b0="$busy0" -v b1="$busy1" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" '{ own = $2 + $3
-      printf "%.0f%%", 100 * ((b1 - b0) / hz - own) / ($1 * n) }' "$log.time")
+    timed_run "$log" "run_$side" "$r"
+    others=$OTHERS
     say "$side: run $r: other processes used $others of the CPUs during it"
     rates=$(sed -n 's/^epoch [0-9]*: .* = \([0-9.]*\) images\/s.*/\1/p' "$log" | paste -sd' ')
     [ -n "$rates" ] || { tail -n 30 "$log" >&2; die "no epoch lines in $log"; }
@@ -196,10 +152,10 @@ load_after=$(uptime)
 echo
 echo "Loader throughput: coco128 train ($NIMG images) x $REPEAT per epoch, ${IMG} px, batch $BATCH, $WORKERS workers, cache $CACHE, hyp.scratch-low"
 echo "date        $(date '+%Y-%m-%d %H:%M:%S %Z')"
-echo "cpu         $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
+echo "cpu         $(cpu_line)"
 echo "load after  load average${load_after#*load average}; waited ${waited}s for the load in all"
 ((DO_UP)) && echo "upstream    yolov5 $up_commit; $up_versions; 2 worker processes (1 torch thread, OpenCV threads off, each)"
-((DO_KS)) && echo "kestrel     $ks_commit; $ks_versions; 2 worker threads"
+((DO_KS)) && echo "kestrel     $ks_versions; 2 worker threads"
 echo
 printf '%-9s %3s %9s %-16s %7s %9s %-24s %s\n' side run start "load 1/5/15" others "epoch 1" "epochs 2+ (images/s)" notes
 declare -A steady_all
@@ -222,7 +178,5 @@ if [ -n "${steady_all[upstream]:-}" ] && [ -n "${steady_all[kestrel]:-}" ]; then
     for (i = 1; i <= nu; i++) su += a[i]; for (i = 1; i <= nk; i++) sk += b[i]
     printf "kestrel / upstream (means of epochs 2+): %.2fx\n", (sk / nk) / (su / nu) }'
 fi
-awk -v m="$LOAD_MAX" -v rows="$(printf '%s\n' "${rows[@]}" | cut -d'|' -f4 | cut -d' ' -f1 | paste -sd' ')" \
-  'BEGIN { n = split(rows, a, " "); for (i = 1; i <= n; i++) if (a[i] + 0 > m + 0) { printf "note: some runs started with a 1-minute load above %s: noisy\n", m; exit } }'
-echo "others: CPU time of other processes during the run (machine busy time from /proc/stat minus the run's own), % of all cores"
+note_loaded_rows "$(printf '%s\n' "${rows[@]}" | cut -d'|' -f4 | cut -d' ' -f1 | paste -sd' ')"
 echo "logs: $WORK/logs"

@@ -66,44 +66,10 @@ REPEATS=${REPEATS:-2}
 LOAD_MAX=${LOAD_MAX:-1.5}
 MAX_WAIT=${MAX_WAIT:-600}
 SIDES=${SIDES:-upstream kestrel}
-say() { printf '\033[1mbench:\033[0m %s\n' "$*" >&2; }
-die() { say "error: $*"; exit 1; }
+. "$REPO/bench/lib/compare.sh"
 
-[[ " $SIDES " == *" upstream "* ]] && DO_UP=1 || DO_UP=0
-[[ " $SIDES " == *" kestrel "* ]] && DO_KS=1 || DO_KS=0
-if ((DO_UP)); then
-  [ -f "$UPSTREAM_DIR/utils/loss.py" ] && [ -f "$UPSTREAM_DIR/cfg/training/yolov7-tiny.yaml" ] \
-    || die "UPSTREAM_DIR=$UPSTREAM_DIR is not a yolov7 tree (see the header)"
-  [ -x "$UPSTREAM_PYTHON" ] || die "UPSTREAM_PYTHON=$UPSTREAM_PYTHON is not executable"
-  UPSTREAM_DIR=$(cd "$UPSTREAM_DIR" && pwd)
-fi
-if ((DO_KS)); then
-  [ -x "$KESTREL_BIN" ] || die "$KESTREL_BIN not found: build kestrel first (scripts/setup.sh)"
-  KESTREL_BIN=$(cd "$(dirname "$KESTREL_BIN")" && pwd)/$(basename "$KESTREL_BIN")
-fi
-if [ -n "${THREADS:-}" ]; then export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS; fi
+compare_setup kestrel-otabench utils/loss.py cfg/training/yolov7-tiny.yaml
 
-WORK=${WORK:-$(mktemp -d /tmp/kestrel-otabench.XXXXXX)}
-mkdir -p "$WORK/logs"
-WORK=$(cd "$WORK" && pwd)
-
-load1() { cut -d' ' -f1 /proc/loadavg; }
-busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }  # user nice system irq softirq steal
-waited=0
-loaded_runs=0
-# wait_for_quiet: waits while the 1-minute load exceeds LOAD_MAX, within the MAX_WAIT budget.
-wait_for_quiet() {
-  while awk -v l="$(load1)" -v m="$LOAD_MAX" 'BEGIN { exit !(l + 0 > m + 0) }'; do
-    if ((waited >= MAX_WAIT)); then
-      say "load $(load1) > $LOAD_MAX, wait budget (${MAX_WAIT}s) spent: running anyway"
-      loaded_runs=$((loaded_runs + 1))
-      return
-    fi
-    say "load $(load1) > $LOAD_MAX: waiting 30 s (waited ${waited}s of ${MAX_WAIT}s)"
-    sleep 30
-    waited=$((waited + 30))
-  done
-}
 run_upstream() {  # plain|ota
   "$UPSTREAM_PYTHON" "$REPO/bench/upstream_ota_step_bench.py" --upstream-dir "$UPSTREAM_DIR" \
     --cfg cfg/training/yolov7-tiny.yaml --hyp data/hyp.scratch.tiny.yaml --loss "$1" --nc 80 \
@@ -116,23 +82,12 @@ run_kestrel() {  # plain|ota
 }
 
 # ---- versions ----
-up_commit=${UPSTREAM_COMMIT:-}
 if ((DO_UP)); then
-  if [ -z "$up_commit" ]; then
-    if [ -e "$UPSTREAM_DIR/.git" ]; then up_commit=$(git -C "$UPSTREAM_DIR" rev-parse --short HEAD 2>/dev/null) || true
-    elif [ -f "$UPSTREAM_DIR/.upstream-commit" ]; then up_commit=$(cut -c1-7 "$UPSTREAM_DIR/.upstream-commit"); fi
-    up_commit=${up_commit:-unknown}
-  fi
+  up_commit=$(upstream_commit)
   up_versions=$("$UPSTREAM_PYTHON" -c 'import sys, torch, numpy
 print(f"python {sys.version.split()[0]}, torch {torch.__version__}, numpy {numpy.__version__}, {torch.get_num_threads()} torch threads")')
 fi
-ks_commit="HEAD $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-git diff --quiet HEAD -- src 2>/dev/null || ks_commit="$ks_commit (+ uncommitted changes in src/)"
-if ((DO_KS)); then
-  ks_commit="$ks_commit, binary built $(date -u -r "$KESTREL_BIN" '+%Y-%m-%d %H:%M UTC')"
-  ks_env=$("$KESTREL_BIN" env 2>&1) || die "$KESTREL_BIN env failed"
-  ks_versions="kestrel $(awk '/^kestrel/ {print $2}' <<<"$ks_env"), libtorch $(awk '/^libtorch/ {print $2}' <<<"$ks_env"), $(awk '/^cpu threads/ {print $3}' <<<"$ks_env") torch threads"
-fi
+((DO_KS)) && ks_versions=$(kestrel_versions)
 
 # ---- measurement: the four runs alternate ----
 declare -a rows=()
@@ -147,14 +102,8 @@ for ((r = 1; r <= REPEATS; r++)); do
     l=$(awk '{print $1 " " $2 " " $3}' /proc/loadavg)
     say "$side $loss: round $r/$REPEATS at $t_start; uptime: $(uptime)"
     log="$WORK/logs/$side-$loss-r$r.log"
-    busy0=$(busy_jiffies)
-    TIMEFORMAT='%R %U %S'
-    if ! { time "run_$side" "$loss" >"$log" 2>&1; } 2>"$log.time"; then tail -n 30 "$log" >&2; die "$side $loss round $r failed (log: $log)"; fi
-    busy1=$(busy_jiffies)
-    # CPU time of other processes during the run, as a share of all cores: the machine's busy time
-    # (/proc/stat) minus this run's own user+system time.
-    others=$(awk -v b0="$busy0" -v b1="$busy1" -v hz="$(getconf CLK_TCK)" -v n="$(getconf _NPROCESSORS_ONLN)" '{ own = $2 + $3
-      printf "%.0f%%", 100 * ((b1 - b0) / hz - own) / ($1 * n) }' "$log.time")
+    timed_run "$log" "run_$side" "$loss"
+    others=$OTHERS
     extra=""
     if [[ $side == upstream ]]; then
       ms=$(sed -n 's/^result: .* ms_per_step=\([0-9.]*\).*/\1/p' "$log")
@@ -178,10 +127,10 @@ range() { awk -v v="$1" 'BEGIN { n = split(v, a, " "); mn = 1e18; mx = 0
 echo
 echo "Training step, yolov7-tiny (nc 80), fp32 CPU, batch $BATCH, ${IMG} px, $TARGETS boxes/image, $WARMUP warm-up + $STEPS timed steps per run"
 echo "date        $(date '+%Y-%m-%d %H:%M:%S %Z')"
-echo "cpu         $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(getconf _NPROCESSORS_ONLN); OMP/MKL threads: ${THREADS:-torch default}"
+echo "cpu         $(cpu_line); OMP/MKL threads: ${THREADS:-torch default}"
 echo "load after  load average${load_after#*load average}; waited ${waited}s for the load in all; $loaded_runs run(s) started above load $LOAD_MAX after the wait budget"
 ((DO_UP)) && echo "upstream    WongKinYiu/yolov7 $up_commit; $up_versions"
-((DO_KS)) && echo "kestrel     $ks_commit; $ks_versions"
+((DO_KS)) && echo "kestrel     $ks_versions"
 echo
 printf '%-9s %-5s %5s %9s %-16s %7s %10s  %s\n' side loss round start "load 1/5/15" others "ms/step" notes
 for row in "${rows[@]}"; do
@@ -209,7 +158,5 @@ for loss in plain ota; do
   u=${ms_all[upstream:$loss]:-} k=${ms_all[kestrel:$loss]:-}
   [ -n "$u" ] && [ -n "$k" ] && echo "kestrel / upstream, $loss: $(ratio "$k" "$u")x time per step (means; per round: $(per_round "$k" "$u"); below 1: kestrel faster)"
 done
-awk -v m="$LOAD_MAX" -v rows="$(printf '%s\n' "${rows[@]}" | cut -d'|' -f5 | cut -d' ' -f1 | paste -sd' ')" \
-  'BEGIN { n = split(rows, a, " "); for (i = 1; i <= n; i++) if (a[i] + 0 > m + 0) { printf "note: some runs started with a 1-minute load above %s: noisy\n", m; exit } }'
-echo "others: CPU time of other processes during the run (machine busy time from /proc/stat minus the run's own), % of all cores"
+note_loaded_rows "$(printf '%s\n' "${rows[@]}" | cut -d'|' -f5 | cut -d' ' -f1 | paste -sd' ')"
 echo "logs: $WORK/logs"

@@ -59,26 +59,10 @@ E_LONG=${E_LONG:-4}
 REPEATS=${REPEATS:-1}
 SIDES=${SIDES:-upstream kestrel}
 BATCH=16 IMG=320 WORKERS=2
-say() { printf '\033[1mbench:\033[0m %s\n' "$*" >&2; }
-die() { say "error: $*"; exit 1; }
+. "$REPO/bench/lib/compare.sh"
 
 ((E_LONG > E_SHORT)) || die "E_LONG ($E_LONG) must be larger than E_SHORT ($E_SHORT)"
-[[ " $SIDES " == *" upstream "* ]] && DO_UP=1 || DO_UP=0
-[[ " $SIDES " == *" kestrel "* ]] && DO_KS=1 || DO_KS=0
-if ((DO_UP)); then
-  [ -f "$UPSTREAM_DIR/train.py" ] || die "UPSTREAM_DIR=$UPSTREAM_DIR has no train.py (see the set-up at the top of $0)"
-  [ -x "$UPSTREAM_PYTHON" ] || die "UPSTREAM_PYTHON=$UPSTREAM_PYTHON is not executable"
-  UPSTREAM_DIR=$(cd "$UPSTREAM_DIR" && pwd)
-fi
-if ((DO_KS)); then
-  [ -x "$KESTREL_BIN" ] || die "$KESTREL_BIN not found: build kestrel first (scripts/setup.sh)"
-  KESTREL_BIN=$(cd "$(dirname "$KESTREL_BIN")" && pwd)/$(basename "$KESTREL_BIN")
-fi
-if [ -n "${THREADS:-}" ]; then export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS; fi
-
-WORK=${WORK:-$(mktemp -d /tmp/kestrel-bench.XXXXXX)}
-mkdir -p "$WORK/logs"
-WORK=$(cd "$WORK" && pwd)
+compare_setup kestrel-bench train.py
 
 # ---- dataset: one copy of data/demo for both sides (upstream writes labels/*.cache next to it) ----
 rm -rf "$WORK/demo"
@@ -125,14 +109,7 @@ run_kestrel() {  # E R
 }
 
 # ---- versions and machine ----
-up_commit=${UPSTREAM_COMMIT:-}
-if ((DO_UP)) && [ -z "$up_commit" ]; then
-  if [ -e "$UPSTREAM_DIR/.git" ]; then up_commit=$(git -C "$UPSTREAM_DIR" describe --tags --always 2>/dev/null) || true
-  elif [ -f "$UPSTREAM_DIR/.upstream-commit" ]; then up_commit=$(cat "$UPSTREAM_DIR/.upstream-commit"); fi
-  up_commit=${up_commit:-unknown}
-fi
-ks_commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || ks_commit="$ks_commit (+ uncommitted changes)"
+((DO_UP)) && up_commit=$(upstream_commit)
 load_before=$(uptime)
 note_load
 
@@ -146,8 +123,7 @@ print(f"python {sys.version.split()[0]}, torch {torch.__version__}, torchvision 
       f"opencv {cv2.__version__}, numpy {numpy.__version__}, {torch.get_num_threads()} torch threads")')
 fi
 if ((DO_KS)); then
-  ks_env=$("$KESTREL_BIN" env 2>&1) || die "$KESTREL_BIN env failed"
-  ks_versions="libtorch $(awk '/^libtorch/ {print $2}' <<<"$ks_env"), $(awk '/^cpu threads/ {print $3}' <<<"$ks_env") torch threads"
+  ks_versions=$(kestrel_versions)
 fi
 
 # ---- measurement: short and long runs alternate between the sides ----
@@ -173,11 +149,11 @@ note_load
 echo
 echo "CPU training speed: yolov5n from scratch, demo dataset ($NIMG train images), batch $BATCH, ${IMG} px, $WORKERS workers"
 echo "date        $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-echo "cpu         $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
+echo "cpu         $(cpu_line)"
 echo "load before load average${load_before#*load average}"
 echo "load after  load average${load_after#*load average}"
 ((DO_UP)) && echo "upstream    yolov5 $up_commit; $up_versions"
-((DO_KS)) && echo "kestrel     $ks_commit; $ks_versions"
+((DO_KS)) && echo "kestrel     $ks_versions"
 echo "speed = ($E_LONG - $E_SHORT) epochs x $NIMG images / (wall($E_LONG epochs) - wall($E_SHORT epoch(s))), fastest of $REPEATS"
 echo
 printf '%-10s %12s %12s %12s %10s\n' side "wall E=$E_SHORT" "wall E=$E_LONG" "s/epoch" "images/s"
