@@ -100,12 +100,14 @@ struct CudaGraphStep::Impl {
     if (m < s.mask.size(1)) s.mask.narrow(1, m, s.mask.size(1) - m).zero_();
   }
 
-  // The captured body: what one replay does.
-  loss::YoloLoss::Result body(Shape& s, bool update) {
-    loss::YoloLoss::Result r = step.forward_backward(s.images, s.targets, s.mask);
-    if (update) step.apply_update(s.momentum);
+  // Forward and backward, and the update when asked: the captured body, and the step of shapes without a slot.
+  loss::YoloLoss::Result step_once(const at::Tensor& images, const at::Tensor& targets, const at::Tensor& mask,
+                                   bool update, double momentum) {
+    loss::YoloLoss::Result r = step.forward_backward(images, targets, mask);
+    if (update) step.apply_update(momentum);
     return {r.total.detach(), r.items};
   }
+  loss::YoloLoss::Result body(Shape& s, bool update) { return step_once(s.images, s.targets, s.mask, update, s.momentum); }
 
   bool ready(const Shape& s) const {
 #ifdef KESTREL_WITH_CUDA
@@ -124,24 +126,34 @@ struct CudaGraphStep::Impl {
     return copy_of(s.out);
   }
 
-  // A call of the body without capture: on the side stream when capturing is on (warm-up before a
-  // capture), ordered after the current stream's work (the loaded inputs) and before its next.
+#ifdef KESTREL_WITH_CUDA
+  // Runs fn() on the side stream, ordered after the current stream's work (the loaded inputs) and
+  // before its next.
+  template <class Fn>
+  void on_side_stream(Fn&& fn) {
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
+    if (!side) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+    at::cuda::CUDAEvent inputs_ready, done;
+    inputs_ready.record(current);
+    inputs_ready.block(*side);
+    {
+      c10::cuda::CUDAStreamGuard on_side(*side);
+      fn();
+    }
+    done.record(*side);
+    done.block(current);
+  }
+#endif
+
+  // A call of the body without capture: on the side stream when capturing is on (the warm-up calls
+  // before a capture).
   loss::YoloLoss::Result eager(Shape& s, bool update) {
 #ifdef KESTREL_WITH_CUDA
     if (options.capture) {
-      const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
-      if (!side) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-      at::cuda::CUDAEvent inputs_ready, done;
-      inputs_ready.record(current);
-      inputs_ready.block(*side);
       loss::YoloLoss::Result r;
-      {
-        c10::cuda::CUDAStreamGuard on_side(*side);
-        r = body(s, update);
-      }
-      done.record(*side);
-      done.block(current);
+      on_side_stream([&] { r = body(s, update); });
       // Allocated on the side stream, used on the current one: not reused before that use is done.
+      const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
       r.total.record_stream(current);
       r.items.record_stream(current);
       return r;
@@ -154,22 +166,14 @@ struct CudaGraphStep::Impl {
   void capture(Shape& s, bool update) {
 #ifdef KESTREL_WITH_CUDA
     if (pool == c10::MempoolId_t{0, 0}) pool = at::cuda::graph_pool_handle();
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
-    if (!side) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-    at::cuda::CUDAEvent inputs_ready, done;
-    inputs_ready.record(current);
-    inputs_ready.block(*side);
-    {
-      c10::cuda::CUDAStreamGuard on_side(*side);
+    on_side_stream([&] {
       NoAutocastCache no_cast_cache;
       s.graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local mode: the loader's threads may use CUDA (pinned memory) while this one captures.
       s.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       s.out = body(s, update);
       s.graph->capture_end();
-    }
-    done.record(*side);
-    done.block(current);
+    });
     s.graph_momentum = s.momentum;
     ++captured;
 #else
@@ -202,11 +206,7 @@ loss::YoloLoss::Result CudaGraphStep::run(const at::Tensor& images, const at::Te
   Impl& m = *impl_;
   if (update) m.step.set_learning_rates(settings.lr);  // outside the graph: the captured update reads them
   Shape* s = m.slot(images, targets, update);
-  if (s == nullptr) {  // more shapes than graphs: this one runs eagerly as it is
-    loss::YoloLoss::Result r = m.step.forward_backward(images, targets, mask);
-    if (update) m.step.apply_update(settings.momentum);
-    return {r.total.detach(), r.items};
-  }
+  if (s == nullptr) return m.step_once(images, targets, mask, update, settings.momentum);  // more shapes than graphs
   Impl::load(*s, images, targets, mask);
   // Only updates depend on the momentum; a micro-step's graph serves any.
   const double momentum = update ? settings.momentum : 0.0;
