@@ -265,52 +265,37 @@ TEST(Perspective, ScaleHalfAboutTheCentre) {
   EXPECT_EQ(s.image.at<cv::Vec3b>(50, 50), cv::Vec3b(0, 0, 0));
 }
 
-TEST(Perspective, SourceRectIsTheInverseMappedOutputWithAMargin) {
-  // 200x200 into 100x100 at scale 2 about the centre: x_out = 2 (x - 100) + 50, so the output's
-  // [0, 100] reads x in [75, 125]; 2 pixels before, 3 after (taps floor(x) + 1, exclusive end).
-  PerspectiveParams zoom;
-  zoom.scale = 2;
-  EXPECT_EQ(perspective_source_rect(zoom, {200, 200}, {100, 100}), cv::Rect(73, 73, 55, 55));
-  // Scale 0.5 reads [-50, 250]: clipped to the input.
-  PerspectiveParams shrink;
-  shrink.scale = 0.5;
-  EXPECT_EQ(perspective_source_rect(shrink, {200, 200}, {100, 100}), cv::Rect(0, 0, 200, 200));
-  // Translated fully off the input: nothing to read, the whole input is returned (all grey anyway).
-  PerspectiveParams away;
-  away.scale = 4, away.translate_x = 20;
-  EXPECT_EQ(perspective_source_rect(away, {200, 200}, {100, 100}), cv::Rect(0, 0, 200, 200));
-  PerspectiveParams projective;
-  projective.perspective_x = 1e-4;
-  EXPECT_EQ(perspective_source_rect(projective, {200, 100}, {50, 50}), cv::Rect(0, 0, 200, 100));
-}
-
-TEST(Perspective, WarpingTheReadPartEqualsWarpingTheWhole) {
+TEST(Perspective, PaintedInputGivesTheSameResultAsTheWholeImage) {
   Sample whole = solid(300, 200, {0, 0, 0});
   cv::randu(whole.image, 0, 255);
   whole.boxes = {{1, 100, 60, 180, 140}, {2, 10, 10, 40, 30}};
-  for (const PerspectiveParams& p : [] {
-         PerspectiveParams zoom, turn;
-         zoom.scale = 1.37, zoom.translate_x = 0.43, zoom.translate_y = 0.58;
-         turn.scale = 1.2, turn.degrees = 17, turn.shear_x_degrees = 3, turn.translate_x = 0.55;
-         return std::vector<PerspectiveParams>{zoom, turn};
-       }()) {
-    const cv::Rect part = perspective_source_rect(p, whole.image.size(), {150, 100});
-    ASSERT_LT(part.area(), whole.image.size().area());  // a real part, not the fallback
+  PerspectiveParams zoom, turn, projective;
+  zoom.scale = 1.37, zoom.translate_x = 0.43, zoom.translate_y = 0.58;
+  turn.scale = 1.2, turn.degrees = 17, turn.shear_x_degrees = 3, turn.translate_x = 0.55;
+  projective.scale = 0.9, projective.perspective_x = 2e-4;
+  for (const PerspectiveParams& p : {zoom, turn, projective}) {
     Sample expected = whole;
     apply_perspective(expected, p, {150, 100});
-    Sample cut{whole.image(part).clone(), whole.boxes, {}};
-    apply_perspective_to_part(cut, part.tl(), whole.image.size(), p, {150, 100});
-    EXPECT_EQ(cv::norm(cut.image, expected.image, cv::NORM_INF), 0) << "degrees " << p.degrees;
-    ASSERT_EQ(cut.boxes.size(), expected.boxes.size());
-    for (size_t i = 0; i < cut.boxes.size(); ++i)
-      expect_box(cut.boxes[i], expected.boxes[i].x1, expected.boxes[i].y1, expected.boxes[i].x2, expected.boxes[i].y2);
+    Sample painted{cv::Mat(), whole.boxes, {}};
+    int64_t area = 0;
+    apply_perspective_painted(
+        painted, whole.image.size(),
+        [&](cv::Rect rect, cv::Mat& pixels) {
+          area += rect.area();
+          whole.image(rect).copyTo(pixels);
+        },
+        p, {150, 100});
+    EXPECT_EQ(cv::norm(painted.image, expected.image, cv::NORM_INF), 0) << "degrees " << p.degrees;
+    ASSERT_EQ(painted.boxes.size(), expected.boxes.size());
+    for (size_t i = 0; i < painted.boxes.size(); ++i)
+      expect_box(painted.boxes[i], expected.boxes[i].x1, expected.boxes[i].y1, expected.boxes[i].x2, expected.boxes[i].y2);
+    if (p.perspective_x == 0) {
+      EXPECT_LT(area, whole.image.size().area()) << "zoomed in: reads less than the input";
+    }
   }
-  Sample outside{whole.image(cv::Rect(250, 150, 60, 60) & cv::Rect(0, 0, 300, 200)).clone(), {}, {}};
-  EXPECT_THROW(apply_perspective_to_part(outside, {250, 150}, {300, 180}, PerspectiveParams{}, {150, 100}), Error);
-  PerspectiveParams projective;
-  projective.perspective_y = 1e-4;
-  Sample part{whole.image(cv::Rect(0, 0, 100, 100)).clone(), {}, {}};
-  EXPECT_THROW(apply_perspective_to_part(part, {0, 0}, {300, 200}, projective, {150, 100}), Error);
+  Sample unpaired{cv::Mat(), {{0, 1, 1, 5, 5}}, {{}, {}}};
+  EXPECT_THROW(apply_perspective_painted(unpaired, {300, 200}, [](cv::Rect, cv::Mat&) {}, zoom, {150, 100}), Error);
+  EXPECT_THROW(apply_perspective_painted(unpaired, {0, 200}, [](cv::Rect, cv::Mat&) {}, zoom, {150, 100}), Error);
 }
 
 TEST(Perspective, NinetyDegreesTurnsCounterClockwise) {

@@ -206,12 +206,10 @@ TEST(Mosaic9, RandomMosaicsAreDeterministicAndImageSized) {
   for (const Box& box : a.boxes) EXPECT_TRUE(box.x1 >= 0 && box.y1 >= 0 && box.x2 <= 32 && box.y2 <= 32);
 }
 
-// The mosaics paint only the part of the canvas the warp reads; the result must be the one of the
-// whole canvas warped (upstream's order: canvas, then random_perspective with the next draws).
-// Returns whether the draw painted a real part (smaller than the canvas), so that the test can tell
-// that it covered that path.
+// Without copy-paste the mosaics never build their canvas whole (the warp paints it a band at a time);
+// the result must be the one of the whole canvas warped (upstream's order: canvas, then random_perspective with the next draws).
 template <size_t N>
-bool expect_same_as_whole_canvas(const std::array<Sample, N>& tiles, int s, cv::Point where,
+void expect_same_as_whole_canvas(const std::array<Sample, N>& tiles, int s, cv::Point where,
                                  const AugmentOptions& o, unsigned seed, Dialect dialect) {
   std::mt19937 rng(seed), rng_whole(seed);
   Sample fast, whole;
@@ -222,10 +220,6 @@ bool expect_same_as_whole_canvas(const std::array<Sample, N>& tiles, int s, cv::
     fast = mosaic9(tiles, s, o, rng, where, dialect);
     whole = mosaic9_canvas(tiles, s, where);
   }
-  std::mt19937 rng_params = rng_whole;  // no copy-paste: the next draws are the perspective's
-  const cv::Size output(s + 2 * mosaic_border(s), s + 2 * mosaic_border(s));
-  const cv::Rect part = perspective_source_rect(draw_perspective(o, rng_params, dialect), whole.image.size(), output);
-  const int canvas_area = whole.image.size().area();
   random_perspective(whole, o, {mosaic_border(s), mosaic_border(s)}, rng_whole, dialect);
   EXPECT_EQ(fast.image.size(), whole.image.size());
   EXPECT_EQ(cv::norm(fast.image, whole.image, cv::NORM_INF), 0) << "seed " << seed;
@@ -234,10 +228,9 @@ bool expect_same_as_whole_canvas(const std::array<Sample, N>& tiles, int s, cv::
     expect_box(fast.boxes[i], whole.boxes[i].cls, whole.boxes[i].x1, whole.boxes[i].y1, whole.boxes[i].x2,
                whole.boxes[i].y2);
   EXPECT_EQ(rng(), rng_whole());  // the same number of draws
-  return part.area() < canvas_area;
 }
 
-TEST(Mosaic, PaintingOnlyTheReadPartGivesTheWholeCanvasResult) {
+TEST(Mosaic, BandedCanvasGivesTheWholeCanvasResult) {
   std::array<Sample, 4> four = four_tiles();
   std::array<Sample, 9> nine = nine_tiles();
   cv::RNG noise(7);
@@ -246,14 +239,12 @@ TEST(Mosaic, PaintingOnlyTheReadPartGivesTheWholeCanvasResult) {
   AugmentOptions scratch;  // hyp.scratch-low: scale 0.5, translate 0.1
   AugmentOptions turned = scratch;
   turned.degrees = 20, turned.shear = 4;
-  int parts = 0;
   for (unsigned seed = 0; seed < 12; ++seed) {
-    parts += expect_same_as_whole_canvas(four, 64, {70, 50}, scratch, seed, Dialect::yolov5);
-    parts += expect_same_as_whole_canvas(four, 64, {40, 90}, turned, seed, Dialect::yolov5);
-    parts += expect_same_as_whole_canvas(nine, 32, {10, 20}, scratch, seed, Dialect::yolov7);
-    parts += expect_same_as_whole_canvas(nine, 32, {3, 29}, turned, seed, Dialect::yolov7);
+    expect_same_as_whole_canvas(four, 64, {70, 50}, scratch, seed, Dialect::yolov5);
+    expect_same_as_whole_canvas(four, 64, {40, 90}, turned, seed, Dialect::yolov5);
+    expect_same_as_whole_canvas(nine, 32, {10, 20}, scratch, seed, Dialect::yolov7);
+    expect_same_as_whole_canvas(nine, 32, {3, 29}, turned, seed, Dialect::yolov7);
   }
-  EXPECT_GE(parts, 12);  // scale above about 1.05 reads less than the canvas: roughly half the draws
 
 }
 

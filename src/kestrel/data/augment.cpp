@@ -306,75 +306,53 @@ void warp_labels(Sample& sample, const cv::Matx33d& M, bool projective, cv::Size
 
 }  // namespace
 
-void apply_perspective(Sample& sample, const PerspectiveParams& params, cv::Size output, Dialect dialect) {
-  check_sample(sample, "random_perspective");
-  apply_perspective_to_part(sample, {0, 0}, sample.image.size(), params, output, dialect);
-}
-
 namespace {
 
-bool is_projective(const PerspectiveParams& params) { return params.perspective_x != 0 || params.perspective_y != 0; }
-
-// The output -> input map that warpAffine derives from M (same formulas as OpenCV's own inversion, so
-// passing it with WARP_INVERSE_MAP gives the same pixels as passing M).
-cv::Matx23d inverse_affine(const cv::Matx33d& M) {
-  cv::Matx23d inverse;
-  cv::invertAffineTransform(cv::Matx23d(M(0, 0), M(0, 1), M(0, 2), M(1, 0), M(1, 1), M(1, 2)), inverse);
-  return inverse;
+void check_output(cv::Size output) {
+  if (output.width <= 0 || output.height <= 0)
+    fail("random_perspective: output size ", output.width, "x", output.height, " is empty (border too negative)");
 }
 
 }  // namespace
 
-cv::Rect perspective_source_rect(const PerspectiveParams& params, cv::Size input, cv::Size output) {
-  const cv::Rect whole(0, 0, input.width, input.height);
-  if (is_projective(params)) return whole;
-  const cv::Matx23d inverse = inverse_affine(perspective_matrix(params, input, output));
-  double x1 = INFINITY, y1 = INFINITY, x2 = -INFINITY, y2 = -INFINITY;
-  for (const cv::Point2d corner : {cv::Point2d(0, 0), cv::Point2d(output.width, 0), cv::Point2d(0, output.height),
-                                   cv::Point2d(output.width, output.height)}) {
-    const cv::Point2d p(inverse(0, 0) * corner.x + inverse(0, 1) * corner.y + inverse(0, 2),
-                        inverse(1, 0) * corner.x + inverse(1, 1) * corner.y + inverse(1, 2));
-    x1 = std::min(x1, p.x), y1 = std::min(y1, p.y), x2 = std::max(x2, p.x), y2 = std::max(y2, p.y);
-  }
-  // Clamped before the conversion to int: a near-singular transform sends the corners far away.
-  const double limit = std::max(input.width, input.height) + 8.0;
-  auto pixel = [&](double v) { return int(std::clamp(v, -limit, limit)); };
-  // Bilinear taps are floor(p) and floor(p) + 1 (OpenCV's 1/32-pixel fixed point rounds within that);
-  // the bottom-right corner is exclusive.
-  const cv::Point tl(pixel(std::floor(x1)) - 2, pixel(std::floor(y1)) - 2);
-  const cv::Point br(pixel(std::ceil(x2)) + 3, pixel(std::ceil(y2)) + 3);
-  const cv::Rect part = cv::Rect(tl, br) & whole;
-  return part.empty() ? whole : part;
-}
-
-void apply_perspective_to_part(Sample& sample, cv::Point part_origin, cv::Size input, const PerspectiveParams& params,
-                               cv::Size output, Dialect dialect) {
+void apply_perspective(Sample& sample, const PerspectiveParams& params, cv::Size output, Dialect dialect) {
   check_sample(sample, "random_perspective");
-  if (output.width <= 0 || output.height <= 0)
-    fail("random_perspective: output size ", output.width, "x", output.height, " is empty (border too negative)");
-  const cv::Rect part(part_origin, sample.image.size());
-  if ((part & cv::Rect(0, 0, input.width, input.height)) != part)
-    fail("random_perspective: the part ", part.width, "x", part.height, " at (", part.x, ", ", part.y,
-         ") is not inside the ", input.width, "x", input.height, " input");
-  const bool whole = part.size() == input;
-  const cv::Matx33d M = perspective_matrix(params, input, output);
-  const bool projective = is_projective(params);
-  if (projective && !whole) fail("random_perspective: a projective warp needs the whole input, not a part");
-  if (!whole || output != input || M != cv::Matx33d::eye()) {
+  check_output(output);
+  const cv::Matx33d M = perspective_matrix(params, sample.image.size(), output);
+  const bool projective = params.perspective_x != 0 || params.perspective_y != 0;
+  if (output != sample.image.size() || M != cv::Matx33d::eye()) {
     cv::Mat warped;
     const cv::Scalar grey = cv::Scalar::all(114);
     if (projective) {
       cv::warpPerspective(sample.image, warped, cv::Mat(M), output, cv::INTER_LINEAR, cv::BORDER_CONSTANT, grey);
     } else {
-      // Reading the part instead of the whole input moves every sampling position by whole pixels.
-      cv::Matx23d inverse = inverse_affine(M);
-      inverse(0, 2) -= part_origin.x, inverse(1, 2) -= part_origin.y;
-      cv::warpAffine(sample.image, warped, cv::Mat(inverse), output, cv::INTER_LINEAR | cv::WARP_INVERSE_MAP,
-                     cv::BORDER_CONSTANT, grey);
+      const cv::Matx23d affine(M(0, 0), M(0, 1), M(0, 2), M(1, 0), M(1, 1), M(1, 2));
+      cv::warpAffine(sample.image, warped, cv::Mat(affine), output, cv::INTER_LINEAR, cv::BORDER_CONSTANT, grey);
     }
     sample.image = warped;
   }
   warp_labels(sample, M, projective, output, params.scale, dialect);
+}
+
+void apply_perspective_painted(Sample& sample, cv::Size input, const InputPainter& paint,
+                               const PerspectiveParams& params, cv::Size output, Dialect dialect) {
+  if (input.width <= 0 || input.height <= 0) fail("random_perspective: empty input ", input.width, "x", input.height);
+  check_output(output);
+  if (!sample.segments.empty() && sample.segments.size() != sample.boxes.size())
+    fail("random_perspective: ", sample.segments.size(), " polygons for ", sample.boxes.size(), " boxes");
+  const cv::Matx33d M = perspective_matrix(params, input, output);
+  const bool projective = params.perspective_x != 0 || params.perspective_y != 0;
+  if (projective) {
+    sample.image.create(input, CV_8UC3);
+    paint(cv::Rect(0, 0, input.width, input.height), sample.image);
+    apply_perspective(sample, params, output, dialect);
+    return;
+  }
+  // The inverse that warpAffine derives from M (same formulas), so the pixels equal apply_perspective's.
+  cv::Matx23d inverse;
+  cv::invertAffineTransform(cv::Matx23d(M(0, 0), M(0, 1), M(0, 2), M(1, 0), M(1, 1), M(1, 2)), inverse);
+  sample.image = warp_affine_in_bands(inverse, input, output, paint);
+  warp_labels(sample, M, false, output, params.scale, dialect);
 }
 
 void random_perspective(Sample& sample, const AugmentOptions& options, cv::Point border, std::mt19937& rng,

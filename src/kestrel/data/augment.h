@@ -12,6 +12,7 @@
 
 #include <opencv2/core.hpp>
 
+#include "kestrel/data/banded_warp.h"
 #include "kestrel/data/hyp.h"
 #include "kestrel/data/sample.h"
 
@@ -102,19 +103,12 @@ PerspectiveParams draw_perspective(const AugmentOptions& options, std::mt19937& 
 void apply_perspective(Sample& sample, const PerspectiveParams& params, cv::Size output,
                        Dialect dialect = Dialect::yolov5);
 
-// The rectangle of an `input`-sized image that the warp into `output` reads: the inverse-mapped output
-// corners' bounding box with a 2-pixel margin for the bilinear taps, clipped to the input. The whole
-// input when the transform is projective or the output maps outside it.
-cv::Rect perspective_source_rect(const PerspectiveParams& params, cv::Size input, cv::Size output);
-
-// apply_perspective on an `input`-sized image of which only a part is materialised: sample.image holds
-// the pixels of perspective_source_rect(params, input, output) (or a larger rectangle) whose top-left
-// corner is `part_origin`; boxes and polygons are in whole-input pixels. The mosaic paints only that
-// part of its canvas. Same result as apply_perspective on the whole input (the sampling positions are
-// shifted by whole pixels, which is exact in OpenCV's fixed-point warp). Projective transforms need
-// the whole input.
-void apply_perspective_to_part(Sample& sample, cv::Point part_origin, cv::Size input, const PerspectiveParams& params,
-                               cv::Size output, Dialect dialect = Dialect::yolov5);
+// apply_perspective to an `input`-sized image that is never materialised whole: `paint` fills the
+// rectangles of it that the warp reads, a band of output rows at a time (banded_warp.h); the
+// projective warp has it paint the whole input once. sample.image is ignored and becomes the output;
+// boxes and polygons are in input pixels. Same result as apply_perspective on the painted input.
+void apply_perspective_painted(Sample& sample, cv::Size input, const InputPainter& paint,
+                               const PerspectiveParams& params, cv::Size output, Dialect dialect = Dialect::yolov5);
 
 // draw_perspective + apply_perspective into (w + 2 * border.x, h + 2 * border.y); a negative
 // border (mosaic) makes the output smaller than the input.

@@ -46,42 +46,45 @@ Sample place_labels(const Layout& layout, const char* where) {
   return out;
 }
 
-// The canvas pixels inside `part` (grey 114 where no tile lies), as an image of part's size.
-cv::Mat paint_tiles(const Layout& layout, cv::Rect part) {
-  cv::Mat image(part.size(), CV_8UC3, cv::Scalar::all(114));
+// Fills `pixels` with the canvas inside `part`: grey 114 where no tile lies.
+void paint_tiles(const Layout& layout, cv::Rect part, cv::Mat& pixels) {
+  pixels.setTo(cv::Scalar::all(114));
   for (size_t i = 0; i < layout.origins.size(); ++i) {
     const cv::Mat& tile = layout.tiles[i].image;
     const cv::Rect placed = cv::Rect(layout.origins[i], tile.size()) & part;
-    if (!placed.empty()) tile(placed - layout.origins[i]).copyTo(image(placed - part.tl()));
+    if (!placed.empty()) tile(placed - layout.origins[i]).copyTo(pixels(placed - part.tl()));
   }
-  return image;
+}
+
+void paint_whole_canvas(const Layout& layout, Sample& canvas) {
+  canvas.image.create(layout.size, CV_8UC3);
+  paint_tiles(layout, cv::Rect(cv::Point(0, 0), layout.size), canvas.image);
 }
 
 Sample whole_canvas(const Layout& layout, const char* where) {
   Sample canvas = place_labels(layout, where);
-  canvas.image = paint_tiles(layout, cv::Rect(cv::Point(0, 0), layout.size));
+  paint_whole_canvas(layout, canvas);
   return canvas;
 }
 
 // The augmentations both mosaics end with: copy-paste on the 2s canvas, then the perspective crop to
-// s. Without copy-paste the warp reads only part of the canvas (a third on average at scale 0.5):
-// only that part is painted, which saves most of the tile copies.
+// s. Without copy-paste the canvas is never built whole: the warp has the tiles painted a band at a
+// time, only where it reads (banded_warp.h), which saves filling and copying 2s x 2s pixels.
 Sample finish(const Layout& layout, int img_size, const AugmentOptions& options, std::mt19937& rng, Dialect dialect,
               const char* where) {
   const int border = mosaic_border(img_size);
   Sample canvas = place_labels(layout, where);
   if (options.copy_paste > 0 && !canvas.segments.empty()) {  // copy-paste needs every pixel
-    canvas.image = paint_tiles(layout, cv::Rect(cv::Point(0, 0), layout.size));
+    paint_whole_canvas(layout, canvas);
     copy_paste(canvas, options.copy_paste, rng);
     random_perspective(canvas, options, cv::Point(border, border), rng, dialect);
     return canvas;
   }
   // copy_paste would draw nothing here: the random stream is the same as on the path above.
   const cv::Size output(layout.size.width + 2 * border, layout.size.height + 2 * border);
-  const PerspectiveParams params = draw_perspective(options, rng, dialect);
-  const cv::Rect part = perspective_source_rect(params, layout.size, output);
-  canvas.image = paint_tiles(layout, part);
-  apply_perspective_to_part(canvas, part.tl(), layout.size, params, output, dialect);
+  apply_perspective_painted(
+      canvas, layout.size, [&](cv::Rect part, cv::Mat& pixels) { paint_tiles(layout, part, pixels); },
+      draw_perspective(options, rng, dialect), output, dialect);
   return canvas;
 }
 
