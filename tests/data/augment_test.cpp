@@ -6,6 +6,8 @@
 
 #include <sstream>
 
+#include <opencv2/imgproc.hpp>
+
 #include "kestrel/core/error.h"
 #include "test_support.h"
 
@@ -204,6 +206,26 @@ TEST(Hsv, HueWrapsAt180AndSaturationValueClip) {
   EXPECT_EQ(img.at<cv::Vec3b>(0, 0), cv::Vec3b(200, 0, 0));
   apply_hsv_gains(img, {1, 1, 2});  // V 200 -> 400 clipped to 255
   EXPECT_EQ(img.at<cv::Vec3b>(0, 0), cv::Vec3b(255, 0, 0));
+}
+
+TEST(Hsv, EqualsOpenCvsLutPipelineOnNoise) {
+  // The reference: upstream's steps in OpenCV (cvtColor, cv::LUT with numpy-style tables, cvtColor).
+  Sample base = solid(257, 131, {0, 0, 0});
+  cv::randu(base.image, 0, 256);
+  for (const cv::Vec3d gains : {cv::Vec3d(1.013, 0.42, 1.37), cv::Vec3d(0.987, 1.69, 0.61), cv::Vec3d(1.9, 1, 1)}) {
+    cv::Mat lut(1, 256, CV_8UC3);
+    for (int x = 0; x < 256; ++x) {
+      const double hue = std::fmod(x * gains[0], 180.0);
+      lut.at<cv::Vec3b>(x) = cv::Vec3b(uint8_t(hue), uint8_t(std::min(x * gains[1], 255.0)), uint8_t(std::min(x * gains[2], 255.0)));
+    }
+    cv::Mat expected;
+    cv::cvtColor(base.image, expected, cv::COLOR_BGR2HSV);
+    cv::LUT(expected, lut, expected);
+    cv::cvtColor(expected, expected, cv::COLOR_HSV2BGR);
+    cv::Mat got = base.image.clone();
+    apply_hsv_gains(got, gains);
+    EXPECT_EQ(cv::norm(got, expected, cv::NORM_INF), 0) << gains;
+  }
 }
 
 TEST(Hsv, RandomGainsAreDeterministicPerSeed) {

@@ -165,16 +165,24 @@ void letterbox_labels(Sample& sample, const Letterbox& lb) { map_labels(sample, 
 
 void apply_hsv_gains(cv::Mat& img, cv::Vec3d gains) {
   if (img.empty() || img.type() != CV_8UC3) fail("augment_hsv: the image must be 8-bit BGR (CV_8UC3)");
-  cv::Mat lut(1, 256, CV_8UC3);  // one table per HSV channel, values truncated as numpy's astype(uint8)
+  uint8_t table[3][256];  // one per HSV channel, values truncated as numpy's astype(uint8)
   for (int x = 0; x < 256; ++x) {
     double hue = std::fmod(x * gains[0], 180.0);
     if (hue < 0) hue += 180.0;  // numpy's % takes the divisor's sign
-    lut.at<cv::Vec3b>(x) = cv::Vec3b(uint8_t(hue), uint8_t(std::clamp(x * gains[1], 0.0, 255.0)),
-                                     uint8_t(std::clamp(x * gains[2], 0.0, 255.0)));
+    table[0][x] = uint8_t(hue);
+    table[1][x] = uint8_t(std::clamp(x * gains[1], 0.0, 255.0));
+    table[2][x] = uint8_t(std::clamp(x * gains[2], 0.0, 255.0));
   }
   cv::Mat hsv;
   cv::cvtColor(img, hsv, cv::COLOR_BGR2HSV);  // 8-bit hue is degrees / 2: 0..179
-  cv::LUT(hsv, lut, hsv);
+  // The three tables by hand: cv::LUT with a 3-channel table indexes byte by byte (3x slower).
+  for (int y = 0; y < hsv.rows; ++y) {
+    uint8_t* p = hsv.ptr<uint8_t>(y);
+    for (int x = 0; x < hsv.cols; ++x, p += 3) {
+      const uint8_t h = table[0][p[0]], s = table[1][p[1]], v = table[2][p[2]];
+      p[0] = h, p[1] = s, p[2] = v;
+    }
+  }
   cv::cvtColor(hsv, img, cv::COLOR_HSV2BGR);  // same size and type: writes into img's own pixels
 }
 
