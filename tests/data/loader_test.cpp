@@ -185,6 +185,31 @@ TEST(Collate, ChannelsBoxesClippingAndCapacityByHand) {
   EXPECT_EQ(all.dropped_boxes, 1);
 }
 
+TEST(Collate, WriterTakesSamplesOneAtATimeAndChecksTheCount) {
+  Sample a{cv::Mat(8, 6, CV_8UC3, cv::Scalar(10, 20, 30)), {{1, 0, 0, 3, 4}}, {}};
+  Sample b{cv::Mat(8, 6, CV_8UC3, cv::Scalar(40, 50, 60)), {}, {}};
+  BatchWriter writer(2, 4, false);
+  SampleMeta first;
+  first.index = 7;
+  writer.add(a, first);
+  writer.add(b, SampleMeta{});
+  EXPECT_THROW(writer.add(b, SampleMeta{}), Error);  // a third sample for a batch of 2
+  const Batch batch = writer.finish();
+  ASSERT_EQ(batch.images.sizes(), (at::IntArrayRef{2, 3, 8, 6}));
+  EXPECT_EQ(batch.images[1][0][7][5].item<int>(), 60);  // second image, R plane
+  EXPECT_EQ(batch.images[0][2][0][0].item<int>(), 10);  // first image, B plane
+  ASSERT_EQ(batch.meta.size(), 2u);
+  EXPECT_EQ(batch.meta[0].index, 7);
+  EXPECT_EQ(batch.boxes, 1);
+
+  BatchWriter short_of_one(2, 4, false);
+  short_of_one.add(a, SampleMeta{});
+  EXPECT_THROW(short_of_one.finish(), Error);
+  Sample other_size{cv::Mat(6, 6, CV_8UC3), {}, {}};
+  EXPECT_THROW(short_of_one.add(other_size, SampleMeta{}), Error);
+  EXPECT_THROW(BatchWriter(0, 4, false), Error);
+}
+
 TEST(Collate, TrimTargetsKeepsEveryRealBoxInFewShapes) {
   Batch b;
   b.targets = at::arange(2 * 100 * 5, at::kFloat).view({2, 100, 5});

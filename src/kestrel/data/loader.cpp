@@ -18,51 +18,70 @@
 
 namespace kestrel::data {
 
+BatchWriter::BatchWriter(int64_t batch_size, int max_boxes, bool pin_memory, float min_box_pixels)
+    : batch_size_(batch_size), max_boxes_(max_boxes), pin_memory_(pin_memory), min_box_pixels_(min_box_pixels) {
+  if (batch_size < 1) fail("collate: no samples");
+  if (max_boxes < 0) fail("collate: max_boxes must be >= 0, got ", max_boxes);
+  batch_.meta.reserve(static_cast<size_t>(batch_size));
+}
+
+void BatchWriter::add(const Sample& s, const SampleMeta& meta) {
+  if (added_ == batch_size_) fail("collate: more than the batch's ", batch_size_, " samples");
+  if (added_ == 0) {
+    if (s.image.empty()) fail("collate: sample 0 has no image");
+    auto bytes = at::TensorOptions().dtype(at::kByte).pinned_memory(pin_memory_);
+    batch_.images = at::empty({batch_size_, 3, s.image.rows, s.image.cols}, bytes);
+    batch_.targets = at::zeros({batch_size_, max_boxes_, 5}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin_memory_));
+    batch_.target_mask = at::zeros({batch_size_, max_boxes_}, at::TensorOptions().dtype(at::kBool).pinned_memory(pin_memory_));
+  }
+  const int64_t i = added_;
+  const int h = static_cast<int>(batch_.images.size(2)), w = static_cast<int>(batch_.images.size(3));
+  if (s.image.rows != h || s.image.cols != w || s.image.type() != CV_8UC3)
+    fail("collate: sample ", i, " is ", s.image.cols, "x", s.image.rows, ", the batch is ", w, "x", h);
+  // BGR interleaved -> three RGB planes written straight into the batch tensor: B to plane 2, G to 1,
+  // R to 0. cv::split deinterleaves with SIMD (mixChannels copies byte by byte: 10 % of the loader).
+  uint8_t* base = batch_.images.data_ptr<uint8_t>() + i * 3 * h * w;
+  cv::Mat planes[3] = {cv::Mat(h, w, CV_8UC1, base + 2 * h * w), cv::Mat(h, w, CV_8UC1, base + h * w), cv::Mat(h, w, CV_8UC1, base)};
+  cv::split(s.image, planes);
+  if (planes[0].data != base + 2 * h * w || planes[2].data != base) fail("collate: the image planes were reallocated");
+  float* targets = batch_.targets.data_ptr<float>();
+  bool* mask = batch_.target_mask.data_ptr<bool>();
+  int64_t kept = 0;
+  for (const Box& box : s.boxes) {
+    const float x1 = std::clamp(box.x1, 0.f, w - 1e-3f), x2 = std::clamp(box.x2, 0.f, w - 1e-3f);
+    const float y1 = std::clamp(box.y1, 0.f, h - 1e-3f), y2 = std::clamp(box.y2, 0.f, h - 1e-3f);
+    if (x2 - x1 < min_box_pixels_ || y2 - y1 < min_box_pixels_) continue;
+    if (kept == max_boxes_) {
+      ++batch_.dropped_boxes;
+      continue;
+    }
+    float* row = targets + (i * max_boxes_ + kept) * 5;
+    row[0] = box.cls;
+    row[1] = (x1 + x2) / 2 / w;
+    row[2] = (y1 + y2) / 2 / h;
+    row[3] = (x2 - x1) / w;
+    row[4] = (y2 - y1) / h;
+    mask[i * max_boxes_ + kept] = true;
+    ++kept;
+  }
+  batch_.boxes += kept;
+  batch_.meta.push_back(meta);
+  ++added_;
+}
+
+Batch BatchWriter::finish() {
+  if (added_ != batch_size_) fail("collate: ", added_, " samples for a batch of ", batch_size_);
+  added_ = 0;
+  return std::move(batch_);
+}
+
 Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory,
               float min_box_pixels) {
   if (samples.empty()) fail("collate: no samples");
-  const int64_t b = static_cast<int64_t>(samples.size());
-  const int h = samples[0].image.rows, w = samples[0].image.cols;
-  auto bytes = at::TensorOptions().dtype(at::kByte).pinned_memory(pin_memory);
-  Batch batch;
-  batch.images = at::empty({b, 3, h, w}, bytes);
-  batch.targets = at::zeros({b, max_boxes, 5}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin_memory));
-  batch.target_mask = at::zeros({b, max_boxes}, at::TensorOptions().dtype(at::kBool).pinned_memory(pin_memory));
-  batch.meta = meta;
-  auto* pixels = batch.images.data_ptr<uint8_t>();
-  auto* targets = batch.targets.data_ptr<float>();
-  auto* mask = batch.target_mask.data_ptr<bool>();
-  for (int64_t i = 0; i < b; ++i) {
-    const Sample& s = samples[static_cast<size_t>(i)];
-    if (s.image.rows != h || s.image.cols != w || s.image.type() != CV_8UC3)
-      fail("collate: sample ", i, " is ", s.image.cols, "x", s.image.rows, ", the batch is ", w, "x", h);
-    // BGR interleaved -> three RGB planes written straight into the batch tensor: B to plane 2, G to 1,
-    // R to 0. cv::split deinterleaves with SIMD (mixChannels copies byte by byte: 10 % of the loader).
-    uint8_t* base = pixels + i * 3 * h * w;
-    cv::Mat planes[3] = {cv::Mat(h, w, CV_8UC1, base + 2 * h * w), cv::Mat(h, w, CV_8UC1, base + h * w), cv::Mat(h, w, CV_8UC1, base)};
-    cv::split(s.image, planes);
-    if (planes[0].data != base + 2 * h * w || planes[2].data != base) fail("collate: the image planes were reallocated");
-    int64_t kept = 0;
-    for (const Box& box : s.boxes) {
-      const float x1 = std::clamp(box.x1, 0.f, w - 1e-3f), x2 = std::clamp(box.x2, 0.f, w - 1e-3f);
-      const float y1 = std::clamp(box.y1, 0.f, h - 1e-3f), y2 = std::clamp(box.y2, 0.f, h - 1e-3f);
-      if (x2 - x1 < min_box_pixels || y2 - y1 < min_box_pixels) continue;
-      if (kept == max_boxes) {
-        ++batch.dropped_boxes;
-        continue;
-      }
-      float* row = targets + (i * max_boxes + kept) * 5;
-      row[0] = box.cls;
-      row[1] = (x1 + x2) / 2 / w;
-      row[2] = (y1 + y2) / 2 / h;
-      row[3] = (x2 - x1) / w;
-      row[4] = (y2 - y1) / h;
-      mask[i * max_boxes + kept] = true;
-      ++kept;
-    }
-    batch.boxes += kept;
-  }
-  return batch;
+  if (meta.size() != samples.size()) fail("collate: ", meta.size(), " meta entries for ", samples.size(), " samples");
+  BatchWriter writer(static_cast<int64_t>(samples.size()), max_boxes, pin_memory, min_box_pixels);
+  for (size_t i = 0; i < samples.size(); ++i) writer.add(samples[i], meta[i]);
+  return writer.finish();
 }
 
 DataLoader::DataLoader(std::shared_ptr<const YoloDataset> dataset, LoaderOptions options)
@@ -141,12 +160,15 @@ void DataLoader::set_sample_weights(std::vector<double> weights) {
 Batch DataLoader::build_batch(int64_t batch) const {
   const size_t b = static_cast<size_t>(options_.batch_size);
   const size_t start = static_cast<size_t>(batch) * b, end = std::min(order_.size(), start + b);
-  std::vector<Sample> samples;
-  std::vector<SampleMeta> meta(end - start);
-  for (size_t i = start; i < end; ++i) samples.push_back(dataset_->get(static_cast<size_t>(order_[i]), epoch_, &meta[i - start]));
   // Validation keeps every label, however small (as upstream val.py: its gt count includes them).
   const float min_box_pixels = dataset_->options().augment ? 1.f : 0.f;
-  Batch out = collate(samples, meta, options_.max_boxes, options_.pin_memory, min_box_pixels);
+  BatchWriter writer(static_cast<int64_t>(end - start), options_.max_boxes, options_.pin_memory, min_box_pixels);
+  for (size_t i = start; i < end; ++i) {
+    SampleMeta meta;
+    const Sample sample = dataset_->get(static_cast<size_t>(order_[i]), epoch_, &meta);
+    writer.add(sample, meta);  // now, while its pixels are in cache
+  }
+  Batch out = writer.finish();
   out.index = batch;
   if (options_.quad) {
     // The coin of each group, seeded by (seed, epoch, batch): the same batches for any worker count.

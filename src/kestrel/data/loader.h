@@ -83,6 +83,23 @@ class DataLoader {
 // Collates samples (same image size) into a Batch: HWC BGR -> CHW RGB bytes, boxes -> normalised
 // cxcywh clipped to the image (upstream xyxy2xywhn(clip=True, eps=1e-3)), boxes narrower or lower
 // than min_box_pixels after clipping dropped (training: 1; validation: 0, every label counts).
+// One sample at a time: the loader adds each as soon as it is made, while its pixels are in cache.
+class BatchWriter {
+ public:
+  BatchWriter(int64_t batch_size, int max_boxes, bool pin_memory, float min_box_pixels = 1.f);
+  // The first sample sets the image size (the tensors are allocated then); the others must match.
+  void add(const Sample& sample, const SampleMeta& meta);
+  Batch finish();  // fails unless batch_size samples were added
+
+ private:
+  int64_t batch_size_;
+  int max_boxes_;
+  bool pin_memory_;
+  float min_box_pixels_;
+  int64_t added_ = 0;
+  Batch batch_;
+};
+
 Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory,
               float min_box_pixels = 1.f);
 
