@@ -1,0 +1,260 @@
+// TrainingRun's set-up phases, in the order trainer.cpp calls them: options, ranks, recipe, model,
+// data, autoanchor, optimiser, resume state, run folder, step, run files (training_run.h).
+#include "kestrel/train/training_run.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
+#include "kestrel/data/image_files.h"
+#include "kestrel/dist/sync_batch_norm.h"
+#include "kestrel/eval/label_plots.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/train/autoanchor.h"
+#include "kestrel/train/freeze.h"
+#include "kestrel/train/param_groups.h"
+#include "kestrel/train/train_options.h"
+
+namespace kestrel::train {
+namespace fs = std::filesystem;
+
+// --resume: the saved options replace the command line's (but for the few that only steer this
+// process), and the run folder is reused.
+void TrainingRun::read_options(const TrainOptions& requested) {
+  o = requested;
+  if (!requested.resume.empty()) {
+    const std::string path = training_state_path(requested.resume);
+    resume_state = read_training_state(path);
+    o = resume_state.options;
+    o.resume = path;
+    o.quiet = requested.quiet;
+    o.interrupt_after = requested.interrupt_after;
+    if (!requested.device.empty()) o.device = requested.device;
+    save_dir = fs::path(path).parent_path().parent_path().string();
+  }
+  if (o.epochs < 1) fail("--epochs must be >= 1");
+  if (o.batch_size < 1) fail("--batch-size must be >= 1");
+  if (o.cfg.empty() && o.weights.empty()) fail("give --cfg (a model YAML or name such as yolov5s) or --weights");
+  if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk") fail("--cache ", o.cache, ": expected ram or disk");
+}
+
+// Data parallel (torchrun or --nproc-per-node): one process per device, gradients averaged over ranks.
+void TrainingRun::join_ranks() {
+  device = parse_device(o.device);
+  // cuDNN autotuning: the training shapes repeat (YOLOv7's train.py turns it on too; YOLOv5 v7.0 leaves it off).
+  if (device.is_cuda()) set_cudnn_benchmark(true);
+  const dist::DistEnv dist_env = dist::read_env();
+  if (dist_env.world_size > 1 && device.is_cuda()) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist_env.local_rank));
+  dist_ctx = dist::init(dist_env, device, std::chrono::seconds(3600));
+  if (dist_ctx.enabled && o.batch_size % dist_ctx.world_size != 0)
+    fail("--batch-size ", o.batch_size, " must be a multiple of WORLD_SIZE ", dist_ctx.world_size);
+  // Only rank 0 prints, validates and writes the run folder; the others write to a scratch folder.
+  cout_buffer = std::cout.rdbuf();
+  if (!dist_ctx.is_main()) {
+    o.quiet = true;
+    std::cout.rdbuf(nullptr);
+  }
+}
+
+void TrainingRun::load_recipe() {
+  hyp = o.hyp.empty() ? default_hyperparameters() : load_hyperparameters(o.hyp);
+  if (!hyp.unknown_keys.empty()) {
+    std::string keys;
+    for (const auto& k : hyp.unknown_keys) keys += " " + k;
+    std::cout << "warning: " << o.hyp << ": keys kestrel does not use:" << keys << "\n";
+  }
+  hyp.loss.label_smoothing = o.label_smoothing;
+  data_cfg = data::load_dataset_config(o.data);
+  names = o.single_cls ? std::vector<std::string>{"item"} : data_cfg.names;
+  nc = static_cast<int>(names.size());
+}
+
+void TrainingRun::build_model() {
+  models::LoadedModel pretrained;
+  if (!o.weights.empty()) pretrained = models::load_model_weights(o.weights);
+  if (!o.cfg.empty()) {
+    info = models::describe_config(o.cfg, names);
+  } else {
+    info = pretrained.info;
+    info.names = names;
+    info.extra.clear();
+  }
+  auto build = [&] {
+    return models::build_model(models::parse_model_config(info.model_yaml, info.model_name + ".yaml"), nc);
+  };
+  // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
+  torch::manual_seed(o.seed);
+  model = build();
+  if (pretrained.model) transfer_pretrained(pretrained);
+  model->to(device);
+  dist::broadcast_module(*model, dist_ctx);  // every rank starts from rank 0's weights
+  if (o.sync_bn && dist_ctx.enabled)
+    std::cout << "Using SyncBatchNorm() in " << dist::convert_sync_batch_norm(*model, dist_ctx) << " layers\n";
+  else if (o.sync_bn)
+    std::cout << "warning: --sync-bn has no effect in a single process\n";
+  ema_model = build();
+  ema_model->to(device);
+  const int frozen = freeze_layers(*model, o.freeze);
+  if (frozen) std::cout << "freezing " << frozen << " parameter tensors\n";
+  if (!o.checkpoint.empty()) {
+    model->set_checkpointed_layers(selected_layers(o.checkpoint));
+    std::cout << "activation checkpointing of " << model->num_checkpointed_layers() << " layers\n";
+  }
+}
+
+// Upstream's intersect_dicts: same key and shape; anchors come from the config when one is given.
+void TrainingRun::transfer_pretrained(const models::LoadedModel& pretrained) {
+  models::NamedTensors transfer;
+  const auto target = models::state_dict(*model);
+  std::map<std::string, at::Tensor> shapes(target.begin(), target.end());
+  for (auto& [key, t] : models::state_dict(*pretrained.model)) {
+    const auto it = shapes.find(key);
+    if (it == shapes.end() || it->second.sizes() != t.sizes()) continue;
+    if (!o.cfg.empty() && key.find("anchor") != std::string::npos) continue;
+    transfer.emplace_back(key, t);
+  }
+  models::load_state_dict(*model, transfer, /*strict=*/false, o.weights);
+  std::cout << "Transferred " << transfer.size() << "/" << target.size() << " items from " << o.weights << "\n";
+}
+
+void TrainingRun::build_data() {
+  stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
+  if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
+  const int nc = static_cast<int>(data_cfg.names.size());
+  train_data = make_train_loader(data_cfg, o, hyp, stride, nc, dist_ctx.rank, dist_ctx.world_size);
+  ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
+  v.img_size = o.img_size;
+  v.batch_size = o.batch_size * 2;
+  v.stride = stride;
+  v.workers = o.workers;
+  v.single_cls = o.single_cls;
+  v.nc_for_check = nc;
+  v.max_boxes = o.max_boxes;
+  v.cache = o.cache;
+  v.pin_memory = device.is_cuda();
+  val_data = make_val_loader(data_cfg, "val", v);
+  nb = static_cast<int64_t>(train_data.loader->num_batches());
+}
+
+// A resumed run keeps its saved anchors.
+void TrainingRun::run_autoanchor() {
+  if (o.noautoanchor || !o.resume.empty()) return;
+  if (dist_ctx.is_main()) {
+    AutoAnchorOptions aa;
+    aa.anchor_t = hyp.loss.anchor_t;
+    aa.seed = o.seed;
+    std::cout << check_anchors(model->head(), train_data.dataset->records(), o.img_size, aa).report;
+  }
+  std::vector<at::Tensor> head_buffers;
+  for (const auto& b : model->head().named_buffers()) head_buffers.push_back(b.value());
+  dist::broadcast_tensors(head_buffers, dist_ctx);
+}
+
+void TrainingRun::build_optimiser() {
+  sched.lr0 = hyp.lr0;
+  sched.lrf = hyp.lrf;
+  sched.momentum = hyp.momentum;
+  sched.warmup_epochs = hyp.warmup_epochs;
+  sched.warmup_momentum = hyp.warmup_momentum;
+  sched.warmup_bias_lr = hyp.warmup_bias_lr;
+  // YOLOv5: linear unless --cos-lr; YOLOv7's train.py: cosine (one_cycle) unless --linear-lr.
+  sched.cos_lr = o.cos_lr || (hyp.yolov7_recipe && !o.linear_lr);
+  sched.epochs = o.epochs;
+  sched.batch_size = o.batch_size;
+  sched.min_warmup_iterations = o.min_warmup_iterations >= 0 ? o.min_warmup_iterations : (hyp.yolov7_recipe ? 1000 : 100);
+  opt_options.kind = parse_optimizer_kind(o.optimizer);
+  opt_options.weight_decay = scaled_weight_decay(sched, hyp.weight_decay);
+  const ParamGroups groups = split_parameters(*model);
+  optimizer.emplace(groups, opt_options);
+
+  amp = o.amp;
+  if (amp == "auto") amp = device.is_cuda() ? "fp16" : "off";
+  if (amp != "fp16" && amp != "bf16" && amp != "off") fail("--amp ", o.amp, ": expected auto, fp16, bf16 or off");
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = amp == "fp16";
+  scaler_options.init_scale = o.loss_scale;
+  scaler.emplace(scaler_options, device);
+}
+
+void TrainingRun::restore_resume_state() {
+  models::load_state_dict(*model, resume_state.model, true, o.resume);
+  optimizer->load_state(resume_state.optimizer, o.resume);
+  if (scaler->enabled() && !resume_state.scaler.empty()) scaler->load_state(resume_state.scaler, o.resume);
+  progression = resume_state.progression;
+  // Another number of ranks: rank r takes every W-th sample of the epoch order, so global batch i
+  // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps
+  // its meaning. Iteration numbers follow the new batches per epoch; a run stops only right
+  // after an optimiser step, so the last one was the batch before next_batch.
+  if (resume_state.world_size != dist_ctx.world_size) {
+    progression.last_opt_step = nb * progression.epoch + progression.next_batch - 1;
+    std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
+              << resume_state.world_size << "\n";
+  }
+  if (progression.epoch >= o.epochs) fail(o.resume, ": this run already finished its ", o.epochs, " epochs; nothing to resume");
+  std::cout << "Resuming " << save_dir << " from epoch " << progression.epoch << ", batch " << progression.next_batch << "\n";
+}
+
+void TrainingRun::choose_run_dir() {
+  if (o.resume.empty() && dist_ctx.is_main()) save_dir = make_run_dir(o.project, o.name, o.exist_ok);
+  run_dir = save_dir;
+  if (!dist_ctx.is_main()) {
+    save_dir = (fs::temp_directory_path() / cat("kestrel-rank", dist_ctx.rank, "-", ::getpid())).string();
+    fs::create_directories(save_dir);
+  }
+}
+
+void TrainingRun::build_step() {
+  // Training loss: YOLOv7's OTA assignment when the recipe asks for it (loss_ota: 1), else YOLOv5's.
+  // Validation always reports the plain loss, as upstream's test.py/val.py. Built after AutoAnchor and
+  // the resume: the losses copy the head's anchors.
+  compute_loss.emplace(model->head(), hyp.loss, o.img_size);
+  train_loss_fn = make_loss_fn(model->head(), hyp.loss, o.img_size, hyp.loss_ota);
+  // Upstream: the loss x WORLD_SIZE under DDP (gradients are averaged), and x 4 with --quad.
+  const double loss_factor = static_cast<double>(dist_ctx.world_size) * (o.quad ? 4.0 : 1.0);
+  if (loss_factor != 1.0) {
+    train_loss_fn = [inner = train_loss_fn, loss_factor](const std::vector<at::Tensor>& l, const at::Tensor& t,
+                                                         const at::Tensor& m) {
+      loss::YoloLoss::Result r = inner(l, t, m);
+      r.total = r.total * loss_factor;
+      return r;
+    };
+  }
+  ema.emplace(ema_model, *model, EmaOptions{}, resume_state.ema_updates);
+  if (!o.resume.empty()) models::load_state_dict(ema->model(), resume_state.ema, true, o.resume);
+  StepOptions step_options;
+  step_options.autocast = amp != "off";
+  step_options.autocast_dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
+  step_options.max_grad_norm = o.max_grad_norm;
+  step.emplace(*model, train_loss_fn, *optimizer, *scaler, &*ema, step_options);
+  if (o.cuda_graph) {
+    if (dist_ctx.enabled)
+      fail("--cuda-graph: data-parallel training is not captured (its all-reduce starts from host-side hooks); "
+           "run one process or drop --cuda-graph");
+    graph = std::make_unique<CudaGraphStep>(*step, device);  // a clear error on the CPU
+  }
+  std::vector<at::Tensor> trainable;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  reducer.emplace(trainable, dist_ctx);  // all-reduces gradient buckets during backward
+}
+
+void TrainingRun::open_run_files() {
+  weights_dir = fs::path(save_dir) / "weights";
+  fs::create_directories(weights_dir);
+  write_text_atomic((fs::path(save_dir) / "hyp.yaml").string(), hyperparameters_yaml(hyp));
+  write_text_atomic((fs::path(save_dir) / "opt.yaml").string(), options_yaml(o));
+  // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
+  if (o.resume.empty() && dist_ctx.is_main())
+    eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
+  results.emplace((fs::path(save_dir) / "results.csv").string());
+  tensorboard.emplace(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
+  last_path = (weights_dir / "last.safetensors").string();
+  best_path = (weights_dir / "best.safetensors").string();
+  state_path = (weights_dir / "last.state.safetensors").string();
+}
+
+}  // namespace kestrel::train
