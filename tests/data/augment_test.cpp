@@ -212,7 +212,7 @@ TEST(Hsv, EqualsOpenCvsLutPipelineOnNoise) {
   // The reference: upstream's steps in OpenCV (cvtColor, cv::LUT with numpy-style tables, cvtColor).
   Sample base = solid(257, 131, {0, 0, 0});
   cv::randu(base.image, 0, 256);
-  for (const cv::Vec3d gains : {cv::Vec3d(1.013, 0.42, 1.37), cv::Vec3d(0.987, 1.69, 0.61), cv::Vec3d(1.9, 1, 1)}) {
+  for (const cv::Vec3d& gains : {cv::Vec3d(1.013, 0.42, 1.37), cv::Vec3d(0.987, 1.69, 0.61), cv::Vec3d(1.9, 1, 1)}) {
     cv::Mat lut(1, 256, CV_8UC3);
     for (int x = 0; x < 256; ++x) {
       const double hue = std::fmod(x * gains[0], 180.0);
@@ -315,9 +315,12 @@ TEST(Perspective, PaintedInputGivesTheSameResultAsTheWholeImage) {
       EXPECT_LT(area, whole.image.size().area()) << "zoomed in: reads less than the input";
     }
   }
-  Sample unpaired{cv::Mat(), {{0, 1, 1, 5, 5}}, {{}, {}}};
-  EXPECT_THROW(apply_perspective_painted(unpaired, {300, 200}, [](cv::Rect, cv::Mat&) {}, zoom, {150, 100}), Error);
-  EXPECT_THROW(apply_perspective_painted(unpaired, {0, 200}, [](cv::Rect, cv::Mat&) {}, zoom, {150, 100}), Error);
+  const auto nothing = [](cv::Rect, cv::Mat&) {};
+  Sample unpaired{cv::Mat(), {{0, 1, 1, 5, 5}}, {{}, {}}};  // 2 polygons for 1 box
+  EXPECT_THROW(apply_perspective_painted(unpaired, {300, 200}, nothing, zoom, {150, 100}), Error);
+  Sample fine{cv::Mat(), {{0, 1, 1, 5, 5}}, {}};
+  EXPECT_THROW(apply_perspective_painted(fine, {0, 200}, nothing, zoom, {150, 100}), Error);
+  EXPECT_THROW(apply_perspective_painted(fine, {300, 200}, nothing, zoom, {0, 100}), Error);
 }
 
 TEST(Perspective, NinetyDegreesTurnsCounterClockwise) {

@@ -57,7 +57,6 @@ TEST(BandedWarp, EqualsWarpAffineForManyTransformsAndBands) {
   const cv::Mat input = noise_image(301, 203, 1);
   std::mt19937 rng(3);
   std::uniform_real_distribution<double> scale(0.3, 2.5), degrees(-180, 180), shear(-0.3, 0.3), shift(-150, 350);
-  int cases = 0;
   for (int i = 0; i < 60; ++i) {
     const bool turned = i % 2 == 1;  // even cases: scale and translation only, as hyp.scratch-*
     const cv::Matx23d inverse =
@@ -69,10 +68,28 @@ TEST(BandedWarp, EqualsWarpAffineForManyTransformsAndBands) {
       EXPECT_TRUE(got.inside) << "case " << i << " bands of " << band_rows;
       ASSERT_EQ(got.image.size(), expected.size());
       EXPECT_EQ(cv::norm(got.image, expected, cv::NORM_INF), 0) << "case " << i << " bands of " << band_rows;
-      ++cases;
     }
   }
-  EXPECT_EQ(cases, 240);
+}
+
+TEST(BandedWarp, MatchesThisOpenCvSoTheBandedPathIsUsed) {
+  // Where the self-check fails, every warp takes the whole-input path and the tests above would pass
+  // without testing the bands: this build must take the banded path.
+  EXPECT_TRUE(banded_warp_matches_opencv());
+}
+
+TEST(BandedWarp, RotatedBandsThatWouldOverlapPaintTheWholeInputOnce) {
+  // 20 degrees at scale 0.5: the bands' bounding boxes overlap and add up to more than the input.
+  const cv::Mat input = noise_image(400, 300, 5);
+  const cv::Matx23d inverse = inverse_map(0.5, 20, 0, 30, -40);
+  int calls = 0;
+  const cv::Mat got = warp_affine_in_bands(inverse, input.size(), {200, 150}, [&](cv::Rect rect, cv::Mat& pixels) {
+    ++calls;
+    EXPECT_EQ(rect, cv::Rect(0, 0, 400, 300));
+    input(rect).copyTo(pixels);
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(cv::norm(got, warp_reference(input, inverse, {200, 150}), cv::NORM_INF), 0);
 }
 
 TEST(BandedWarp, EdgesAndOutsideTheInputAreTheBorderValue) {
@@ -87,6 +104,19 @@ TEST(BandedWarp, EdgesAndOutsideTheInputAreTheBorderValue) {
   const Painted away = warp_painted(input, cv::Matx23d(1, 0, 1000, 0, 1, 0), {40, 30}, 8);
   EXPECT_EQ(away.area, 0);
   EXPECT_EQ(cv::norm(away.image, cv::Mat(30, 40, CV_8UC3, cv::Scalar::all(114)), cv::NORM_INF), 0);
+}
+
+TEST(BandedWarp, NearSingularTransformsTakeTheWholeInputPath) {
+  // Scale 1e-6: positions far beyond the fixed point's range; OpenCV's own path decides the pixels.
+  const cv::Mat input = noise_image(50, 40, 6);
+  const cv::Matx23d inverse(1e6, 0, -3e7, 0, 1e6, -2e7);
+  int calls = 0;
+  const cv::Mat got = warp_affine_in_bands(inverse, input.size(), {30, 20}, [&](cv::Rect rect, cv::Mat& pixels) {
+    ++calls;
+    input(rect).copyTo(pixels);
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(cv::norm(got, warp_reference(input, inverse, {30, 20}), cv::NORM_INF), 0);
 }
 
 TEST(BandedWarp, ZoomingInPaintsOnlyWhatItReads) {
@@ -105,8 +135,13 @@ TEST(BandedWarp, BadArgumentsAreErrors) {
   EXPECT_THROW(warp_affine_in_bands(identity, {0, 10}, {10, 10}, nothing), Error);
   EXPECT_THROW(warp_affine_in_bands(identity, {10, 10}, {10, 0}, nothing), Error);
   EXPECT_THROW(warp_affine_in_bands(identity, {10, 10}, {10, 10}, nothing, 114, 0), Error);
+  EXPECT_THROW(warp_affine_in_bands(identity, {40000, 10}, {10, 10}, nothing), Error);
+  EXPECT_THROW(warp_affine_in_bands(identity, {10, 10}, {10, 40000}, nothing), Error);
+  EXPECT_THROW(warp_affine_in_bands(cv::Matx23d(1, 0, NAN, 0, 1, 0), {10, 10}, {10, 10}, nothing), Error);
   // A painter that replaces the buffer instead of filling it is caught, not silently ignored.
-  const auto reallocating = [](cv::Rect rect, cv::Mat& pixels) { pixels = cv::Mat(rect.size(), CV_8UC3, cv::Scalar::all(1)); };
+  const auto reallocating = [](cv::Rect rect, cv::Mat& pixels) {
+    pixels = cv::Mat(rect.size(), CV_8UC3, cv::Scalar::all(1));
+  };
   EXPECT_THROW(warp_affine_in_bands(identity, {10, 10}, {10, 10}, reallocating), Error);
 }
 

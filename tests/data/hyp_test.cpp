@@ -42,6 +42,10 @@ TEST(Hyp, FileOverridesAndYolov7Recipe) {
     EXPECT_NE(std::string(e.what()).find("bad.yaml:1: 'scale' must be a number"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_augment_options(dir.file("missing.yaml")), Error);
+  for (const char* text : {"scale: .nan\n", "degrees: .inf\n", "copy_paste: 1.5\n", "mixup: -0.1\n"}) {
+    test::write_file(dir.file("out_of_range.yaml"), text);
+    EXPECT_THROW(load_augment_options(dir.file("out_of_range.yaml")), Error) << text;
+  }
 }
 
 }  // namespace

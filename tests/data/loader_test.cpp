@@ -202,6 +202,15 @@ TEST(Collate, WriterTakesSamplesOneAtATimeAndChecksTheCount) {
   EXPECT_EQ(batch.meta[0].index, 7);
   EXPECT_EQ(batch.boxes, 1);
 
+  // The writer starts the next batch from zero.
+  writer.add(b, SampleMeta{});
+  writer.add(b, SampleMeta{});
+  const Batch second = writer.finish();
+  EXPECT_EQ(second.boxes, 0);
+  EXPECT_EQ(second.dropped_boxes, 0);
+  EXPECT_EQ(second.meta.size(), 2u);
+  EXPECT_EQ(second.images[0][2][0][0].item<int>(), 40);
+
   BatchWriter short_of_one(2, 4, false);
   short_of_one.add(a, SampleMeta{});
   EXPECT_THROW(short_of_one.finish(), Error);

@@ -206,8 +206,9 @@ TEST(Mosaic9, RandomMosaicsAreDeterministicAndImageSized) {
   for (const Box& box : a.boxes) EXPECT_TRUE(box.x1 >= 0 && box.y1 >= 0 && box.x2 <= 32 && box.y2 <= 32);
 }
 
-// Without copy-paste the mosaics never build their canvas whole (the warp paints it a band at a time);
-// the result must be the one of the whole canvas warped (upstream's order: canvas, then random_perspective with the next draws).
+// Without copy-paste (or without polygons, where it does nothing) the mosaics never build their canvas
+// whole: the warp paints it a band at a time. The result must be upstream's order on the whole canvas:
+// canvas, copy_paste, then random_perspective with the next draws.
 template <size_t N>
 void expect_same_as_whole_canvas(const std::array<Sample, N>& tiles, int s, cv::Point where,
                                  const AugmentOptions& o, unsigned seed, Dialect dialect) {
@@ -220,14 +221,26 @@ void expect_same_as_whole_canvas(const std::array<Sample, N>& tiles, int s, cv::
     fast = mosaic9(tiles, s, o, rng, where, dialect);
     whole = mosaic9_canvas(tiles, s, where);
   }
+  copy_paste(whole, o.copy_paste, rng_whole);
   random_perspective(whole, o, {mosaic_border(s), mosaic_border(s)}, rng_whole, dialect);
   EXPECT_EQ(fast.image.size(), whole.image.size());
   EXPECT_EQ(cv::norm(fast.image, whole.image, cv::NORM_INF), 0) << "seed " << seed;
   EXPECT_EQ(fast.boxes.size(), whole.boxes.size()) << "seed " << seed;
+  EXPECT_EQ(fast.segments.size(), whole.segments.size()) << "seed " << seed;
   for (size_t i = 0; i < std::min(fast.boxes.size(), whole.boxes.size()); ++i)
     expect_box(fast.boxes[i], whole.boxes[i].cls, whole.boxes[i].x1, whole.boxes[i].y1, whole.boxes[i].x2,
                whole.boxes[i].y2);
   EXPECT_EQ(rng(), rng_whole());  // the same number of draws
+}
+
+// Each box gets its rectangle as a polygon.
+template <size_t N>
+std::array<Sample, N> with_polygons(std::array<Sample, N> tiles) {
+  for (Sample& t : tiles) {
+    t.segments.clear();
+    for (const Box& b : t.boxes) t.segments.push_back({{b.x1, b.y1}, {b.x2, b.y1}, {b.x2, b.y2}, {b.x1, b.y2}});
+  }
+  return tiles;
 }
 
 TEST(Mosaic, BandedCanvasGivesTheWholeCanvasResult) {
@@ -239,13 +252,29 @@ TEST(Mosaic, BandedCanvasGivesTheWholeCanvasResult) {
   AugmentOptions scratch;  // hyp.scratch-low: scale 0.5, translate 0.1
   AugmentOptions turned = scratch;
   turned.degrees = 20, turned.shear = 4;
+  AugmentOptions pasting = scratch;  // copy-paste without polygons does nothing: still the banded path
+  pasting.copy_paste = 0.5;
+  AugmentOptions pasting_projective = pasting;  // with polygons: the whole canvas, projective warp
+  pasting_projective.perspective = 1e-4;
   for (unsigned seed = 0; seed < 12; ++seed) {
     expect_same_as_whole_canvas(four, 64, {70, 50}, scratch, seed, Dialect::yolov5);
     expect_same_as_whole_canvas(four, 64, {40, 90}, turned, seed, Dialect::yolov5);
+    expect_same_as_whole_canvas(four, 64, {66, 61}, pasting, seed, Dialect::yolov5);
+    expect_same_as_whole_canvas(with_polygons(four), 64, {66, 61}, pasting_projective, seed, Dialect::yolov5);
     expect_same_as_whole_canvas(nine, 32, {10, 20}, scratch, seed, Dialect::yolov7);
     expect_same_as_whole_canvas(nine, 32, {3, 29}, turned, seed, Dialect::yolov7);
+    expect_same_as_whole_canvas(with_polygons(nine), 32, {12, 5}, pasting, seed, Dialect::yolov7);
   }
+}
 
+TEST(Mosaic, CopyPasteOutsideZeroToOneIsAnErrorWithOrWithoutPolygons) {
+  AugmentOptions o;
+  o.copy_paste = 1.5;
+  std::mt19937 rng(0);
+  EXPECT_THROW(mosaic4(four_tiles(), 64, o, rng), Error);
+  EXPECT_THROW(mosaic4(with_polygons(four_tiles()), 64, o, rng), Error);
+  o.copy_paste = NAN;
+  EXPECT_THROW(mosaic4(four_tiles(), 64, o, rng), Error);
 }
 
 TEST(Mosaic9, TilesLargerThanImageSizeAreRejected) {

@@ -351,7 +351,7 @@ void apply_perspective_painted(Sample& sample, cv::Size input, const InputPainte
   const cv::Matx33d M = perspective_matrix(params, input, output);
   const bool projective = params.perspective_x != 0 || params.perspective_y != 0;
   if (projective) {
-    sample.image.create(input, CV_8UC3);
+    sample.image = cv::Mat(input, CV_8UC3);  // a fresh image: the caller's may be shared
     paint(cv::Rect(0, 0, input.width, input.height), sample.image);
     apply_perspective(sample, params, output, dialect);
     return;

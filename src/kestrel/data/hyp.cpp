@@ -1,5 +1,7 @@
 #include "kestrel/data/hyp.h"
 
+#include <cmath>
+
 #include <yaml-cpp/yaml.h>
 
 #include "kestrel/core/error.h"
@@ -26,8 +28,12 @@ AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe
     } catch (const YAML::Exception&) {
       fail(path, ":", root[key].Mark().line + 1, ": '", key, "' must be a number");
     }
-    if (*target < 0) fail(path, ":", root[key].Mark().line + 1, ": '", key, "' must be >= 0");
+    if (!(*target >= 0) || !std::isfinite(*target))
+      fail(path, ":", root[key].Mark().line + 1, ": '", key, "' must be a finite number >= 0");
   }
+  // Upstream's copy_paste draws round(p * n) of n instances (random.sample): above 1 it fails there.
+  if (o.copy_paste > 1)
+    fail(path, ":", root["copy_paste"].Mark().line + 1, ": 'copy_paste' is a probability: at most 1, got ", o.copy_paste);
   return o;
 }
 

@@ -71,8 +71,11 @@ void BatchWriter::add(const Sample& s, const SampleMeta& meta) {
 
 Batch BatchWriter::finish() {
   if (added_ != batch_size_) fail("collate: ", added_, " samples for a batch of ", batch_size_);
+  Batch done = std::move(batch_);
+  batch_ = Batch{};  // ready for the next batch: counts from zero
+  batch_.meta.reserve(static_cast<size_t>(batch_size_));
   added_ = 0;
-  return std::move(batch_);
+  return done;
 }
 
 Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory,

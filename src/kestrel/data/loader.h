@@ -80,10 +80,10 @@ class DataLoader {
   std::vector<std::thread> workers_;
 };
 
-// Collates samples (same image size) into a Batch: HWC BGR -> CHW RGB bytes, boxes -> normalised
-// cxcywh clipped to the image (upstream xyxy2xywhn(clip=True, eps=1e-3)), boxes narrower or lower
-// than min_box_pixels after clipping dropped (training: 1; validation: 0, every label counts).
-// One sample at a time: the loader adds each as soon as it is made, while its pixels are in cache.
+// Collates samples (same image size) into a Batch, one at a time (the loader adds each as soon as it is
+// made, while its pixels are in cache): HWC BGR -> CHW RGB bytes, boxes -> normalised cxcywh clipped to
+// the image (upstream xyxy2xywhn(clip=True, eps=1e-3)), boxes narrower or lower than min_box_pixels
+// after clipping dropped (training: 1; validation: 0, every label counts). Reusable after finish().
 class BatchWriter {
  public:
   BatchWriter(int64_t batch_size, int max_boxes, bool pin_memory, float min_box_pixels = 1.f);
@@ -100,6 +100,7 @@ class BatchWriter {
   Batch batch_;
 };
 
+// The samples through one BatchWriter; meta[i] belongs to samples[i].
 Batch collate(const std::vector<Sample>& samples, const std::vector<SampleMeta>& meta, int max_boxes, bool pin_memory,
               float min_box_pixels = 1.f);
 

@@ -72,6 +72,8 @@ Sample whole_canvas(const Layout& layout, const char* where) {
 // time, only where it reads (banded_warp.h), which saves filling and copying 2s x 2s pixels.
 Sample finish(const Layout& layout, int img_size, const AugmentOptions& options, std::mt19937& rng, Dialect dialect,
               const char* where) {
+  if (!(options.copy_paste >= 0 && options.copy_paste <= 1))  // checked here: copy_paste runs only with polygons
+    fail("copy_paste: probability must be in [0, 1], got ", options.copy_paste);
   const int border = mosaic_border(img_size);
   Sample canvas = place_labels(layout, where);
   if (options.copy_paste > 0 && !canvas.segments.empty()) {  // copy-paste needs every pixel
