@@ -11,6 +11,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/data/augment.h"
 #include "kestrel/data/dataset.h"
+#include "kestrel/data/mosaic.h"
 #include "test_support.h"
 
 namespace kestrel::data {
@@ -323,6 +324,48 @@ TEST(PasteIn, CollectStopsAtTheWantedCountFromPolygonImagesOnly) {
   }
   // Stops after a canvas once the count is reached: the last canvas gave at most 8 of 4 x 4 objects.
   EXPECT_LT(objects.size(), 30u + 9u);
+}
+
+TEST(PasteIn, CuttingFromCanvasPartsEqualsCuttingFromTheWholeCanvas) {
+  // Noise tiles with polygons; the same objects (and draws) whether the side canvas is painted whole
+  // or only where the objects are cut.
+  std::array<Sample, 4> tiles;
+  cv::RNG noise(3);
+  for (int i = 0; i < 4; ++i) {
+    tiles[size_t(i)] = polygon_tile(i);
+    noise.fill(tiles[size_t(i)].image, cv::RNG::UNIFORM, 0, 256);
+  }
+  for (const cv::Point centre : {cv::Point(64, 64), cv::Point(40, 90), cv::Point(100, 33)}) {
+    std::mt19937 rng_whole(5), rng_parts(5);
+    const std::vector<PasteObject> whole = cut_objects(mosaic4_canvas(tiles, 64, centre), 0.5, rng_whole);
+    const CanvasParts parts = mosaic4_canvas_parts(tiles, 64, centre);
+    int64_t painted = 0;
+    const std::vector<PasteObject> cut = cut_objects(
+        parts.labels, parts.size,
+        [&](cv::Rect rect, cv::Mat& pixels) {
+          painted += rect.area();
+          parts.paint(rect, pixels);
+        },
+        0.5, rng_parts);
+    ASSERT_EQ(cut.size(), whole.size());
+    ASSERT_FALSE(cut.empty());
+    for (size_t i = 0; i < cut.size(); ++i) {
+      EXPECT_EQ(cut[i].cls, whole[i].cls);
+      EXPECT_EQ(cut[i].polygon, whole[i].polygon);
+      EXPECT_TRUE(same(cut[i].image, whole[i].image)) << "object " << i;
+      ASSERT_EQ(cut[i].mask.size(), whole[i].mask.size());
+      EXPECT_EQ(cv::norm(cut[i].mask, whole[i].mask, cv::NORM_INF), 0) << "object " << i;
+    }
+    EXPECT_LE(painted, int64_t(cut.size()) * 16 * 16);  // the crops only, not the 128 x 128 canvas
+    EXPECT_EQ(rng_parts(), rng_whole());
+  }
+  Sample unpaired;
+  unpaired.boxes.push_back(Box{0, 0, 0, 4, 4});
+  unpaired.segments = {square(0, 0, 4, 4), square(0, 0, 4, 4)};
+  std::mt19937 rng(0);
+  const auto nothing = [](cv::Rect, cv::Mat&) {};
+  EXPECT_THROW(cut_objects(unpaired, {64, 64}, nothing, 1.0, rng), Error);
+  EXPECT_THROW(cut_objects(Sample{}, {0, 64}, nothing, 1.0, rng), Error);
 }
 
 TEST(PasteIn, CollectGivesUpWhenTheFirstCanvasHasNothing) {

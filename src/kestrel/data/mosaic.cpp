@@ -125,6 +125,12 @@ Sample mosaic4_canvas(const std::array<Sample, 4>& tiles, int img_size, cv::Poin
   return whole_canvas(mosaic4_layout(tiles, img_size, centre), "mosaic4");
 }
 
+CanvasParts mosaic4_canvas_parts(const std::array<Sample, 4>& tiles, int img_size, cv::Point centre) {
+  const Layout layout = mosaic4_layout(tiles, img_size, centre);
+  return CanvasParts{place_labels(layout, "mosaic4"), layout.size,
+                     [layout](cv::Rect part, cv::Mat& pixels) { paint_tiles(layout, part, pixels); }};
+}
+
 Sample mosaic4(std::array<Sample, 4> tiles, int img_size, const AugmentOptions& options, std::mt19937& rng,
                Dialect dialect) {
   const cv::Point centre = draw_mosaic4_centre(img_size, rng);

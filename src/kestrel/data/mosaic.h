@@ -30,6 +30,16 @@ cv::Point draw_mosaic4_centre(int img_size, std::mt19937& rng);
 // Polygons are kept only when every tile with boxes has them.
 Sample mosaic4_canvas(const std::array<Sample, 4>& tiles, int img_size, cv::Point centre);
 
+// The same canvas without its pixels: its boxes and polygons, and a painter that fills any rectangle
+// of it (grey 114 where no tile lies). Paste-in cuts a few objects out of side mosaics and paints only
+// their crops. The painter reads `tiles`, which must outlive it.
+struct CanvasParts {
+  Sample labels;  // image empty
+  cv::Size size;
+  InputPainter paint;
+};
+CanvasParts mosaic4_canvas_parts(const std::array<Sample, 4>& tiles, int img_size, cv::Point centre);
+
 // Canvas at a random centre, copy_paste(options.copy_paste), random_perspective with border
 // mosaic_border(s): the result is s x s.
 Sample mosaic4(std::array<Sample, 4> tiles, int img_size, const AugmentOptions& options, std::mt19937& rng,

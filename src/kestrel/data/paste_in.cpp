@@ -14,16 +14,25 @@ namespace kestrel::data {
 
 std::vector<PasteObject> cut_objects(const Sample& canvas, double probability, std::mt19937& rng) {
   check_sample(canvas, "paste_in");
+  return cut_objects(canvas, canvas.image.size(),
+                     [&](cv::Rect rect, cv::Mat& pixels) { canvas.image(rect).copyTo(pixels); }, probability, rng);
+}
+
+std::vector<PasteObject> cut_objects(const Sample& labels, cv::Size size, const InputPainter& paint,
+                                     double probability, std::mt19937& rng) {
+  if (size.width <= 0 || size.height <= 0) fail("paste_in: empty canvas ", size.width, "x", size.height);
+  if (!labels.segments.empty() && labels.segments.size() != labels.boxes.size())
+    fail("paste_in: ", labels.segments.size(), " polygons for ", labels.boxes.size(), " boxes (need none or one per box)");
   if (!(probability >= 0 && probability <= 1)) fail("paste_in: probability must be in [0, 1], got ", probability);
   std::vector<PasteObject> objects;
-  const int n = static_cast<int>(canvas.segments.size());
+  const int n = static_cast<int>(labels.segments.size());
   if (probability == 0 || n == 0) return objects;
-  const int w = canvas.image.cols, h = canvas.image.rows;
+  const int w = size.width, h = size.height;
   // Truncation to an integer, then clipping to [0, hi]: the same as truncating the clipped value.
   auto pixel = [](float v, int hi) { return static_cast<int>(std::clamp(static_cast<double>(v), 0.0, static_cast<double>(hi))); };
   // std::nearbyint rounds half to even, as Python's round(): one object of a canvas gives none.
   for (int j : sample_indices(rng, n, static_cast<int>(std::nearbyint(probability * n)))) {
-    const Box& b = canvas.boxes[static_cast<size_t>(j)];
+    const Box& b = labels.boxes[static_cast<size_t>(j)];
     const int x1 = pixel(b.x1, w - 1), y1 = pixel(b.y1, h - 1), x2 = pixel(b.x2, w - 1), y2 = pixel(b.y2, h - 1);
     if (x2 <= x1 || y2 <= y1) continue;
     const cv::Rect crop(x1, y1, x2 - x1, y2 - y1);
@@ -32,14 +41,16 @@ std::vector<PasteObject> cut_objects(const Sample& canvas, double probability, s
     // The polygon filled in the crop's own frame: the same pixels as filling it on the whole canvas
     // (points truncated as numpy's astype(int32)) and cropping, without a canvas-sized mask per object.
     std::vector<std::vector<cv::Point>> contour(1);
-    for (const cv::Point2f& p : canvas.segments[static_cast<size_t>(j)]) {
+    for (const cv::Point2f& p : labels.segments[static_cast<size_t>(j)]) {
       contour[0].emplace_back(static_cast<int>(p.x) - x1, static_cast<int>(p.y) - y1);
       object.polygon.emplace_back(p.x - static_cast<float>(x1), p.y - static_cast<float>(y1));
     }
     object.mask = cv::Mat::zeros(crop.size(), CV_8U);
     if (!contour[0].empty()) cv::drawContours(object.mask, contour, -1, cv::Scalar(255), cv::FILLED);
+    cv::Mat pixels(crop.size(), CV_8UC3);
+    paint(crop, pixels);
     object.image = cv::Mat::zeros(crop.size(), CV_8UC3);
-    canvas.image(crop).copyTo(object.image, object.mask);
+    pixels.copyTo(object.image, object.mask);
     objects.push_back(std::move(object));
   }
   return objects;
@@ -63,7 +74,8 @@ std::vector<PasteObject> collect_paste_objects(const std::function<Sample(size_t
       // every polygon (one polygon per box or none).
       if (tiles[i].segments.empty()) tiles[i].boxes.clear();
     }
-    std::vector<PasteObject> cut = cut_objects(mosaic4_canvas(tiles, img_size, centre), 0.5, rng);
+    const CanvasParts canvas = mosaic4_canvas_parts(tiles, img_size, centre);
+    std::vector<PasteObject> cut = cut_objects(canvas.labels, canvas.size, canvas.paint, 0.5, rng);
     objects.insert(objects.end(), std::make_move_iterator(cut.begin()), std::make_move_iterator(cut.end()));
     if (objects.empty()) break;  // as upstream: the first canvas had nothing to cut out
   }

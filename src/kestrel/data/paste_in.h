@@ -40,6 +40,7 @@
 
 #include <opencv2/core.hpp>
 
+#include "kestrel/data/banded_warp.h"
 #include "kestrel/data/sample.h"
 
 namespace kestrel::data {
@@ -57,10 +58,16 @@ struct PasteObject {
 // is empty are skipped.
 std::vector<PasteObject> cut_objects(const Sample& canvas, double probability, std::mt19937& rng);
 
+// The same from a canvas that is not materialised: `labels` (boxes and polygons, image ignored) of a
+// canvas of `size` whose pixels `paint` fills for any rectangle (banded_warp.h's contract); only the
+// crops of the objects cut are painted.
+std::vector<PasteObject> cut_objects(const Sample& labels, cv::Size size, const InputPainter& paint,
+                                     double probability, std::mt19937& rng);
+
 // The objects for one paste-in: side 4-mosaic canvases of img_size tiles (load(i) gives image i of
 // n_images, resized so that its long side is img_size, as for the mosaic) until `wanted` objects,
 // at most `max_mosaics` canvases, none when the first canvas has none. Per canvas: its centre, then
-// four random images, then cut_objects(canvas, 0.5).
+// four random images, then cut_objects(canvas, 0.5) (the canvas painted only where objects are cut).
 std::vector<PasteObject> collect_paste_objects(const std::function<Sample(size_t)>& load, size_t n_images,
                                                int img_size, std::mt19937& rng, size_t wanted = 30,
                                                int max_mosaics = 32);
