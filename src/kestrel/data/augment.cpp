@@ -93,6 +93,10 @@ double beta(std::mt19937& rng, double a, double b) {
 void check_sample(const Sample& sample, const char* where) {
   if (sample.image.empty() || sample.image.type() != CV_8UC3)
     fail(where, ": the image must be a non-empty 8-bit BGR image (CV_8UC3)");
+  check_labels(sample, where);
+}
+
+void check_labels(const Sample& sample, const char* where) {
   if (!sample.segments.empty() && sample.segments.size() != sample.boxes.size())
     fail(where, ": ", sample.segments.size(), " polygons for ", sample.boxes.size(),
          " boxes (need none or one per box)");
@@ -321,21 +325,24 @@ void check_output(cv::Size output) {
     fail("random_perspective: output size ", output.width, "x", output.height, " is empty (border too negative)");
 }
 
+bool is_projective(const PerspectiveParams& params) { return params.perspective_x != 0 || params.perspective_y != 0; }
+
+cv::Matx23d affine_rows(const cv::Matx33d& M) { return {M(0, 0), M(0, 1), M(0, 2), M(1, 0), M(1, 1), M(1, 2)}; }
+
 }  // namespace
 
 void apply_perspective(Sample& sample, const PerspectiveParams& params, cv::Size output, Dialect dialect) {
   check_sample(sample, "random_perspective");
   check_output(output);
   const cv::Matx33d M = perspective_matrix(params, sample.image.size(), output);
-  const bool projective = params.perspective_x != 0 || params.perspective_y != 0;
+  const bool projective = is_projective(params);
   if (output != sample.image.size() || M != cv::Matx33d::eye()) {
     cv::Mat warped;
     const cv::Scalar grey = cv::Scalar::all(114);
     if (projective) {
       cv::warpPerspective(sample.image, warped, cv::Mat(M), output, cv::INTER_LINEAR, cv::BORDER_CONSTANT, grey);
     } else {
-      const cv::Matx23d affine(M(0, 0), M(0, 1), M(0, 2), M(1, 0), M(1, 1), M(1, 2));
-      cv::warpAffine(sample.image, warped, cv::Mat(affine), output, cv::INTER_LINEAR, cv::BORDER_CONSTANT, grey);
+      cv::warpAffine(sample.image, warped, cv::Mat(affine_rows(M)), output, cv::INTER_LINEAR, cv::BORDER_CONSTANT, grey);
     }
     sample.image = warped;
   }
@@ -346,11 +353,9 @@ void apply_perspective_painted(Sample& sample, cv::Size input, const InputPainte
                                const PerspectiveParams& params, cv::Size output, Dialect dialect) {
   if (input.width <= 0 || input.height <= 0) fail("random_perspective: empty input ", input.width, "x", input.height);
   check_output(output);
-  if (!sample.segments.empty() && sample.segments.size() != sample.boxes.size())
-    fail("random_perspective: ", sample.segments.size(), " polygons for ", sample.boxes.size(), " boxes");
+  check_labels(sample, "random_perspective");
   const cv::Matx33d M = perspective_matrix(params, input, output);
-  const bool projective = params.perspective_x != 0 || params.perspective_y != 0;
-  if (projective) {
+  if (is_projective(params)) {
     sample.image = cv::Mat(input, CV_8UC3);  // a fresh image: the caller's may be shared
     paint(cv::Rect(0, 0, input.width, input.height), sample.image);
     apply_perspective(sample, params, output, dialect);
@@ -358,7 +363,7 @@ void apply_perspective_painted(Sample& sample, cv::Size input, const InputPainte
   }
   // The inverse that warpAffine derives from M (same formulas), so the pixels equal apply_perspective's.
   cv::Matx23d inverse;
-  cv::invertAffineTransform(cv::Matx23d(M(0, 0), M(0, 1), M(0, 2), M(1, 0), M(1, 1), M(1, 2)), inverse);
+  cv::invertAffineTransform(affine_rows(M), inverse);
   sample.image = warp_affine_in_bands(inverse, input, output, paint);
   warp_labels(sample, M, false, output, params.scale, dialect);
 }

@@ -33,6 +33,9 @@ double beta(std::mt19937& rng, double a, double b);            // Beta(a, b) fro
 // Fails (naming `where`) unless the image is non-empty CV_8UC3 and there are no polygons or one per box.
 void check_sample(const Sample& sample, const char* where);
 
+// The labels part of check_sample alone (for samples whose image is painted later): no polygons or one per box.
+void check_labels(const Sample& sample, const char* where);
+
 // ---- resize and letterbox -----------------------------------------------------------------------
 
 // Upstream load_image: scales so that the long side is img_size; the short side is ceil(side * r).

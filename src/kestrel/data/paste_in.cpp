@@ -21,8 +21,7 @@ std::vector<PasteObject> cut_objects(const Sample& canvas, double probability, s
 std::vector<PasteObject> cut_objects(const Sample& labels, cv::Size size, const InputPainter& paint,
                                      double probability, std::mt19937& rng) {
   if (size.width <= 0 || size.height <= 0) fail("paste_in: empty canvas ", size.width, "x", size.height);
-  if (!labels.segments.empty() && labels.segments.size() != labels.boxes.size())
-    fail("paste_in: ", labels.segments.size(), " polygons for ", labels.boxes.size(), " boxes (need none or one per box)");
+  check_labels(labels, "paste_in");
   if (!(probability >= 0 && probability <= 1)) fail("paste_in: probability must be in [0, 1], got ", probability);
   std::vector<PasteObject> objects;
   const int n = static_cast<int>(labels.segments.size());
