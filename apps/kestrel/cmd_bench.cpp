@@ -107,6 +107,8 @@ void add_bench_command(CLI::App& app) {
   step->add_flag("--channels-last", t->channels_last, "channels-last weights and activations");
   step->add_flag("--cuda-graph", t->cuda_graph, "capture the step as a CUDA graph and replay it (CUDA only)");
   step->add_option("--optimizer", t->optimizer, "SGD, Adam or AdamW")->capture_default_str();
+  step->add_flag_callback("--foreach-optimizer", [t] { t->fused_optimizer = false; },
+                          "torch.optim's multi-tensor update (PyTorch's default) instead of the fused kernels");
   step->add_flag("--ota", t->ota, "YOLOv7's OTA loss");
   step->add_option("--targets", t->targets_per_image, "boxes per image")->capture_default_str()->check(CLI::Range(0, 10000));
   step->add_option("--warmup", t->warmup, "untimed steps")->capture_default_str()->check(CLI::Range(0, 10000));
@@ -114,7 +116,7 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--checkpoint", t->checkpoint_layers, "activation checkpointing of the first N layers (-1: all)")
       ->capture_default_str();
   step->add_flag("--ablation", *ablation,
-                 "table: fp32, + mixed precision, + channels-last, + CUDA graph (CUDA), + checkpointing");
+                 "table: fp32 (foreach optimiser), + mixed precision, + channels-last, + fused optimiser, + CUDA graph (CUDA), + checkpointing");
   step->add_flag("--json", *tjson, "machine-readable output");
   step->callback([t, tjson, ablation] {
     print_step_results(*ablation ? train::bench_train_ablation(*t) : std::vector<train::StepBenchResult>{train::bench_train_step(*t)},
@@ -136,6 +138,8 @@ void add_bench_command(CLI::App& app) {
   e2e->add_flag("--channels-last", e->step.channels_last, "channels-last weights and activations");
   e2e->add_flag("--cuda-graph", e->step.cuda_graph, "capture the step as a CUDA graph and replay it (CUDA only)");
   e2e->add_option("--optimizer", e->step.optimizer, "SGD, Adam or AdamW")->capture_default_str();
+  e2e->add_flag_callback("--foreach-optimizer", [e] { e->step.fused_optimizer = false; },
+                         "torch.optim's multi-tensor update (PyTorch's default) instead of the fused kernels");
   e2e->add_option("--workers", e->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
   e2e->add_option("--cache", e->cache, "cache resized images: ram, disk, or none")->capture_default_str()
       ->check(CLI::IsMember({"ram", "disk", "none"}));

@@ -32,6 +32,13 @@ TEST(StepBench, EveryAblationOptionGivesThePlainLoss) {
   EXPECT_NE(plain.losses[0], plain.losses[2]);
   const StepBenchResult nhwc = bench_train_step(small("fp32", true));
   for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(nhwc.losses[i], plain.losses[i], 1e-4 * plain.losses[i]);
+  // The foreach optimiser (the ablation's baseline) takes the same steps as the fused kernels.
+  StepBenchOptions foreach = small("fp32", false);
+  foreach.fused_optimizer = false;
+  const StepBenchResult unfused = bench_train_step(foreach);
+  for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(unfused.losses[i], plain.losses[i], 1e-5 * plain.losses[i]);
+  EXPECT_EQ(unfused.label, "fp32");
+  EXPECT_EQ(plain.label, "fp32 + fused optimiser");
   // Activation checkpointing recomputes the same numbers: the same losses over three steps.
   StepBenchOptions ckpt = small("fp32", false);
   ckpt.checkpoint_layers = -1;
@@ -58,6 +65,13 @@ TEST(StepBench, OtaLossRunsAndBadOptionsAreErrors) {
   o = small("fp32", false);
   o.cuda_graph = true;  // graphs are a CUDA feature: on the CPU an error, not a silent eager run
   EXPECT_THROW(bench_train_step(o), Error);
+  o.fused_optimizer = false;  // a graph cannot hold the foreach update's host read
+  try {
+    (void)bench_train_step(o);
+    ADD_FAILURE() << "--cuda-graph with the foreach optimiser was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fused optimiser"), std::string::npos) << e.what();
+  }
 }
 
 // The whole pipeline on the demo data (32 images, batches of 8): the timed steps run across an epoch

@@ -10,6 +10,45 @@
 #include "kestrel/core/error.h"
 
 namespace kestrel::train {
+namespace {
+
+using TensorList = std::vector<at::Tensor>;
+
+// torch.optim.SGD's multi-tensor update (no dampening, Nesterov): g += wd p; buf = momentum buf + g;
+// p -= lr (g + momentum buf). Zero-initialised buffers equal torch's first-step copy of the gradient.
+void sgd_foreach(const TensorList& params, const TensorList& grads, const TensorList& bufs, double weight_decay,
+                 double momentum, double lr) {
+  const TensorList g = weight_decay != 0 ? at::_foreach_add(grads, params, weight_decay) : grads;
+  at::_foreach_mul_(bufs, momentum);
+  at::_foreach_add_(bufs, g);
+  at::_foreach_add_(params, at::_foreach_add(g, bufs, momentum), -lr);
+}
+
+// torch.optim.Adam / AdamW's multi-tensor update, with the step counters (0-dim, already advanced) on
+// the device: m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g²; p -= lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+void adam_foreach(const TensorList& params, const TensorList& grads, const TensorList& avg, const TensorList& avg_sq,
+                  const TensorList& steps, double lr, double beta1, double beta2, double weight_decay, double eps,
+                  bool decoupled) {
+  TensorList g = grads;
+  if (decoupled) at::_foreach_mul_(params, 1 - lr * weight_decay);        // AdamW
+  else if (weight_decay != 0) g = at::_foreach_add(grads, params, weight_decay);  // Adam: L2 in the gradient
+  at::_foreach_lerp_(avg, g, 1 - beta1);
+  at::_foreach_mul_(avg_sq, beta2);
+  at::_foreach_addcmul_(avg_sq, g, g, 1 - beta2);
+  TensorList correction1 = at::_foreach_pow(beta1, steps), correction2 = at::_foreach_pow(beta2, steps);
+  at::_foreach_neg_(correction1);
+  at::_foreach_add_(correction1, 1.0);  // 1 - b1^t
+  at::_foreach_neg_(correction2);
+  at::_foreach_add_(correction2, 1.0);
+  at::_foreach_sqrt_(correction2);      // sqrt(1 - b2^t)
+  TensorList denom = at::_foreach_sqrt(avg_sq);
+  at::_foreach_div_(denom, correction2);
+  at::_foreach_add_(denom, eps);
+  at::_foreach_mul_(denom, correction1);
+  at::_foreach_addcdiv_(params, avg, denom, -lr);
+}
+
+}  // namespace
 
 OptimizerKind parse_optimizer_kind(const std::string& name) {
   std::string lower = name;
@@ -59,13 +98,18 @@ void Optimizer::step(const std::array<double, 3>& lr, double momentum, const at:
 }
 
 void Optimizer::set_learning_rates(const std::array<double, 3>& lr) {
-  for (size_t g = 0; g < 3; ++g) groups_[g].lr.fill_(lr[g]);
+  for (size_t g = 0; g < 3; ++g) {
+    groups_[g].lr.fill_(lr[g]);
+    groups_[g].lr_value = lr[g];
+  }
 }
 
 void Optimizer::step(double momentum, const at::Tensor& grad_scale, const at::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   const std::optional<at::Tensor> scale = grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt;
   const std::optional<at::Tensor> inf = found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt;
+  // The foreach algorithm decides on the host, as GradScaler.step: one device-to-host read per step.
+  if (!options_.fused && inf && inf->item<float>() != 0) return;
   for (size_t g = 0; g < 3; ++g) {
     Group& group = groups_[g];
     // The kernels take parallel lists: only parameters that received a gradient this step.
@@ -84,6 +128,17 @@ void Optimizer::step(double momentum, const at::Tensor& grad_scale, const at::Te
       }
     }
     if (params.empty()) continue;
+    if (!options_.fused) {
+      if (scale) at::_foreach_div_(grads, *scale);  // GradScaler.unscale_, unless done before
+      if (options_.kind == OptimizerKind::sgd) {
+        sgd_foreach(params, grads, buf, group.weight_decay, momentum, group.lr_value);
+      } else {
+        at::_foreach_add_(steps, 1.0);
+        adam_foreach(params, grads, avg, avg_sq, steps, group.lr_value, momentum, options_.beta2, group.weight_decay,
+                     options_.eps, options_.kind == OptimizerKind::adamw);
+      }
+      continue;
+    }
     if (options_.kind == OptimizerKind::sgd) {
       at::_fused_sgd_(params, grads, buf, group.weight_decay, momentum, group.lr, /*dampening=*/0.0, /*nesterov=*/true,
                       /*maximize=*/false, /*is_first_step=*/false, scale, inf);

@@ -39,6 +39,12 @@ struct OptimizerOptions {
   double weight_decay = 5e-4;  // for the decayed-weights group, already scaled to the effective batch
   double beta2 = 0.999;        // Adam/AdamW
   double eps = 1e-8;           // Adam/AdamW
+  // true: LibTorch's fused kernels, as above. false: torch.optim's multi-tensor ("foreach") algorithm,
+  // PyTorch's default on CUDA and so what upstream trains with: several kernels per group, the learning
+  // rate as a host number, and with a loss scaler a host read of found_inf to decide whether to step
+  // (as GradScaler.step). It is the baseline row of `kestrel bench train --ablation`; a CUDA graph
+  // cannot capture it.
+  bool fused = true;
 };
 
 class Optimizer {
@@ -78,6 +84,7 @@ class Optimizer {
     std::vector<at::Tensor> momentum;          // SGD
     std::vector<at::Tensor> exp_avg, exp_avg_sq, step;  // Adam/AdamW (step: 0-dim float32)
     at::Tensor lr;                             // 0-dim float32 on the parameters' device
+    double lr_value = 0;                       // the same, on the host (foreach algorithm)
   };
   OptimizerOptions options_;
   std::array<Group, 3> groups_;

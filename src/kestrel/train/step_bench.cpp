@@ -38,6 +38,7 @@ double peak_memory_gb(const c10::Device& device) {
 std::string label_of(const StepBenchOptions& o) {
   std::string label = o.precision;
   if (o.channels_last) label += " + channels-last";
+  if (o.fused_optimizer) label += " + fused optimiser";
   if (o.cuda_graph) label += " + CUDA graph";
   if (o.checkpoint_layers != 0)
     label += o.checkpoint_layers < 0 ? std::string(" + checkpointing") : " + checkpointing " + std::to_string(o.checkpoint_layers) + " layers";
@@ -67,6 +68,8 @@ struct BenchStep {
 std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss::LossOptions& loss_options, int nc) {
   if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")
     fail("--precision ", o.precision, ": expected fp32, fp16 or bf16");
+  if (o.cuda_graph && !o.fused_optimizer)
+    fail("--cuda-graph needs the fused optimiser: the foreach algorithm reads the loss scaler's flag on the host");
   auto b = std::make_unique<BenchStep>();
   b->device = parse_device(o.device);
   if (b->device.is_cuda()) {
@@ -95,6 +98,7 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
   b->ema = std::make_unique<ModelEma>(b->average, *b->model);
   OptimizerOptions opt_options;
   opt_options.kind = parse_optimizer_kind(o.optimizer);
+  opt_options.fused = o.fused_optimizer;
   b->optimizer = std::make_unique<Optimizer>(split_parameters(*b->model), opt_options);
   GradScalerOptions scaler_options;
   scaler_options.enabled = o.precision == "fp16";
@@ -213,10 +217,13 @@ std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& option
   StepBenchOptions o = options;
   o.channels_last = false;
   o.precision = "fp32";
+  o.fused_optimizer = false;
   std::vector<StepBenchResult> rows{bench_train_step(o)};
   o.precision = device.is_cuda() ? "fp16" : "bf16";  // CPU autocast has bf16 kernels, not fp16 ones
   rows.push_back(bench_train_step(o));
   o.channels_last = true;
+  rows.push_back(bench_train_step(o));
+  o.fused_optimizer = true;
   rows.push_back(bench_train_step(o));
   if (device.is_cuda()) {
     o.cuda_graph = true;

@@ -16,6 +16,7 @@ struct StepBenchOptions {
   bool channels_last = false;
   bool cuda_graph = false;            // capture the step once, replay it (CUDA only; see cuda_graph_step.h)
   std::string optimizer = "SGD";
+  bool fused_optimizer = true;        // false: torch.optim's foreach algorithm (PyTorch's default, upstream's)
   bool ota = false;                   // YOLOv7's OTA loss instead of YOLOv5's
   int checkpoint_layers = 0;          // activation checkpointing of the first N layers (0: off, -1: all)
   int targets_per_image = 32;         // about a mosaic of four COCO images
@@ -34,8 +35,9 @@ struct StepBenchResult {
 
 StepBenchResult bench_train_step(const StepBenchOptions& options);
 
-// The ablation table: fp32 baseline, + mixed precision (fp16 on CUDA, bf16 on CPU), + channels-last,
-// + CUDA graph (CUDA only), + activation checkpointing of every layer (the memory / compute trade).
+// The ablation table: the fp32 baseline as PyTorch eager trains it (foreach optimiser), + mixed precision
+// (fp16 on CUDA, bf16 on CPU), + channels-last, + fused optimiser, + CUDA graph (CUDA only), + activation
+// checkpointing of every layer (the memory / compute trade).
 std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options);
 
 // `kestrel bench e2e`: the whole training pipeline on a real dataset — the trainer's loader (training
