@@ -75,5 +75,24 @@ TEST(LabelErrors, BinaryGarbageAndLongLines) {
   EXPECT_FLOAT_EQ(p.rows[0].box[3], 0.0f);  // all points equal: zero-size box
 }
 
+// Fuzzing finding: a class beyond int's range was converted to int for the message (undefined behaviour).
+TEST(LabelErrors, HugeClassIsReportedAsWritten) {
+  EXPECT_EQ(error_of("1e10 0.5 0.5 0.2 0.1\n"), "l.txt:1: class 10000000000 exceeds the dataset's nc=80 (classes 0..79)");
+  EXPECT_EQ(error_of("3e38 0.5 0.5 0.2 0.1\n").rfind("l.txt:1: class 3", 0), 0u) << error_of("3e38 0.5 0.5 0.2 0.1\n");
+}
+
+// Lines end at \r, \r\n, \n, \v and \f, as upstream's splitlines(): three box rows with old-Mac \r line
+// ends were one 15-value row, parsed as a polygon without a word.
+TEST(Labels, CarriageReturnsEndLinesLikeUpstream) {
+  auto p = parse_labels("0 0.5 0.5 0.2 0.2\r1 0.5 0.5 0.2 0.2\r0 0.4 0.4 0.1 0.1\r", "l.txt", 80);
+  ASSERT_EQ(p.rows.size(), 3u);
+  EXPECT_FALSE(p.all_polygons());
+  EXPECT_EQ(p.rows[1].box, (std::array<float, 5>{1, 0.5f, 0.5f, 0.2f, 0.2f}));
+  EXPECT_EQ(parse_labels("0 0.5 0.5 0.2 0.2\v1 0.5 0.5 0.2 0.2\f", "l.txt", 80).rows.size(), 2u);
+  // \r\n is one line end; a lone \r counts as one
+  EXPECT_EQ(error_of("0 0.5 0.5 0.2 0.2\r\n0 0.5\r\n"), "l.txt:2: 2 values; a row is 'class cx cy w h' (5) or a polygon 'class x1 y1 x2 y2 x3 y3 ...'");
+  EXPECT_EQ(error_of("0 0.5 0.5 0.2 0.2\r\r0 0.5\n"), "l.txt:3: 2 values; a row is 'class cx cy w h' (5) or a polygon 'class x1 y1 x2 y2 x3 y3 ...'");
+}
+
 }  // namespace
 }  // namespace kestrel::data

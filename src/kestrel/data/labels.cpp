@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
-#include <sstream>
 
 #include "kestrel/core/error.h"
 
@@ -43,7 +43,12 @@ LabelRow make_row(const std::vector<float>& v, const std::string& where, int nc)
     fail(where, ": ", v.size(), " values; a row is 'class cx cy w h' (5) or a polygon 'class x1 y1 x2 y2 x3 y3 ...'");
   const float cls = v[0];
   if (cls < 0 || cls != std::floor(cls)) fail(where, ": class ", cls, " is not a non-negative integer");
-  if (nc > 0 && cls >= static_cast<float>(nc)) fail(where, ": class ", static_cast<int>(cls), " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
+  if (nc > 0 && cls >= static_cast<float>(nc)) {
+    // Printed with %.0f: a class beyond int's range (e.g. 1e10) cannot be converted to int.
+    char shown[64];
+    std::snprintf(shown, sizeof shown, "%.0f", cls);
+    fail(where, ": class ", shown, " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
+  }
   for (size_t i = 1; i < v.size(); ++i)
     if (v[i] < 0 || v[i] > 1) fail(where, ": coordinate ", v[i], " is outside 0..1 (labels must be normalised)");
   LabelRow row;
@@ -72,10 +77,14 @@ bool ParsedLabels::all_polygons() const {
 ParsedLabels parse_labels(const std::string& text, const std::string& source, int nc) {
   ParsedLabels out;
   std::set<std::vector<float>> seen;
-  std::istringstream in(text);
-  std::string line;
+  // Lines end at \n, \r\n, \r, \v or \f, as upstream's splitlines() ends them: a file with old-Mac \r
+  // line ends is several rows, not one long row that could pass for a polygon.
+  size_t at = 0;
   int line_no = 0;
-  while (std::getline(in, line)) {
+  while (at < text.size()) {
+    const size_t end = std::min(text.find_first_of("\n\r\v\f", at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + (text.compare(end, 2, "\r\n") == 0 ? 2 : 1);
     ++line_no;
     const std::string where = cat(source, ":", line_no);
     std::vector<float> values = parse_numbers(line, where);
