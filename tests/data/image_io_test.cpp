@@ -74,5 +74,60 @@ TEST(ImageIoErrors, BrokenFilesAreReported) {
   EXPECT_THROW(decode_image_file("/nonexistent/x.jpg"), Error);
 }
 
+// Fuzzing finding: an IFD offset near 2^32 wrapped the bounds check (uint32 arithmetic) and read far
+// outside the file. It is now an unreadable EXIF block: orientation 1, the image decoded as stored.
+TEST(ImageIoErrors, ExifOffsetNearFourGigabytesIsIgnored) {
+  cv::Mat stored(10, 20, CV_8UC3, cv::Scalar(0, 0, 0));
+  auto jpeg = test::with_exif_orientation(test::encode_jpeg(stored, 100), 6);
+  // SOI (2) + APP1 marker and length (4) + "Exif\0\0" (6): the TIFF header at 12, its IFD offset at 16..19
+  ASSERT_EQ(jpeg[12], 'I');
+  jpeg[16] = 0xFE, jpeg[17] = 0xFF, jpeg[18] = 0xFF, jpeg[19] = 0xFF;
+  EXPECT_EQ(jpeg_exif_orientation(jpeg.data(), jpeg.size()), 1);
+  auto d = decode_image(jpeg, "img.jpg");
+  EXPECT_EQ(d.image.cols, 20);
+  EXPECT_EQ(d.image.rows, 10);
+}
+
+// PNG chunk CRC (ISO 3309, as zlib's crc32), to keep a patched header valid.
+uint32_t png_crc(const uint8_t* p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+void put_be32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (24 - 8 * i));
+}
+
+// Fuzzing finding: a header claiming a giant size (a corrupt file of a few hundred bytes) made kestrel
+// allocate it: 12.7 GB filled by the JPEG decoder, or for a PNG an OpenCV allocation exception without the
+// file name. Sizes over OpenCV imread's limit (2^30 pixels, sides up to 2^20) are refused before decoding.
+TEST(ImageIoErrors, GiantClaimedSizeIsRefusedBeforeAllocating) {
+  auto jpeg = test::encode_jpeg(test::coordinate_image(16, 16));
+  size_t sof = 2;
+  while (sof + 9 < jpeg.size() && !(jpeg[sof] == 0xFF && jpeg[sof + 1] == 0xC0)) ++sof;
+  ASSERT_LT(sof + 9, jpeg.size());
+  // SOF0: marker (2), length (2), precision (1), height (2), width (2)
+  jpeg[sof + 5] = 60000 >> 8, jpeg[sof + 6] = 60000 & 0xFF, jpeg[sof + 7] = 60000 >> 8, jpeg[sof + 8] = 60000 & 0xFF;
+  EXPECT_EQ(error_of(jpeg), "img.jpg: image of 60000x60000 pixels is too large (at most 2^30 pixels, as OpenCV's imread)");
+
+  test::TempDir dir;
+  test::write_png(dir.file("a.png"), test::coordinate_image(8, 8));
+  auto png = read_file_bytes(dir.file("a.png"));
+  // signature (8), IHDR length (4) and type (4), width at 16, height at 20, 13 data bytes, CRC at 29
+  ASSERT_EQ(std::string(png.begin() + 12, png.begin() + 16), "IHDR");
+  put_be32(png, 16, 1000000);
+  put_be32(png, 20, 1000000);
+  put_be32(png, 29, png_crc(png.data() + 12, 17));
+  EXPECT_EQ(error_of(png), "img.jpg: image of 1000000x1000000 pixels is too large (at most 2^30 pixels, as OpenCV's imread)");
+  put_be32(png, 16, 40000);  // within the side limit, 1.6e9 pixels over the total
+  put_be32(png, 20, 40000);
+  put_be32(png, 29, png_crc(png.data() + 12, 17));
+  EXPECT_NE(error_of(png).find("img.jpg: image of 40000x40000 pixels is too large"), std::string::npos) << error_of(png);
+}
+
 }  // namespace
 }  // namespace kestrel::data

@@ -34,7 +34,7 @@ int tiff_orientation(const uint8_t* tiff, size_t size) {
   if (size < 8) return 1;
   const bool little = tiff[0] == 'I' && tiff[1] == 'I';
   if (!little && !(tiff[0] == 'M' && tiff[1] == 'M')) return 1;
-  const uint32_t ifd = read_u32(tiff + 4, little);
+  const size_t ifd = read_u32(tiff + 4, little);  // size_t: an offset near 2^32 must not wrap past the check
   if (ifd + 2 > size) return 1;
   const uint16_t entries = read_u16(tiff + ifd, little);
   for (uint32_t i = 0; i < entries; ++i) {
@@ -62,6 +62,17 @@ cv::Mat apply_orientation(cv::Mat img, int orientation) {
   }
 }
 
+// OpenCV's imread limits (CV_IO_MAX_IMAGE_WIDTH/HEIGHT/PIXELS): what upstream's cv2.imread refuses is
+// refused here too, before a header (corrupt or not) makes the decoder allocate and fill tens of gigabytes.
+constexpr int64_t kMaxImageSide = int64_t{1} << 20;
+constexpr int64_t kMaxImagePixels = int64_t{1} << 30;
+
+// "" if the size is within the limits, else the problem.
+std::string size_problem(int64_t width, int64_t height) {
+  if (width <= kMaxImageSide && height <= kMaxImageSide && width * height <= kMaxImagePixels) return "";
+  return cat("image of ", width, "x", height, " pixels is too large (at most 2^30 pixels, as OpenCV's imread)");
+}
+
 DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& path) {
   // One decompressor per thread: creating one costs more than decoding a small image's header.
   thread_local std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitDecompress(), tjDestroy);
@@ -72,6 +83,7 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& p
     fail(path, ": corrupt or truncated JPEG (", tjGetErrorStr2(handle.get()), ")");
   // A file cut before its frame header parses as "tables only": no size, nothing to decode.
   if (width <= 0 || height <= 0) fail(path, ": corrupt or truncated JPEG (no frame header)");
+  if (const std::string problem = size_problem(width, height); !problem.empty()) fail(path, ": ", problem);
   DecodedImage out;
   out.image.create(height, width, CV_8UC3);
   if (tjDecompress2(handle.get(), data, bytes.size(), out.image.data, width, static_cast<int>(out.image.step), height, TJPF_BGR,
@@ -92,6 +104,10 @@ DecodedImage decode_png(const std::vector<uint8_t>& bytes, const std::string& pa
   png.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size()))
     fail(path, ": corrupt PNG (", png.message, ")");
+  if (const std::string problem = size_problem(png.width, png.height); !problem.empty()) {
+    png_image_free(&png);
+    fail(path, ": ", problem);
+  }
   png.format = PNG_FORMAT_BGR;  // gray, palette, 16-bit and alpha (composited on black) converted by libpng
   DecodedImage out;
   out.image.create(static_cast<int>(png.height), static_cast<int>(png.width), CV_8UC3);
