@@ -5,6 +5,7 @@
 
 #include <array>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -318,6 +319,32 @@ TEST(CocoEval, BadFilesNameTheFile) {
 
   write_json(dir.file("object.json"), json::object());
   EXPECT_NE(error_of(gt, dir.file("object.json")).find("list of detections"), std::string::npos);
+}
+
+// Fuzzing findings: a deeply nested value where a number belongs crashed the error message (dump()
+// recursed once per level: stack overflow), a long one was copied whole into it, and an id above 2^63-1
+// wrapped to a negative id without a word.
+TEST(CocoEval, OddValuesGiveShortMessagesAndNoWrap) {
+  TempDir dir;
+  const std::string res = dir.file("res.json");
+  write_json(res, json::array());
+  const std::string deep = dir.file("deep.json");
+  test::write_file(deep, "{\"images\": [{\"id\": " + std::string(200000, '[') + std::string(200000, ']') +
+                             "}], \"categories\": [], \"annotations\": []}");
+  EXPECT_EQ(error_of(deep, res), deep + ": images[0]: field \"id\" must be a 64-bit integer, got a nested list");
+
+  json long_string = hand_made_annotations();
+  long_string["annotations"][0]["area"] = std::string(100000, 'x');
+  write_json(dir.file("long.json"), long_string);
+  const std::string e1 = error_of(dir.file("long.json"), res);
+  EXPECT_NE(e1.find(": annotations[0]: field \"area\" must be a number, got \"xxx"), std::string::npos) << e1;
+  EXPECT_LT(e1.size(), dir.file("long.json").size() + 120) << e1;
+
+  json huge_id = hand_made_annotations();
+  huge_id["annotations"][0]["id"] = std::numeric_limits<uint64_t>::max();
+  write_json(dir.file("huge_id.json"), huge_id);
+  EXPECT_EQ(error_of(dir.file("huge_id.json"), res),
+            dir.file("huge_id.json") + ": annotations[0]: field \"id\" must be a 64-bit integer, got 18446744073709551615");
 }
 
 TEST(CocoEval, SummaryPrintsLikePycocotools) {
