@@ -168,6 +168,10 @@ TEST(DatasetConfig, DemoYamlAndErrors) {
   EXPECT_NE(error_of("train: a\nval: a\nnames: {0: x, 2: y}\n").find("without gaps (missing 1)"), std::string::npos);
   EXPECT_NE(error_of("train: [a\n").find("malformed YAML"), std::string::npos);
   EXPECT_NE(error_of("train: a\nval: a\n").find("give 'names'"), std::string::npos);
+  // fuzzing finding: a giant nc without names built that many class names (2e9 strings) before any check
+  EXPECT_NE(error_of("train: a\nval: a\nnc: 2000000000\n").find("d.yaml: 'nc' is 2000000000, above the limit of 1000000 classes"),
+            std::string::npos) << error_of("train: a\nval: a\nnc: 2000000000\n");
+  EXPECT_EQ(error_of("train: a\nval: a\nnc: 1000\n"), "(no error)");
   auto names = load_dataset_config((error_of("path: sub\ntrain: t\nval: [v1, /abs/v2]\nnames: [a, b]\n"), dir.file("d.yaml")));
   EXPECT_EQ(names.nc, 2);
   EXPECT_EQ(names.train, std::vector<std::string>{dir.file("sub/t")});

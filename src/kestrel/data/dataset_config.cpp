@@ -88,6 +88,9 @@ DatasetConfig load_dataset_config(const std::string& path) {
   } catch (const YAML::Exception& e) {
     fail(path, ":", e.mark.line + 1, ": ", e.msg);
   }
+  // Without `names`, classes are named class0, class1 ...: a mistyped nc (2000000000) built that many strings.
+  constexpr int kMaxClasses = 1000000;
+  if (cfg.nc > kMaxClasses) fail(path, ": 'nc' is ", cfg.nc, ", above the limit of ", kMaxClasses, " classes");
   if (cfg.train.empty()) fail(path, ": missing key 'train'");
   if (cfg.val.empty()) fail(path, ": missing key 'val'");
   if (cfg.names.empty() && cfg.nc < 1) fail(path, ": give 'names' (and optionally 'nc')");
