@@ -82,6 +82,28 @@ TEST(Checkpoint, RecomputationKeepsTheAutocastPrecision) {
   for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_LT(rel(b.grads[i], a.grads[i]), 1e-4) << "gradient " << i;
 }
 
+// The recomputation must not leave bf16 copies of the weights in autocast's cast cache: the next step's
+// forward would find them and run on the weights from before the optimiser's update (the cache is only
+// cleared when an autocast region exits, and the recomputation runs in backward, outside any region).
+TEST(Checkpoint, NextStepUsesTheUpdatedWeightsUnderAutocast) {
+  const at::Tensor images = at::rand({2, 3, 64, 64});
+  auto plain = yolov5n(), ckpt = yolov5n();
+  ckpt->set_checkpointed_layers(all_layers(*ckpt));
+  // The checkpointed model goes last and first: no autocast region may exit (and clear the cache)
+  // between its recomputation and its next forward.
+  for (YoloModel* model : {plain.get(), ckpt.get()}) {
+    (void)run(*model, images, true);
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) {  // a plain SGD step large enough to change every bf16 weight
+      p.sub_(p.grad().sign() * p.abs().clamp_min(1e-3) * 0.1);
+      p.mutable_grad() = at::Tensor();
+    }
+  }
+  const Pass b = run(*ckpt, images, true), a = run(*plain, images, true);
+  EXPECT_LT(rel(b.loss, a.loss), 1e-6) << "plain " << a.loss.item<double>() << ", checkpointed " << b.loss.item<double>();
+  for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_LT(rel(b.grads[i], a.grads[i]), 1e-4) << "gradient " << i;
+}
+
 // Heap bytes in use (small blocks + mmap-ed large ones).
 double heap_bytes() {
   const struct mallinfo2 m = mallinfo2();

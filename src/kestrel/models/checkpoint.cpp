@@ -44,21 +44,28 @@ struct CheckpointBackward : torch::autograd::Node {
     if (!grads[0].defined()) return out;
     const AutocastState saved = AutocastState::current();
     const bool was_recomputing = t_recomputing;
+    // No casts cached: this runs in backward, outside any autocast region, so nothing would clear them
+    // before the next step's forward, which would find the weights from before the optimiser's update.
+    const bool cache_was_enabled = at::autocast::is_autocast_cache_enabled();
+    const auto restore = [&] {
+      t_recomputing = was_recomputing;
+      at::autocast::set_autocast_cache_enabled(cache_was_enabled);
+      saved.apply();
+    };
     at::Tensor x = input.detach().requires_grad_(input_requires_grad);
     at::Tensor y;
     {
       torch::autograd::AutoGradMode grad_on(true);
       autocast.apply();
+      at::autocast::set_autocast_cache_enabled(false);
       t_recomputing = true;
       try {
         y = layer->forward(x);
       } catch (...) {
-        t_recomputing = was_recomputing;
-        saved.apply();
+        restore();
         throw;
       }
-      t_recomputing = was_recomputing;
-      saved.apply();
+      restore();
     }
     std::vector<at::Tensor> wrt;
     if (input_requires_grad) wrt.push_back(x);
