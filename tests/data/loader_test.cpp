@@ -280,6 +280,9 @@ TEST(ValidationDataset, RamCacheGivesTheSameSamples) {
 
 #include <torch/cuda.h>
 
+#include <ATen/DeviceAccelerator.h>
+
+#include "kestrel/core/device.h"
 #include "kestrel/data/device_prefetcher.h"
 
 namespace kestrel::data {
@@ -331,6 +334,27 @@ TEST(DevicePrefetcher, CpuGivesTheLoadersBatchesNormalised) { check_prefetcher(c
 TEST(DevicePrefetcher, CudaSideStreamGivesTheSameBatches) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   check_prefetcher(c10::Device(c10::kCUDA, 0));
+}
+
+// A prefetcher per epoch (as the trainer makes them) must not leave each epoch's batch buffers cached
+// for a stream that later epochs never use: device memory reserved after epoch 1 is enough for epoch 5.
+TEST(DevicePrefetcher, CudaReservedMemoryDoesNotGrowWithEpochs) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device device(c10::kCUDA, 0);
+  auto ds = demo(true, 64);
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  DataLoader loader(ds, o);
+  std::vector<int64_t> reserved;
+  for (int epoch = 0; epoch < 6; ++epoch) {
+    loader.start_epoch(epoch);
+    DevicePrefetcher prefetcher(loader, device);
+    while (auto batch = prefetcher.next()) EXPECT_EQ(batch->images.device(), device);
+    synchronize(device);
+    reserved.push_back(at::accelerator::getDeviceStats(device.index()).reserved_bytes[0].current);
+  }
+  EXPECT_LE(reserved.back(), reserved[1]) << "reserved after epoch 1: " << reserved[1] << " bytes, after 5: " << reserved.back();
 }
 
 }  // namespace

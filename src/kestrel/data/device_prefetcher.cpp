@@ -4,6 +4,9 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <mutex>
 #endif
 
 namespace kestrel::data {
@@ -13,6 +16,22 @@ struct DevicePrefetcher::CudaState {
   c10::cuda::CUDAStream stream;
   at::cuda::CUDAEvent copied;
 };
+
+namespace {
+
+// One copy stream per device for the whole process. The caching allocator reuses a freed block only
+// for allocations on the stream that made it; a new pool stream per prefetcher (one per epoch) would
+// leave every epoch's batch buffers cached for a stream no later epoch uses.
+c10::cuda::CUDAStream copy_stream(c10::DeviceIndex index) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(index);
+  if (it == streams.end()) it = streams.emplace(index, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index)).first;
+  return it->second;
+}
+
+}  // namespace
 #else
 struct DevicePrefetcher::CudaState {};
 #endif
@@ -21,7 +40,7 @@ DevicePrefetcher::DevicePrefetcher(DataLoader& loader, c10::Device device, bool 
     : loader_(loader), device_(device), channels_last_(channels_last), trim_multiple_(trim_multiple) {
 #ifdef KESTREL_WITH_CUDA
   if (device_.is_cuda())
-    cuda_.reset(new CudaState{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index()), at::cuda::CUDAEvent()});
+    cuda_.reset(new CudaState{copy_stream(device_.index()), at::cuda::CUDAEvent()});
 #endif
 }
 
