@@ -322,8 +322,8 @@ TEST(CocoEval, BadFilesNameTheFile) {
 }
 
 // Fuzzing findings: a deeply nested value where a number belongs crashed the error message (dump()
-// recursed once per level: stack overflow), a long one was copied whole into it, and an id above 2^63-1
-// wrapped to a negative id without a word.
+// recursed once per level: stack overflow), a long one was copied whole into it, a number beyond double's
+// range escaped as nlohmann's out_of_range, and an id above 2^63-1 wrapped to a negative id without a word.
 TEST(CocoEval, OddValuesGiveShortMessagesAndNoWrap) {
   TempDir dir;
   const std::string res = dir.file("res.json");
@@ -332,6 +332,16 @@ TEST(CocoEval, OddValuesGiveShortMessagesAndNoWrap) {
   test::write_file(deep, "{\"images\": [{\"id\": " + std::string(200000, '[') + std::string(200000, ']') +
                              "}], \"categories\": [], \"annotations\": []}");
   EXPECT_EQ(error_of(deep, res), deep + ": images[0]: field \"id\" must be a 64-bit integer, got a nested list");
+
+  // a number beyond double's range made nlohmann throw out_of_range (not parse_error), which escaped unwrapped
+  const std::string overflow = dir.file("overflow.json");
+  test::write_file(overflow, "{\"images\": [{\"id\": 1}], \"categories\": [{\"id\": 1e999}], \"annotations\": []}");
+  EXPECT_NE(error_of(overflow, res).find(overflow + ": malformed JSON ("), std::string::npos) << error_of(overflow, res);
+  test::write_file(res, "[{\"image_id\": 1, \"category_id\": 1, \"bbox\": [0, 0, 1, 1], \"score\": -1e400}]");
+  const std::string ok = dir.file("ok.json");
+  test::write_file(ok, "{\"images\": [{\"id\": 1}], \"categories\": [{\"id\": 1}], \"annotations\": []}");
+  EXPECT_NE(error_of(ok, res).find(res + ": malformed JSON ("), std::string::npos) << error_of(ok, res);
+  write_json(res, json::array());
 
   json long_string = hand_made_annotations();
   long_string["annotations"][0]["area"] = std::string(100000, 'x');

@@ -23,7 +23,7 @@ json load_json(const std::string& path) {
   if (!in) fail(path, ": cannot open the file");
   try {
     return json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double (1e999)
     fail(path, ": malformed JSON (", e.what(), ")");
   }
 }
