@@ -53,6 +53,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--freeze-bn", o->freeze_bn, "keep BatchNorm statistics fixed");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "activation checkpointing (recompute in backward, less memory): the first N layers, or several layer indices");
+  cmd->add_flag("--channels-last", o->channels_last, "channels-last weights and activations (faster fp16 convolutions on GPUs)");
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "capture the training step as CUDA graphs once the warm-up ends and replay them (one process, CUDA; "
                 "--check-nans then sees a loss after its update)");

@@ -95,6 +95,7 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
   b->model->train();
   b->average = models::build_model(config, nc);
   b->average->to(b->device);
+  if (o.channels_last) to_channels_last(*b->average);  // one layout for the EMA's multi-tensor update
   b->ema = std::make_unique<ModelEma>(b->average, *b->model);
   OptimizerOptions opt_options;
   opt_options.kind = parse_optimizer_kind(o.optimizer);

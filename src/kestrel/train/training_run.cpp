@@ -96,7 +96,7 @@ EpochTotals TrainingRun::run_batches() {
   int64_t timed_images = 0;
   Clock::time_point timing_start{};
   // The next batch's copy to the device (a side stream on CUDA) overlaps this batch's step.
-  data::DevicePrefetcher prefetcher(*train_data.loader, device, /*channels_last=*/false, /*trim_multiple=*/32);
+  data::DevicePrefetcher prefetcher(*train_data.loader, device, o.channels_last, /*trim_multiple=*/32);
   for (int64_t i = progression.next_batch; i < nb; ++i) {
     std::optional<data::DeviceBatch> batch = prefetcher.next();
     if (!batch) break;

@@ -98,6 +98,10 @@ void TrainingRun::build_model() {
     std::cout << "warning: --sync-bn has no effect in a single process\n";
   ema_model = build();
   ema_model->to(device);
+  if (o.channels_last) {  // after the broadcast (collectives take dense tensors); the EMA too, so that its
+    to_channels_last(*model);  // multi-tensor update sees one layout and keeps its fast path
+    to_channels_last(*ema_model);
+  }
   const int frozen = freeze_layers(*model, o.freeze);
   if (frozen) std::cout << "freezing " << frozen << " parameter tensors\n";
   if (!o.checkpoint.empty()) {
@@ -229,6 +233,7 @@ void TrainingRun::build_step() {
   step_options.autocast = amp != "off";
   step_options.autocast_dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
   step_options.max_grad_norm = o.max_grad_norm;
+  step_options.channels_last = o.channels_last;
   step.emplace(*model, train_loss_fn, *optimizer, *scaler, &*ema, step_options);
   if (o.cuda_graph) {
     if (dist_ctx.enabled)
