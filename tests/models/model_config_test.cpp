@@ -117,6 +117,24 @@ TEST(ModelConfigErrors, BadFromIndex) {
   EXPECT_NE(msg.find("reaches before the first layer"), std::string::npos) << msg;
 }
 
+// Found reviewing the fuzz harness's checks: the builder divides widths by channel_multiple, gives layer 0
+// `ch` input channels and rounds number * depth_multiple to int; 0, negative and .inf values passed the parser.
+TEST(ModelConfigErrors, ChannelKeysAndMultiplesMustBeUsable) {
+  auto parse_error_of = [](const std::string& yaml) -> std::string {
+    try {
+      parse_model_config(yaml, "bad.yaml");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(parse_error_of(std::string("channel_multiple: 0") + kTinyHead), "bad.yaml:1: 'channel_multiple' must be >= 1, got 0");
+  EXPECT_EQ(parse_error_of(std::string("ch: -3") + kTinyHead), "bad.yaml:1: 'ch' must be >= 1, got -3");
+  EXPECT_EQ(parse_error_of(replaced(kTinyHead, "depth_multiple: 0.33", "depth_multiple: .inf")),
+            "bad.yaml: depth_multiple and width_multiple must be finite numbers > 0");
+  EXPECT_EQ(parse_error_of(std::string("ch: 1\nchannel_multiple: 4") + kTinyHead), "(no error)");
+}
+
 TEST(ModelConfigErrors, MalformedRows) {
   auto msg = error_of(replaced(kTinyHead, "[-1, 1, Conv, [128, 3, 2]]", "[-1, 1, Conv]"));
   EXPECT_NE(msg.find("bad.yaml:10: layer 1: a layer is [from, number, module, args] (4 entries), got 3 entries"), std::string::npos) << msg;

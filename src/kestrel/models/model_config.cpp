@@ -1,5 +1,6 @@
 #include "kestrel/models/model_config.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "kestrel/core/error.h"
@@ -72,10 +73,20 @@ ModelConfig from_yaml(YAML::Node root, const std::string& source) {
   if (cfg.nc < 1) fail(where(source, root["nc"]), ": 'nc' must be >= 1, got ", cfg.nc);
   cfg.depth_multiple = scalar<double>(root["depth_multiple"], source, "depth_multiple");
   cfg.width_multiple = scalar<double>(root["width_multiple"], source, "width_multiple");
-  if (!(cfg.depth_multiple > 0) || !(cfg.width_multiple > 0))
-    fail(source, ": depth_multiple and width_multiple must be > 0");
-  if (root["channel_multiple"]) cfg.channel_multiple = scalar<int>(root["channel_multiple"], source, "channel_multiple");
-  if (root["ch"]) cfg.ch = scalar<int>(root["ch"], source, "ch");
+  // finite: the builder rounds number * depth_multiple to int (.inf was undefined behaviour there)
+  if (!(cfg.depth_multiple > 0) || !(cfg.width_multiple > 0) || !std::isfinite(cfg.depth_multiple) ||
+      !std::isfinite(cfg.width_multiple))
+    fail(source, ": depth_multiple and width_multiple must be finite numbers > 0");
+  // The builder divides widths by channel_multiple and gives layer 0 `ch` input channels.
+  if (root["channel_multiple"]) {
+    cfg.channel_multiple = scalar<int>(root["channel_multiple"], source, "channel_multiple");
+    if (cfg.channel_multiple < 1)
+      fail(where(source, root["channel_multiple"]), ": 'channel_multiple' must be >= 1, got ", cfg.channel_multiple);
+  }
+  if (root["ch"]) {
+    cfg.ch = scalar<int>(root["ch"], source, "ch");
+    if (cfg.ch < 1) fail(where(source, root["ch"]), ": 'ch' must be >= 1, got ", cfg.ch);
+  }
   if (root["activation"]) cfg.activation = root["activation"].Scalar();
   cfg.anchors = root["anchors"];  // checked by the builder, which knows whether the head needs them
 
