@@ -58,23 +58,46 @@ void run_bench_data(const BenchDataOptions& o) {
   if (o.json) std::cout << result.dump() << "\n";
 }
 
-void print_step_results(const std::vector<train::StepBenchResult>& rows, const train::StepBenchOptions& o, bool json) {
-  if (json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& r : rows)
-      out.push_back({{"what", "train_step"}, {"cfg", o.cfg}, {"batch", o.batch_size}, {"img", o.img_size},
-                     {"config", r.label}, {"images_per_second", r.images_per_second}, {"ms_per_step", r.ms_per_step},
-                     {"peak_memory_gb", r.peak_memory_gb}});
-    std::cout << (rows.size() == 1 ? out[0].dump() : out.dump()) << "\n";
-    return;
-  }
-  std::printf("%s training step, batch %d, %d px, %d timed steps after %d warm-up\n", o.cfg.c_str(), o.batch_size,
-              o.img_size, o.steps, o.warmup);
-  std::printf("%-28s %12s %10s %9s %12s\n", "configuration", "images/s", "ms/step", "speed-up", "peak mem GB");
-  for (const auto& r : rows)
-    std::printf("%-28s %12.1f %10.1f %8.2fx %12.2f\n", r.label.c_str(), r.images_per_second, r.ms_per_step,
-                r.images_per_second / rows[0].images_per_second, r.peak_memory_gb);
+// "; 3 CUDA graphs captured (1 during the timed steps), 40 replays" when graphs were used.
+std::string graph_note(const train::StepBenchResult& r) {
+  if (r.graphs_captured == 0 && r.graph_replays == 0) return "";
+  return cat("; ", r.graphs_captured, " CUDA graphs captured (", r.graphs_captured_timed, " during the timed steps), ",
+             r.graph_replays, " replays");
 }
+
+nlohmann::json step_json(const train::StepBenchResult& r, const train::StepBenchOptions& o) {
+  return {{"what", "train_step"}, {"cfg", o.cfg}, {"batch", o.batch_size}, {"img", o.img_size}, {"config", r.label},
+          {"images_per_second", r.images_per_second}, {"ms_per_step", r.ms_per_step}, {"peak_memory_gb", r.peak_memory_gb},
+          {"graphs_captured", r.graphs_captured}, {"graphs_captured_timed", r.graphs_captured_timed},
+          {"graph_replays", r.graph_replays}};
+}
+
+// The table's rows as they are measured (flushed: a later row's failure or a timeout keeps them).
+class StepTable {
+ public:
+  StepTable(const train::StepBenchOptions& o, bool json) : o_(o), json_(json) {
+    if (json_) return;
+    std::printf("%s training step, batch %d, %d px, %d timed steps after %d warm-up\n", o.cfg.c_str(), o.batch_size,
+                o.img_size, o.steps, o.warmup);
+    std::printf("%-66s %12s %10s %9s %12s\n", "configuration", "images/s", "ms/step", "speed-up", "peak mem GB");
+    std::fflush(stdout);
+  }
+  void add(const train::StepBenchResult& r) {
+    if (baseline_ <= 0) baseline_ = r.images_per_second;
+    if (json_) {
+      std::cout << step_json(r, o_).dump() << std::endl;
+      return;
+    }
+    std::printf("%-66s %12.1f %10.1f %8.2fx %12.2f%s\n", r.label.c_str(), r.images_per_second, r.ms_per_step,
+                r.images_per_second / baseline_, r.peak_memory_gb, graph_note(r).c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  train::StepBenchOptions o_;
+  bool json_;
+  double baseline_ = 0;
+};
 
 }  // namespace
 
@@ -119,8 +142,9 @@ void add_bench_command(CLI::App& app) {
                  "table: fp32 (foreach optimiser), + mixed precision, + channels-last, + fused optimiser, + CUDA graph (CUDA), + checkpointing");
   step->add_flag("--json", *tjson, "machine-readable output");
   step->callback([t, tjson, ablation] {
-    print_step_results(*ablation ? train::bench_train_ablation(*t) : std::vector<train::StepBenchResult>{train::bench_train_step(*t)},
-                       *t, *tjson);
+    StepTable table(*t, *tjson);  // one JSON line per row with --json
+    if (*ablation) (void)train::bench_train_ablation(*t, [&](const train::StepBenchResult& r) { table.add(r); });
+    else table.add(train::bench_train_step(*t));
   });
 
   auto e = std::make_shared<train::E2eBenchOptions>();
@@ -146,6 +170,9 @@ void add_bench_command(CLI::App& app) {
   e2e->add_option("--warmup-epochs", e->warmup_epochs, "untimed epochs (fill the cache)")->capture_default_str()
       ->check(CLI::Range(0, 1000));
   e2e->add_option("--steps", e->step.steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
+  e2e->add_option("--warmup", e->step.warmup, "untimed steps after the warm-up epochs (graph capture)")->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  e2e->add_option("--repeat", e->repeat, "use the split N times per epoch")->capture_default_str()->check(CLI::Range(1, 100000));
   e2e->add_flag("--json", *ejson, "machine-readable output");
   e2e->callback([e, ejson] {
     train::E2eBenchOptions o = *e;
@@ -155,15 +182,18 @@ void add_bench_command(CLI::App& app) {
       std::cout << nlohmann::json{{"what", "e2e"}, {"cfg", o.step.cfg}, {"data", o.data}, {"batch", o.step.batch_size},
                                   {"img", o.step.img_size}, {"workers", o.workers}, {"config", r.step.label},
                                   {"images_per_second", r.step.images_per_second}, {"ms_per_step", r.step.ms_per_step},
-                                  {"peak_memory_gb", r.step.peak_memory_gb}, {"data_wait_fraction", r.data_wait_fraction}}
+                                  {"peak_memory_gb", r.step.peak_memory_gb}, {"data_wait_fraction", r.data_wait_fraction},
+                                  {"graphs_captured", r.step.graphs_captured}, {"graphs_captured_timed", r.step.graphs_captured_timed},
+                                  {"graph_replays", r.step.graph_replays}}
                        .dump()
                 << "\n";
       return;
     }
     std::printf("%s end to end on %s: batch %d, %d px, %d workers, cache %s, %s\n", o.step.cfg.c_str(), o.data.c_str(),
                 o.step.batch_size, o.step.img_size, o.workers, o.cache.empty() ? "none" : o.cache.c_str(), r.step.label.c_str());
-    std::printf("%.1f images/s, %.1f ms/step over %d steps, peak memory %.2f GB; the host waited for data %.0f %% of the time\n",
-                r.step.images_per_second, r.step.ms_per_step, o.step.steps, r.step.peak_memory_gb, 100 * r.data_wait_fraction);
+    std::printf("%.1f images/s, %.1f ms/step over %d steps, peak memory %.2f GB; the host waited for data %.0f %% of the time%s\n",
+                r.step.images_per_second, r.step.ms_per_step, o.step.steps, r.step.peak_memory_gb, 100 * r.data_wait_fraction,
+                graph_note(r.step).c_str());
   });
 }
 

@@ -24,6 +24,11 @@ done | sort -u | while read -r lib; do
   cp -L "$lib" "$OUT/lib/"
 done
 strip --strip-unneeded "$OUT"/kestrel "$OUT"/kestrel_tests "$OUT"/lib/* 2>/dev/null || true
+# The C++ runtime built against (GCC 12), used there only if the machine's own is older (run.sh checks).
+mkdir -p "$OUT/lib-fallback"
+for lib in libstdc++.so.6 libgcc_s.so.1; do
+  cp -L "$(g++ -print-file-name="$lib")" "$OUT/lib-fallback/"
+done
 # The first COCO_IMAGES (64) images of coco128's train split for the end-to-end run, validated on
 # themselves; the device tool carries at most 64 MiB in all (working tree included), so the rest stays.
 COCO=${COCO128:-../shared/datasets/coco128}

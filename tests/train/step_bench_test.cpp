@@ -74,18 +74,32 @@ TEST(StepBench, OtaLossRunsAndBadOptionsAreErrors) {
   }
 }
 
-// The whole pipeline on the demo data (32 images, batches of 8): the timed steps run across an epoch
-// boundary on real, augmented batches and train (finite losses that change).
+// The ablation's rows, in the guides' order, each reported as soon as it is measured (CPU: no graph row).
+TEST(StepBench, AblationReportsEveryRowInOrder) {
+  StepBenchOptions o = small("fp32", false);
+  o.steps = 1;
+  std::vector<std::string> reported;
+  const auto rows = bench_train_ablation(o, [&](const StepBenchResult& r) { reported.push_back(r.label); });
+  const std::vector<std::string> expected = {"fp32", "bf16", "bf16 + channels-last", "bf16 + channels-last + fused optimiser",
+                                             "bf16 + channels-last + fused optimiser + checkpointing"};
+  EXPECT_EQ(reported, expected);
+  ASSERT_EQ(rows.size(), expected.size());
+  for (const auto& r : rows) EXPECT_EQ(r.graphs_captured, 0) << r.label;
+}
+
+// The whole pipeline on the demo data (32 images twice per epoch with --repeat 2, batches of 8): the
+// timed steps run across an epoch boundary on real, augmented batches and train (finite losses that change).
 TEST(StepBench, EndToEndRunsTheTrainingPipeline) {
   E2eBenchOptions o;
   o.step = small("fp32", false);
   o.step.batch_size = 8;
-  o.step.steps = 6;
+  o.step.steps = 10;
   o.data = "data/demo/demo.yaml";
   o.workers = 1;
+  o.repeat = 2;
   const E2eBenchResult r = bench_e2e(o);
-  EXPECT_EQ(r.batches_per_epoch, 4);
-  ASSERT_EQ(r.step.losses.size(), 6u);
+  EXPECT_EQ(r.batches_per_epoch, 8);
+  ASSERT_EQ(r.step.losses.size(), 10u);
   for (double loss : r.step.losses) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
   EXPECT_NE(r.step.losses.front(), r.step.losses.back());
   EXPECT_GT(r.step.images_per_second, 0);

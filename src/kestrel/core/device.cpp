@@ -35,6 +35,25 @@ c10::Device parse_device(const std::string& spec) {
   return device;
 }
 
+std::string device_of_rank(const std::string& spec, int local_rank) {
+  if (spec.find(',') == std::string::npos) return spec;
+  std::vector<std::string> entries;
+  std::string entry;
+  for (char ch : spec + ",") {
+    if (ch != ',') {
+      if (ch != ' ') entry += ch;
+      continue;
+    }
+    if (entry.empty()) fail("--device ", spec, ": an empty entry in the device list");
+    entries.push_back(entry);
+    entry.clear();
+  }
+  if (local_rank < 0 || local_rank >= static_cast<int>(entries.size()))
+    fail("--device ", spec, ": ", entries.size(), " devices listed for local rank ", local_rank,
+         " (one device per process on this node)");
+  return entries[static_cast<size_t>(local_rank)];
+}
+
 AcceleratorInfo query_accelerators() {
   AcceleratorInfo info;
   info.cuda_available = torch::cuda::is_available();

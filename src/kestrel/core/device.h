@@ -12,6 +12,10 @@ namespace kestrel {
 // Upstream spellings: "" (first CUDA device if any, else CPU), "cpu", "0", "cuda:0", "cuda".
 c10::Device parse_device(const std::string& spec);
 
+// Data parallel: this rank's entry of a device list ("0,1" -> "1" for local rank 1, as upstream's
+// --device 0,1 under torch.distributed.run); a spec without a comma is returned as it is.
+std::string device_of_rank(const std::string& spec, int local_rank);
+
 struct AcceleratorInfo {
   bool cuda_available = false;
   int cuda_device_count = 0;

@@ -171,7 +171,18 @@ struct CudaGraphStep::Impl {
       s.graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local mode: the loader's threads may use CUDA (pinned memory) while this one captures.
       s.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
-      s.out = body(s, update);
+      try {
+        s.out = body(s, update);
+      } catch (const std::exception& e) {
+        // Leave capture mode (an invalidated capture makes capture_end throw too) and say which shape.
+        try {
+          s.graph->capture_end();
+        } catch (const std::exception&) {
+        }
+        s.graph.reset();
+        fail("CUDA graph capture of the training step failed (images ", s.images.sizes(), ", ", s.targets.size(1),
+             " target rows, ", update ? "with" : "without", " the update): ", e.what());
+      }
       s.graph->capture_end();
     });
     s.graph_momentum = s.momentum;

@@ -26,7 +26,7 @@ data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::str
 }  // namespace
 
 SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions& o, const Hyperparameters& hyp,
-                              int stride, int nc_for_check, int rank, int world_size) {
+                              int stride, int nc_for_check, int rank, int world_size, int repeat) {
   data::DatasetOptions d;
   d.img_size = o.img_size;
   d.augment = true;
@@ -40,9 +40,11 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   d.cache_ram = o.cache == "ram";
   d.cache_disk = o.cache == "disk";
   d.seed = o.seed;
+  data::DatasetIndex index = verified_split(cfg, "train", o.workers, nc_for_check, o.single_cls);
+  const auto records = index.records;
+  for (int r = 1; r < repeat; ++r) index.records.insert(index.records.end(), records.begin(), records.end());
   SplitLoader out;
-  out.dataset = std::make_shared<const data::YoloDataset>(
-      verified_split(cfg, "train", o.workers, nc_for_check, o.single_cls), d);
+  out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = d.batch_size;
   l.workers = std::max(1, o.workers);

@@ -21,8 +21,9 @@ struct SplitLoader {
 // Indexes and verifies the training split of `cfg` (skipped files are reported on stdout), then builds
 // its dataset and loader from the training options: --img, --batch-size (divided over `world_size`
 // ranks), --rect, --cache, --workers, --single-cls, --quad, --seed. Class ids must be < nc_for_check.
+// repeat: the split that many times per epoch (benchmarks: a small dataset as a large one).
 SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions& o, const Hyperparameters& hyp,
-                              int stride, int nc_for_check, int rank = 0, int world_size = 1);
+                              int stride, int nc_for_check, int rank = 0, int world_size = 1, int repeat = 1);
 
 // val.py's loader: letterboxed rectangular batches (pad 0.5) in file order, no augmentation.
 struct ValLoaderOptions {

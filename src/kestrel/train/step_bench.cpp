@@ -35,6 +35,13 @@ double peak_memory_gb(const c10::Device& device) {
   return static_cast<double>(stats.reserved_bytes[0].peak) / 1e9;
 }
 
+// Cached blocks back to the device and the peak restarted from what is in use now.
+void reset_peak_memory(const c10::Device& device) {
+  if (!device.is_cuda()) return;
+  at::accelerator::emptyCache();
+  at::accelerator::resetPeakStats(device.index());
+}
+
 std::string label_of(const StepBenchOptions& o) {
   std::string label = o.precision;
   if (o.channels_last) label += " + channels-last";
@@ -56,6 +63,13 @@ struct BenchStep {
   std::unique_ptr<CudaGraphStep> graph;  // with --cuda-graph
   c10::Device device{c10::kCPU};
 
+  void count_graphs(StepBenchResult& r, int captured_before_timing) const {
+    if (!graph) return;
+    r.graphs_captured = graph->graphs_captured();
+    r.graphs_captured_timed = r.graphs_captured - captured_before_timing;
+    r.graph_replays = graph->replays();
+  }
+
   // One batch with an optimiser step, through the graph when there is one.
   at::Tensor run(const at::Tensor& images, const at::Tensor& targets, const at::Tensor& mask, const StepSettings& s) {
     if (graph) return graph->run(images, targets, mask, s, /*update=*/true).total;
@@ -72,12 +86,8 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
     fail("--cuda-graph needs the fused optimiser: the foreach algorithm reads the loss scaler's flag on the host");
   auto b = std::make_unique<BenchStep>();
   b->device = parse_device(o.device);
-  if (b->device.is_cuda()) {
-    set_cudnn_benchmark(true);  // as the PyTorch reference figures (docs/benchmarks.md)
-    // Each configuration's peak from its own start (earlier rows' blocks returned to the device).
-    at::accelerator::emptyCache();
-    at::accelerator::resetPeakStats(b->device.index());
-  }
+  if (b->device.is_cuda()) set_cudnn_benchmark(true);  // as the PyTorch reference figures (docs/benchmarks.md)
+  reset_peak_memory(b->device);  // each configuration's peak from its own start (earlier rows' blocks returned)
   torch::manual_seed(o.seed);
   const auto config = models::load_model_config(models::resolve_model_config_path(o.cfg));
   b->model = models::build_model(config, nc);
@@ -139,15 +149,21 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
   std::vector<at::Tensor> totals;
   using Clock = std::chrono::steady_clock;
   Clock::time_point start;
+  int captured_before_timing = 0;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     if (i == o.warmup) {
       synchronize(device);
+      captured_before_timing = bench->graph ? bench->graph->graphs_captured() : 0;
+      // The graphs' private pool holds the step's memory now: the warm-up's eager blocks would be
+      // counted twice in the peak. Release them and measure the replays' own peak.
+      if (bench->graph) reset_peak_memory(device);
       start = Clock::now();
     }
     totals.push_back(bench->run(images, targets, mask, kBenchSettings));
   }
   synchronize(device);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  bench->count_graphs(r, captured_before_timing);
   r.ms_per_step = seconds * 1000 / o.steps;
   r.images_per_second = static_cast<double>(b) * o.steps / seconds;
   r.peak_memory_gb = peak_memory_gb(device);
@@ -172,7 +188,8 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   t.seed = o.seed;
   t.device = device.str();
   const int stride = static_cast<int>(std::max<int64_t>(bench->model->max_stride(), 32));
-  SplitLoader split = make_train_loader(data_cfg, t, hyp, stride, nc);
+  if (e.repeat < 1) fail("bench e2e: --repeat must be >= 1");
+  SplitLoader split = make_train_loader(data_cfg, t, hyp, stride, nc, /*rank=*/0, /*world_size=*/1, e.repeat);
 
   E2eBenchResult r;
   r.batches_per_epoch = static_cast<int64_t>(split.loader->num_batches());
@@ -198,13 +215,17 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
     }
     return images;
   };
-  run(e.warmup_epochs, std::numeric_limits<int64_t>::max(), nullptr);  // fills the cache, autotunes
+  // Warm-up: fills the cache, autotunes, captures the graphs of the shapes seen (epochs, then steps).
+  run(e.warmup_epochs, std::numeric_limits<int64_t>::max(), nullptr);
+  run(std::numeric_limits<int>::max(), o.warmup, nullptr);
   synchronize(device);
+  const int captured_before_timing = bench->graph ? bench->graph->graphs_captured() : 0;
   double waited = 0;
   const auto start = Clock::now();
   const int64_t images = run(std::numeric_limits<int>::max(), o.steps, &waited);
   synchronize(device);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  bench->count_graphs(r.step, captured_before_timing);
   r.step.ms_per_step = seconds * 1000 / o.steps;
   r.step.images_per_second = static_cast<double>(images) / seconds;
   r.step.peak_memory_gb = peak_memory_gb(device);
@@ -213,25 +234,31 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   return r;
 }
 
-std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options) {
+std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options,
+                                                  const std::function<void(const StepBenchResult&)>& on_row) {
   const c10::Device device = parse_device(options.device);
   StepBenchOptions o = options;
   o.channels_last = false;
   o.precision = "fp32";
   o.fused_optimizer = false;
-  std::vector<StepBenchResult> rows{bench_train_step(o)};
+  std::vector<StepBenchResult> rows;
+  const auto add = [&](const StepBenchOptions& row) {
+    rows.push_back(bench_train_step(row));
+    if (on_row) on_row(rows.back());
+  };
+  add(o);
   o.precision = device.is_cuda() ? "fp16" : "bf16";  // CPU autocast has bf16 kernels, not fp16 ones
-  rows.push_back(bench_train_step(o));
+  add(o);
   o.channels_last = true;
-  rows.push_back(bench_train_step(o));
+  add(o);
   o.fused_optimizer = true;
-  rows.push_back(bench_train_step(o));
+  add(o);
   if (device.is_cuda()) {
     o.cuda_graph = true;
-    rows.push_back(bench_train_step(o));
+    add(o);
   }
   o.checkpoint_layers = -1;
-  rows.push_back(bench_train_step(o));
+  add(o);
   return rows;
 }
 

@@ -2,6 +2,7 @@
 // synthetic images and targets, so that the step's speed is measured apart from the data pipeline.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct StepBenchResult {
   double ms_per_step = 0;
   double peak_memory_gb = 0;          // device: peak reserved by the caching allocator; CPU: peak RSS of the process
   std::vector<double> losses;         // total loss of every step (warm-up included), for equivalence checks
+  // With --cuda-graph: graphs captured in all, of them during the timed steps (a capture there costs
+  // the timing), and replays.
+  int graphs_captured = 0, graphs_captured_timed = 0;
+  int64_t graph_replays = 0;
 };
 
 StepBenchResult bench_train_step(const StepBenchOptions& options);
@@ -38,7 +43,9 @@ StepBenchResult bench_train_step(const StepBenchOptions& options);
 // The ablation table: the fp32 baseline as PyTorch eager trains it (foreach optimiser), + mixed precision
 // (fp16 on CUDA, bf16 on CPU), + channels-last, + fused optimiser, + CUDA graph (CUDA only), + activation
 // checkpointing of every layer (the memory / compute trade).
-std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options);
+// on_row: called with each row as soon as it is measured (a later row's failure keeps the earlier ones).
+std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options,
+                                                  const std::function<void(const StepBenchResult&)>& on_row = {});
 
 // `kestrel bench e2e`: the whole training pipeline on a real dataset — the trainer's loader (training
 // augmentations of the hyp file, RAM cache, worker threads, pinned batches), the asynchronous copy to
@@ -49,7 +56,8 @@ struct E2eBenchOptions {
   std::string hyp;                    // "" = YOLOv5's hyp.scratch-low defaults
   int workers = 8;                    // loader threads
   std::string cache = "ram";          // "", "ram" or "disk"
-  int warmup_epochs = 1;              // untimed epochs (decoding into the cache)
+  int warmup_epochs = 1;              // untimed epochs (decoding into the cache), and at least step.warmup steps
+  int repeat = 1;                     // the split N times per epoch (a small dataset as a large one)
 };
 
 struct E2eBenchResult {

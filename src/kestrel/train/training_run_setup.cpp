@@ -44,11 +44,15 @@ void TrainingRun::read_options(const TrainOptions& requested) {
 
 // Data parallel (torchrun or --nproc-per-node): one process per device, gradients averaged over ranks.
 void TrainingRun::join_ranks() {
-  device = parse_device(o.device);
+  const dist::DistEnv dist_env = dist::read_env();
+  // Upstream's data-parallel command names the devices, --device 0,1 (or none): rank r takes entry
+  // LOCAL_RANK of the list, and without a list cuda:LOCAL_RANK.
+  const bool listed = o.device.find(',') != std::string::npos;
+  device = parse_device(dist_env.world_size > 1 ? device_of_rank(o.device, dist_env.local_rank) : o.device);
+  if (dist_env.world_size > 1 && device.is_cuda() && !listed)
+    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist_env.local_rank));
   // cuDNN autotuning: the training shapes repeat (YOLOv7's train.py turns it on too; YOLOv5 v7.0 leaves it off).
   if (device.is_cuda()) set_cudnn_benchmark(true);
-  const dist::DistEnv dist_env = dist::read_env();
-  if (dist_env.world_size > 1 && device.is_cuda()) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist_env.local_rank));
   dist_ctx = dist::init(dist_env, device, std::chrono::seconds(3600));
   if (dist_ctx.enabled && o.batch_size % dist_ctx.world_size != 0)
     fail("--batch-size ", o.batch_size, " must be a multiple of WORLD_SIZE ", dist_ctx.world_size);

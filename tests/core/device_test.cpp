@@ -1,0 +1,35 @@
+// Device specs as upstream's --device: cpu, 0, cuda:0, and under data parallel a list with one entry per
+// local rank.
+#include <gtest/gtest.h>
+
+#include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
+
+namespace kestrel {
+namespace {
+
+TEST(Device, CpuAndBadSpecs) {
+  EXPECT_TRUE(parse_device("cpu").is_cpu());
+  EXPECT_TRUE(parse_device("CPU").is_cpu());
+  EXPECT_THROW(parse_device("gpu7"), Error);
+  // A list outside data parallel: one process cannot use several devices.
+  try {
+    (void)parse_device("0,1");
+    ADD_FAILURE() << "a device list was accepted by one process";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("launcher"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Device, EachRankTakesItsEntryOfTheList) {
+  EXPECT_EQ(device_of_rank("0,1", 0), "0");
+  EXPECT_EQ(device_of_rank("2,3", 1), "3");
+  EXPECT_EQ(device_of_rank(" 4, 5 ,6", 2), "6");
+  EXPECT_EQ(device_of_rank("cuda:0", 3), "cuda:0");  // no list: unchanged (the caller picks cuda:LOCAL_RANK)
+  EXPECT_EQ(device_of_rank("", 1), "");
+  EXPECT_THROW(device_of_rank("0,1", 2), Error);     // more ranks on this node than devices listed
+  EXPECT_THROW(device_of_rank("0,,1", 0), Error);
+}
+
+}  // namespace
+}  // namespace kestrel
