@@ -103,6 +103,14 @@ TEST(DiskCache, StaleTruncatedAndCorruptFilesAreMisses) {
   test::write_file(path, good);
   flip_byte(path, 20);  // the header
   EXPECT_FALSE(read_disk_cache(path, stamp, key, &why));
+  // fuzzing finding: the checksum does not cover the trailer, and an original width above INT_MAX came back
+  // as a hit with a negative cv::Size. The trailer's original_w is at 48 bytes from the end (magic 8, size 8, mtime 8).
+  std::string huge = good;
+  const size_t original_w_at = good.size() - 48 + 24;
+  huge[original_w_at + 3] = static_cast<char>(0x80);  // little-endian u32: 0x80000000 + the real width
+  test::write_file(path, huge);
+  EXPECT_FALSE(read_disk_cache(path, stamp, key, &why));
+  EXPECT_EQ(why, "inconsistent sizes");
   test::write_file(path, good);
   EXPECT_TRUE(read_disk_cache(path, stamp, key, &why));
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <thread>
 
 #include "kestrel/core/error.h"
@@ -145,7 +146,11 @@ std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const 
   if (t.source_size != stamp.size || t.source_mtime_ns != stamp.mtime_ns) return miss(why, "source image changed");
   if (t.img_size != static_cast<uint32_t>(key.img_size) || t.augment != static_cast<uint32_t>(key.augment))
     return miss(why, "made for another image size");
-  if (std::max(h, w) != key.img_size || t.original_w == 0 || t.original_h == 0) return miss(why, "inconsistent sizes");
+  // The checksum covers the pixels only: a damaged original size above INT_MAX became a negative cv::Size.
+  constexpr uint32_t kMaxSide = std::numeric_limits<int>::max();
+  if (std::max(h, w) != key.img_size || t.original_w == 0 || t.original_h == 0 || t.original_w > kMaxSide ||
+      t.original_h > kMaxSide)
+    return miss(why, "inconsistent sizes");
 
   CachedImage out;
   out.image.create(h, w, CV_8UC3);
