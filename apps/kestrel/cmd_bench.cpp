@@ -132,6 +132,7 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--optimizer", t->optimizer, "SGD, Adam or AdamW")->capture_default_str();
   step->add_flag_callback("--foreach-optimizer", [t] { t->fused_optimizer = false; },
                           "torch.optim's multi-tensor update (PyTorch's default) instead of the fused kernels");
+  step->add_flag("--fused-bn-silu", t->fused_bn_silu, "batch norm + SiLU as one CUDA operation in the Conv blocks");
   step->add_flag("--ota", t->ota, "YOLOv7's OTA loss");
   step->add_option("--targets", t->targets_per_image, "boxes per image")->capture_default_str()->check(CLI::Range(0, 10000));
   step->add_option("--warmup", t->warmup, "untimed steps")->capture_default_str()->check(CLI::Range(0, 10000));
@@ -139,7 +140,7 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--checkpoint", t->checkpoint_layers, "activation checkpointing of the first N layers (-1: all)")
       ->capture_default_str();
   step->add_flag("--ablation", *ablation,
-                 "table: fp32 (foreach optimiser), + mixed precision, + channels-last, + fused optimiser, + CUDA graph (CUDA), + checkpointing");
+                 "table: fp32 (foreach optimiser), + mixed precision, + channels-last, + fused optimiser, + fused BN-SiLU and + CUDA graph (CUDA), + checkpointing");
   step->add_flag("--json", *tjson, "machine-readable output");
   step->callback([t, tjson, ablation] {
     StepTable table(*t, *tjson);  // one JSON line per row with --json
@@ -164,6 +165,7 @@ void add_bench_command(CLI::App& app) {
   e2e->add_option("--optimizer", e->step.optimizer, "SGD, Adam or AdamW")->capture_default_str();
   e2e->add_flag_callback("--foreach-optimizer", [e] { e->step.fused_optimizer = false; },
                          "torch.optim's multi-tensor update (PyTorch's default) instead of the fused kernels");
+  e2e->add_flag("--fused-bn-silu", e->step.fused_bn_silu, "batch norm + SiLU as one CUDA operation in the Conv blocks");
   e2e->add_option("--workers", e->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
   e2e->add_option("--cache", e->cache, "cache resized images: ram, disk, or none")->capture_default_str()
       ->check(CLI::IsMember({"ram", "disk", "none"}));

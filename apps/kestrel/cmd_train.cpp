@@ -54,6 +54,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint", o->checkpoint,
                   "activation checkpointing (recompute in backward, less memory): the first N layers, or several layer indices");
   cmd->add_flag("--channels-last", o->channels_last, "channels-last weights and activations (faster fp16 convolutions on GPUs)");
+  cmd->add_flag("--fused-bn-silu", o->fused_bn_silu,
+                "batch norm + SiLU as one operation (CUDA kernels, channels-last; with --channels-last)");
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "capture the training step as CUDA graphs once the warm-up ends and replay them (one process, CUDA; "
                 "--check-nans then sees a loss after its update)");

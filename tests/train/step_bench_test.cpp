@@ -39,6 +39,12 @@ TEST(StepBench, EveryAblationOptionGivesThePlainLoss) {
   for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(unfused.losses[i], plain.losses[i], 1e-5 * plain.losses[i]);
   EXPECT_EQ(unfused.label, "fp32");
   EXPECT_EQ(plain.label, "fp32 + fused optimiser");
+  // Batch norm + SiLU fused (the CPU runs the kernels' arithmetic as loops): the same training.
+  StepBenchOptions fused_bn = small("fp32", true);
+  fused_bn.fused_bn_silu = true;
+  const StepBenchResult bn_silu = bench_train_step(fused_bn);
+  for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(bn_silu.losses[i], plain.losses[i], 1e-4 * plain.losses[i]);
+  EXPECT_EQ(bn_silu.label, "fp32 + channels-last + fused optimiser + fused BN-SiLU");
   // Activation checkpointing recomputes the same numbers: the same losses over three steps.
   StepBenchOptions ckpt = small("fp32", false);
   ckpt.checkpoint_layers = -1;

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/batch_norm_silu.h"
 #include "kestrel/models/conv_ops.h"
 
 namespace kestrel::models {
@@ -66,7 +67,21 @@ Conv::Conv(const ConvOptions& o) : act_(o.act) {
 
 at::Tensor Conv::forward(const at::Tensor& x) {
   at::Tensor y = run_conv(*conv, x);
+  // Training statistics only (eval mode uses the running ones), and not across ranks (SyncBN).
+  if (fused_bn_silu_ && bn && act_.kind == Activation::Kind::SiLU && bn->is_training() && !bn->synchronised() &&
+      batch_norm_silu_supports(y))
+    return batch_norm_silu(*bn, y);
   return act_(bn ? bn->forward(y) : y);
+}
+
+int set_fused_batch_norm_silu(torch::nn::Module& module, bool on) {
+  int n = 0;
+  for (const auto& m : module.modules(/*include_self=*/true))
+    if (auto* conv = dynamic_cast<Conv*>(m.get())) {
+      conv->set_fused_batch_norm_silu(on);
+      n += conv->has_batch_norm() && conv->activation().kind == Activation::Kind::SiLU;
+    }
+  return n;
 }
 
 void Conv::fuse() {

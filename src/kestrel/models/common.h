@@ -39,6 +39,9 @@ class Conv : public Layer {
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
 
+  // Batch norm + SiLU as one operation in training (batch_norm_silu.h) where it has a kernel for the input.
+  void set_fused_batch_norm_silu(bool on) { fused_bn_silu_ = on; }
+
   // Read-only views for exporters.
   const torch::nn::Conv2d& conv2d() const { return conv; }
   bool has_batch_norm() const { return !bn.is_empty(); }
@@ -48,7 +51,12 @@ class Conv : public Layer {
   torch::nn::Conv2d conv{nullptr};
   BatchNorm2d bn{nullptr};
   Activation act_;
+  bool fused_bn_silu_ = false;
 };
+
+// Conv::set_fused_batch_norm_silu on every Conv inside `module` (`--fused-bn-silu`); returns how many
+// have batch norm and SiLU (the ones it applies to).
+int set_fused_batch_norm_silu(torch::nn::Module& module, bool on);
 
 // cv2(cv1(x)) (+ x when shortcut and c1 == c2). Hidden width c2 * e.
 class Bottleneck : public Layer {

@@ -15,6 +15,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/device_prefetcher.h"
+#include "kestrel/models/common.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/cuda_graph_step.h"
 #include "kestrel/train/hyperparameters.h"
@@ -46,6 +47,7 @@ std::string label_of(const StepBenchOptions& o) {
   std::string label = o.precision;
   if (o.channels_last) label += " + channels-last";
   if (o.fused_optimizer) label += " + fused optimiser";
+  if (o.fused_bn_silu) label += " + fused BN-SiLU";
   if (o.cuda_graph) label += " + CUDA graph";
   if (o.checkpoint_layers != 0)
     label += o.checkpoint_layers < 0 ? std::string(" + checkpointing") : " + checkpointing " + std::to_string(o.checkpoint_layers) + " layers";
@@ -95,6 +97,7 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
     fail("--img ", o.img_size, " must be a multiple of the model's stride ", b->model->max_stride());
   b->model->to(b->device);
   if (o.channels_last) to_channels_last(*b->model);
+  if (o.fused_bn_silu) models::set_fused_batch_norm_silu(*b->model, true);
   if (o.checkpoint_layers != 0) {
     const int body = static_cast<int>(config.layers.size()) - 1;  // the last layer is the head
     const int n = o.checkpoint_layers < 0 ? body : std::min(o.checkpoint_layers, body);
@@ -253,7 +256,9 @@ std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& option
   add(o);
   o.fused_optimizer = true;
   add(o);
-  if (device.is_cuda()) {
+  if (device.is_cuda()) {  // the CPU runs the fused BN-SiLU as reference loops: no speed to show there
+    o.fused_bn_silu = true;
+    add(o);
     o.cuda_graph = true;
     add(o);
   }

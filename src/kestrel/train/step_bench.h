@@ -18,6 +18,7 @@ struct StepBenchOptions {
   bool cuda_graph = false;            // capture the step once, replay it (CUDA only; see cuda_graph_step.h)
   std::string optimizer = "SGD";
   bool fused_optimizer = true;        // false: torch.optim's foreach algorithm (PyTorch's default, upstream's)
+  bool fused_bn_silu = false;         // batch norm + SiLU as one operation (models/batch_norm_silu.h)
   bool ota = false;                   // YOLOv7's OTA loss instead of YOLOv5's
   int checkpoint_layers = 0;          // activation checkpointing of the first N layers (0: off, -1: all)
   int targets_per_image = 32;         // about a mosaic of four COCO images
@@ -41,8 +42,8 @@ struct StepBenchResult {
 StepBenchResult bench_train_step(const StepBenchOptions& options);
 
 // The ablation table: the fp32 baseline as PyTorch eager trains it (foreach optimiser), + mixed precision
-// (fp16 on CUDA, bf16 on CPU), + channels-last, + fused optimiser, + CUDA graph (CUDA only), + activation
-// checkpointing of every layer (the memory / compute trade).
+// (fp16 on CUDA, bf16 on CPU), + channels-last, + fused optimiser, + fused BN-SiLU and + CUDA graph (CUDA
+// only), + activation checkpointing of every layer (the memory / compute trade).
 // on_row: called with each row as soon as it is measured (a later row's failure keeps the earlier ones).
 std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options,
                                                   const std::function<void(const StepBenchResult&)>& on_row = {});

@@ -50,6 +50,7 @@ struct TrainOptions {
   std::vector<int> checkpoint;         // activation checkpointing: [n] the first n layers, or those indices
   bool cuda_graph = false;             // capture the step as CUDA graphs after the warm-up (one process, CUDA)
   bool channels_last = false;          // channels-last weights and activations (fp16 convolutions' layout on GPUs)
+  bool fused_bn_silu = false;          // batch norm + SiLU as one operation in training (CUDA kernels)
   double max_grad_norm = 10.0;         // upstream's clip_grad_norm_(max_norm=10.0); <= 0: off
   int max_boxes = 400;                 // target capacity per image
   int min_warmup_iterations = -1;      // -1: 100 (YOLOv5) or 1000 (YOLOv7 recipe)

@@ -13,6 +13,7 @@
 #include "kestrel/data/image_files.h"
 #include "kestrel/dist/sync_batch_norm.h"
 #include "kestrel/eval/label_plots.h"
+#include "kestrel/models/common.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/autoanchor.h"
 #include "kestrel/train/freeze.h"
@@ -102,6 +103,11 @@ void TrainingRun::build_model() {
     std::cout << "warning: --sync-bn has no effect in a single process\n";
   ema_model = build();
   ema_model->to(device);
+  if (o.fused_bn_silu) {
+    std::cout << "fused batch norm + SiLU in " << models::set_fused_batch_norm_silu(*model, true) << " Conv blocks\n";
+    if (device.is_cuda() && !o.channels_last)
+      std::cout << "warning: --fused-bn-silu runs only on channels-last activations on CUDA: add --channels-last\n";
+  }
   if (o.channels_last) {  // after the broadcast (collectives take dense tensors); the EMA too, so that its
     to_channels_last(*model);  // multi-tensor update sees one layout and keeps its fast path
     to_channels_last(*ema_model);
