@@ -29,12 +29,12 @@ mkdir -p "$OUT/lib-fallback"
 for lib in libstdc++.so.6 libgcc_s.so.1; do
   cp -L "$(g++ -print-file-name="$lib")" "$OUT/lib-fallback/"
 done
-# The first COCO_IMAGES (64) images of coco128's train split for the end-to-end run, validated on
+# The first COCO_IMAGES (48) images of coco128's train split for the end-to-end run, validated on
 # themselves; the device tool carries at most 64 MiB in all (working tree included), so the rest stays.
 COCO=${COCO128:-../shared/datasets/coco128}
 if [ -d "$COCO/images/train2017" ]; then
   mkdir -p "$OUT/coco128/images/train2017" "$OUT/coco128/labels/train2017"
-  for img in $(ls "$COCO/images/train2017" | sort | head -n "${COCO_IMAGES:-64}"); do
+  for img in $(ls "$COCO/images/train2017" | sort | head -n "${COCO_IMAGES:-48}"); do
     cp "$COCO/images/train2017/$img" "$OUT/coco128/images/train2017/"
     label="$COCO/labels/train2017/${img%.*}.txt"
     [ -f "$label" ] && cp "$label" "$OUT/coco128/labels/train2017/"

@@ -7,7 +7,7 @@
 #
 # Steps: kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, CUDA runtime queries);
 # the training-step ablation (yolov5s, batch 64, 640) and single rows for yolov5n, yolov3 and yolov7
-# with OTA (eager and as a CUDA graph); the loader on 16 cores; bench e2e (loader + copy + step, eager and graphed); a short training run on 64 coco128 images.
+# with OTA (eager and as a CUDA graph); the loader on 16 cores; bench e2e (loader + copy + step, eager and graphed); a short training run on 48 coco128 images.
 set -uo pipefail
 OUT=${OUT:-/tmp/kestrel-gpu-out}
 mkdir -p "$OUT"
@@ -44,7 +44,7 @@ for row in "yolov5n" "yolov3" "yolov7 --ota" "yolov7 --ota --cuda-graph"; do
 done
 DATA=build-device/coco128/coco128.yaml
 [ -f "$DATA" ] || DATA=data/demo/demo.yaml
-# --repeat 16: 64 carried images as 1,024 per epoch (16 batches of 64), so that 16 workers have work and
+# --repeat 16: 48 carried images as 768 per epoch (12 batches of 64), so that 16 workers have work and
 # epochs do not restart with every step (upstream's loader figure used coco128 x 16).
 step "loader 16 workers ($DATA)"; timeout 90 $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 16 --epochs 3 2>&1 | tee "$OUT/bench_data.txt"
 step "bench e2e ($DATA)"; timeout 120 $K bench e2e --data "$DATA" --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --workers 16 --repeat 16 --steps 20 2>&1 | tee "$OUT/bench_e2e.txt"

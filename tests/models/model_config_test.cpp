@@ -131,7 +131,11 @@ TEST(ModelConfigErrors, ChannelKeysAndMultiplesMustBeUsable) {
   EXPECT_EQ(parse_error_of(std::string("channel_multiple: 0") + kTinyHead), "bad.yaml:1: 'channel_multiple' must be >= 1, got 0");
   EXPECT_EQ(parse_error_of(std::string("ch: -3") + kTinyHead), "bad.yaml:1: 'ch' must be >= 1, got -3");
   EXPECT_EQ(parse_error_of(replaced(kTinyHead, "depth_multiple: 0.33", "depth_multiple: .inf")),
-            "bad.yaml: depth_multiple and width_multiple must be finite numbers > 0");
+            "bad.yaml: depth_multiple and width_multiple must be numbers in (0, 100]");
+  EXPECT_EQ(parse_error_of(replaced(kTinyHead, "depth_multiple: 0.33", "depth_multiple: 1e300")),
+            "bad.yaml: depth_multiple and width_multiple must be numbers in (0, 100]");
+  EXPECT_EQ(parse_error_of(replaced(kTinyHead, "depth_multiple: 0.33", "depth_multiple: .nan")),
+            "bad.yaml: depth_multiple and width_multiple must be numbers in (0, 100]");
   EXPECT_EQ(parse_error_of(std::string("ch: 1\nchannel_multiple: 4") + kTinyHead), "(no error)");
 }
 

@@ -19,7 +19,8 @@ namespace kestrel::data {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr int kCacheVersion = 1;
+// 2: label lines end at \r, \v and \f too (as upstream's splitlines), so older caches parsed some files differently.
+constexpr int kCacheVersion = 2;
 constexpr int kMinImageSide = 10;  // upstream: "image size <10 pixels"
 
 // FNV-1a over every image and label path with its size and modification time, and nc.

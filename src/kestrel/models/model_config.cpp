@@ -73,10 +73,10 @@ ModelConfig from_yaml(YAML::Node root, const std::string& source) {
   if (cfg.nc < 1) fail(where(source, root["nc"]), ": 'nc' must be >= 1, got ", cfg.nc);
   cfg.depth_multiple = scalar<double>(root["depth_multiple"], source, "depth_multiple");
   cfg.width_multiple = scalar<double>(root["width_multiple"], source, "width_multiple");
-  // finite: the builder rounds number * depth_multiple to int (.inf was undefined behaviour there)
-  if (!(cfg.depth_multiple > 0) || !(cfg.width_multiple > 0) || !std::isfinite(cfg.depth_multiple) ||
-      !std::isfinite(cfg.width_multiple))
-    fail(source, ": depth_multiple and width_multiple must be finite numbers > 0");
+  // Bounded: the builder rounds number * depth_multiple and channels * width_multiple to int (.inf or 1e300
+  // overflowed there). Upstream's largest is 1.33 (yolov5x); 100 leaves any real model room.
+  if (!(cfg.depth_multiple > 0 && cfg.depth_multiple <= 100) || !(cfg.width_multiple > 0 && cfg.width_multiple <= 100))
+    fail(source, ": depth_multiple and width_multiple must be numbers in (0, 100]");
   // The builder divides widths by channel_multiple and gives layer 0 `ch` input channels.
   if (root["channel_multiple"]) {
     cfg.channel_multiple = scalar<int>(root["channel_multiple"], source, "channel_multiple");
