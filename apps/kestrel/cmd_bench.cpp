@@ -42,6 +42,9 @@ void run_bench_data(const BenchDataOptions& o) {
   if (o.bind)
     for (int c = 0; c < o.workers; ++c) l.cpu_cores.push_back(c % static_cast<int>(std::thread::hardware_concurrency()));
   data::DataLoader loader(dataset, l);
+  if (loader.num_batches() == 0)  // drop_last: whole batches only
+    fail("bench data: ", o.data, ": ", dataset->size(), " images make no whole batch of ", o.batch,
+         " (use a smaller --batch-size or --repeat N)");
   nlohmann::json result = {{"what", "loader"}, {"img", o.img}, {"batch", o.batch}, {"workers", o.workers},
                            {"cache", o.cache.empty() ? "none" : o.cache}, {"images_per_epoch", loader.num_batches() * o.batch}};
   std::vector<double> rates;
@@ -69,7 +72,7 @@ nlohmann::json step_json(const train::StepBenchResult& r, const train::StepBench
   return {{"what", "train_step"}, {"cfg", o.cfg}, {"batch", o.batch_size}, {"img", o.img_size}, {"config", r.label},
           {"images_per_second", r.images_per_second}, {"ms_per_step", r.ms_per_step}, {"peak_memory_gb", r.peak_memory_gb},
           {"graphs_captured", r.graphs_captured}, {"graphs_captured_timed", r.graphs_captured_timed},
-          {"graph_replays", r.graph_replays}};
+          {"graph_replays", r.graph_replays}, {"error", r.error}};
 }
 
 // The table's rows as they are measured (flushed: a later row's failure or a timeout keeps them).
@@ -86,6 +89,11 @@ class StepTable {
     if (baseline_ <= 0) baseline_ = r.images_per_second;
     if (json_) {
       std::cout << step_json(r, o_).dump() << std::endl;
+      return;
+    }
+    if (!r.error.empty()) {
+      std::printf("%-66s failed: %s\n", r.label.c_str(), r.error.c_str());
+      std::fflush(stdout);
       return;
     }
     std::printf("%-66s %12.1f %10.1f %8.2fx %12.2f%s\n", r.label.c_str(), r.images_per_second, r.ms_per_step,

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # The standard GPU check and benchmark set, run ON the GPU machine from the repository root with the
-# bundle from bench/gpu/bundle.sh carried as build-device/. About 6-8 minutes on an H200. Writes every
-# figure to $OUT (the device tool brings it back) and prints a summary.
+# bundle from bench/gpu/bundle.sh carried as build-device/. Writes every figure to $OUT (the device tool
+# brings it back) and prints a summary. Two parts of about 4-5 minutes each on an H200, so that each fits
+# one device call with room to spare (all of it: no argument):
 #
-#   run(command="bash bench/gpu/run.sh", carry=["build-device"], timeout_s=540)
+#   run(command="bash bench/gpu/run.sh 1", carry=["build-device"], timeout_s=400)
+#   run(command="bash bench/gpu/run.sh 2", carry=["build-device"], timeout_s=400)
 #
-# Steps: kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, CUDA runtime queries);
-# the training-step ablation (yolov5s, batch 64, 640) and single rows for yolov5n, yolov3 and yolov7
-# with OTA (eager and as a CUDA graph); the loader on 16 cores; bench e2e (loader + copy + step, eager and graphed); a short training run on 48 coco128 images.
+# Part 1: kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, fused BN-SiLU kernels,
+# graph capture, CUDA runtime queries); the training-step ablation (yolov5s, batch 64, 640); the allocator
+# row; single rows for yolov5n, yolov3 and yolov7 with OTA (eager and as a CUDA graph).
+# Part 2: the loader on 16 cores; bench e2e (loader + copy + step, eager and graphed); a short training run
+# on the 48 carried coco128 images.
 set -uo pipefail
+PART=${1:-all}
 OUT=${OUT:-/tmp/kestrel-gpu-out}
 mkdir -p "$OUT"
 PY=${KESTREL_PYTHON:-python3}
@@ -34,14 +39,17 @@ if ! $K --help >/dev/null 2>"$OUT/load_check.txt" && grep -q GLIBCXX "$OUT/load_
 fi
 ldd $K $T | grep "not found" && echo "MISSING LIBRARIES above: nothing below can run"
 
+if [ "$PART" != 2 ]; then
 step env;                 $K env 2>&1 | tee "$OUT/env.txt"
 step cuda tests;          timeout 120 $T --gtest_filter='*Cuda*:*CUDA*:DevicePrefetcher*:NmsCuda*' >"$OUT/cuda_tests.txt" 2>&1; tail -25 "$OUT/cuda_tests.txt"
-step ablation yolov5s;    timeout 150 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation --steps 20 2>&1 | tee "$OUT/ablation_yolov5s.txt"
+step ablation yolov5s;    timeout 200 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation --steps 20 2>&1 | tee "$OUT/ablation_yolov5s.txt"
 # Caching-allocator settings come from PyTorch's own variable (LibTorch reads it): compare peak memory and speed.
 step "allocator: expandable segments"; PYTORCH_ALLOC_CONF=expandable_segments:True PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 60 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --steps 20 2>&1 | tee "$OUT/allocator.txt"
 for row in "yolov5n" "yolov3" "yolov7 --ota" "yolov7 --ota --cuda-graph"; do
   step "bench $row";      timeout 90 $K bench train --cfg $row --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --steps 10 --json 2>&1 | tee -a "$OUT/bench_models.jsonl"
 done
+fi
+if [ "$PART" != 1 ]; then
 DATA=build-device/coco128/coco128.yaml
 [ -f "$DATA" ] || DATA=data/demo/demo.yaml
 # --repeat 16: 48 carried images as 768 per epoch (12 batches of 64), so that 16 workers have work and
@@ -50,4 +58,5 @@ step "loader 16 workers ($DATA)"; timeout 90 $K bench data --data "$DATA" --img 
 step "bench e2e ($DATA)"; timeout 120 $K bench e2e --data "$DATA" --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --workers 16 --repeat 16 --steps 20 2>&1 | tee "$OUT/bench_e2e.txt"
 step "bench e2e + CUDA graph"; timeout 90 $K bench e2e --data "$DATA" --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --cuda-graph --workers 16 --repeat 16 --warmup 8 --steps 20 2>&1 | tee -a "$OUT/bench_e2e.txt"
 step "train e2e ($DATA)"; timeout 150 $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 --device 0 --workers 16 --cache ram --project /tmp/kruns --name gpu 2>&1 | grep -v '^ \{10,\}[a-z]' | tail -20 | tee "$OUT/train_e2e.txt"
+fi
 echo; echo "figures in $OUT"

@@ -27,14 +27,14 @@ struct Outcome {
 Outcome run(bool fused, const at::Tensor& x_in, const at::Tensor& g) {
   torch::manual_seed(3);
   BatchNorm2d bn = make_batch_norm(x_in.size(1));
-  bn->to(x_in.device());
   {
-    torch::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;  // drawn on the CPU, then moved: the same values for every device
     bn->weight.uniform_(0.5, 1.5);
     bn->bias.uniform_(-0.5, 0.5);
     bn->running_mean.uniform_(-1, 1);
     bn->running_var.uniform_(0.5, 2);
   }
+  bn->to(x_in.device());
   bn->train();
   at::Tensor x = x_in.detach().clone().requires_grad_(true);
   at::Tensor y = fused ? batch_norm_silu(*bn, x) : at::silu(bn->forward(x));
@@ -93,6 +93,8 @@ TEST(BatchNormSiLU, UnsupportedInputsAreErrors) {
   EXPECT_FALSE(batch_norm_silu_supports(at::zeros({1, 3, 4, 4}, at::kDouble)));
   EXPECT_FALSE(batch_norm_silu_supports(at::zeros({3, 4, 4})));
   EXPECT_THROW(batch_norm_silu(*bn, at::zeros({1, 3, 4, 4}, at::kDouble)), Error);
+  EXPECT_THROW(batch_norm_silu(*bn, at::zeros({1, 3, 1, 1})), Error);  // one value per channel, as BatchNorm2d
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 0);
 }
 
 // A yolov5n whose Conv blocks use the fused operation trains like the plain one: the same loss and

@@ -133,9 +133,11 @@ TEST(Trainer, ChannelsLastTrainsLikeNchw) {
   for (size_t i = 0; i < a.tensors.size(); ++i) {
     ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
     const at::Tensor x = a.tensors[i].second.to(at::kDouble), y = b.tensors[i].second.to(at::kDouble);
-    // Relative to the tensor's norm, with a floor for the small BN biases: gradients sum over the pixels
-    // in another order (observed up to ~2e-4 relative, 5e-6 absolute); a layout mix-up would give ~1.
-    EXPECT_LE((x - y).norm().item<double>(), 1e-3 * x.norm().item<double>() + 1e-5) << a.tensors[i].first;
+    // Relative to the tensor's norm, with a floor for the small BN biases: the convolutions' kernels for the
+    // two layouts sum in other orders (weights observed within ~2e-4 relative, 5e-6 absolute; the momentum
+    // buffers, i.e. accumulated gradients, within ~1.2e-3). A layout mix-up would give ~1.
+    const double tol = a.tensors[i].first.rfind("optimizer/", 0) == 0 ? 1e-2 : 1e-3;
+    EXPECT_LE((x - y).norm().item<double>(), tol * x.norm().item<double>() + 1e-5) << a.tensors[i].first;
   }
 }
 

@@ -5,10 +5,11 @@
 // recomputed from BN's where it is needed). YOLO training on a GPU is bound by memory traffic
 // (shared/reference/perf_anchors.md), so the passes are the cost.
 //
-// Forward: batch statistics (ATen's batch_norm_stats on CUDA), running statistics updated as
-// BatchNorm2d does, then y = silu(x * scale + shift) per channel in one kernel. Backward: one reduction
-// kernel gives per channel Σ dz and Σ dz·x̂ (dz = dy · silu'(z), z recomputed from x), and one kernel the
-// input gradient dx = w·invstd·(dz − Σdz/M − x̂·Σ(dz·x̂)/M); the weight and bias gradients are the sums.
+// Forward: batch statistics (ATen's batch_norm_stats on CUDA); one per-channel kernel for the running
+// statistics and the affine constants; then y = silu(x * scale + shift) in one kernel. Backward: one
+// reduction kernel gives per channel Σ dz and Σ dz·x̂ (dz = dy · silu'(z), z recomputed from x), and one
+// kernel the input gradient dx = w·invstd·(dz − Σdz/M − x̂·Σ(dz·x̂)/M); the weight and bias gradients
+// are the sums. About as many launches as cuDNN's BN plus SiLU.
 //
 // CUDA: channels-last contiguous x (the layout of fast fp16 convolutions), float accumulation. The CPU
 // runs the same per-element code in loops: what the tests compare with the unfused layers.
@@ -50,20 +51,46 @@ KESTREL_BN_HD inline float silu_grad(float z) {
   return s * (1.f + z * (1.f - s));
 }
 
+// One channel's forward constants, z = x·scale + shift (= (x − mean)·invstd·w + b), and, when `update`,
+// BatchNorm2d's running statistics moved towards the batch's: r = (1 − m) r + m s with the unbiased
+// variance, recovered from invstd in double (as PyTorch's SyncBatchNorm does).
+KESTREL_BN_HD inline void prepare_channel(float mean, float invstd, float w, float b, float* scale, float* shift,
+                                          bool update, double momentum, long long count, double eps,
+                                          float* running_mean, float* running_var) {
+  *scale = invstd * w;
+  *shift = b - mean * *scale;
+  if (!update) return;
+  double var = 1.0 / (static_cast<double>(invstd) * invstd) - eps;
+  var = var < 0 ? 0 : var;
+  const double unbiased = count > 1 ? var * static_cast<double>(count) / static_cast<double>(count - 1) : var;
+  *running_mean = static_cast<float>((1 - momentum) * *running_mean + momentum * mean);
+  *running_var = static_cast<float>((1 - momentum) * *running_var + momentum * unbiased);
+}
+
+// dz = dy · silu'(z) with z recomputed from x; x̂ = (x − mean)·invstd.
+KESTREL_BN_HD inline float grad_at_bn_output(float dy, float x, float mean, float invstd, float w, float b, float* xhat) {
+  *xhat = (x - mean) * invstd;
+  return dy * silu_grad(*xhat * w + b);
+}
+
 #undef KESTREL_BN_HD
 #undef KESTREL_BN_EXP
 
 // The kernels (batch_norm_silu.cu). Tensors on one CUDA device; x, dy [N, C, H, W] channels-last
-// contiguous, of one floating dtype; per-channel tensors [C] float32 contiguous.
+// contiguous, of one floating dtype; per-channel tensors float32 contiguous.
+// scale_shift [2, C] from the batch statistics; running statistics updated in place when `update`.
+at::Tensor bn_silu_prepare_cuda(const at::Tensor& mean, const at::Tensor& invstd, const at::Tensor& weight,
+                                const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var,
+                                bool update, double momentum, int64_t count, double eps);
 // y = silu(x * scale + shift)
-at::Tensor bn_silu_forward_cuda(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift);
-// sums [2, C]: Σ dz and Σ dz·x̂ over N, H, W, with x̂ = (x − mean)·invstd, z = x̂·weight + bias.
+at::Tensor bn_silu_forward_cuda(const at::Tensor& x, const at::Tensor& scale_shift);
+// sums [2, C]: Σ dz and Σ dz·x̂ over N, H, W.
 at::Tensor bn_silu_backward_sums_cuda(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
                                       const at::Tensor& invstd, const at::Tensor& weight, const at::Tensor& bias);
-// dx = gain·(dz − k1 − x̂·k2): gain = weight·invstd, k1 = Σdz / M, k2 = Σ(dz·x̂) / M.
+// dx = w·invstd·(dz − Σdz/count − x̂·Σ(dz·x̂)/count)
 at::Tensor bn_silu_backward_input_cuda(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
                                        const at::Tensor& invstd, const at::Tensor& weight, const at::Tensor& bias,
-                                       const at::Tensor& gain, const at::Tensor& k1, const at::Tensor& k2);
+                                       const at::Tensor& sums, int64_t count);
 
 }  // namespace detail
 }  // namespace kestrel::models

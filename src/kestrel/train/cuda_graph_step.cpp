@@ -13,6 +13,7 @@
 #ifdef KESTREL_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -174,10 +175,12 @@ struct CudaGraphStep::Impl {
       try {
         s.out = body(s, update);
       } catch (const std::exception& e) {
-        // Leave capture mode (an invalidated capture makes capture_end throw too) and say which shape.
+        // Leave capture mode and say which shape. An invalidated capture makes capture_end throw before
+        // it stops routing allocations into the graphs' pool: stop that here.
         try {
           s.graph->capture_end();
         } catch (const std::exception&) {
+          c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), pool);
         }
         s.graph.reset();
         fail("CUDA graph capture of the training step failed (images ", s.images.sizes(), ", ", s.targets.size(1),
