@@ -29,7 +29,9 @@ void expect_row(const at::Tensor& t, int64_t i, std::vector<float> expected) {
     EXPECT_NEAR(t[i][static_cast<int64_t>(k)].item<float>(), expected[k], 1e-3) << "row " << i << " column " << k;
 }
 
+// Seeded: two calls give the same weights (the class-filter test compares two detectors).
 std::shared_ptr<models::YoloModel> tiny_model(int nc) {
+  torch::manual_seed(0);
   return models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), nc);
 }
 
@@ -110,6 +112,9 @@ TEST(Detector, ClassFilterAndBoxesInsideTheOriginal) {
   const Detections f = only.detect(image);
   ASSERT_GT(f.boxes.size(0), 0);
   EXPECT_TRUE(f.boxes.select(1, 5).eq(1).all().item<bool>());
+  // Same weights, class-aware NMS: exactly the class-1 detections of the unfiltered run (none cut by max_det).
+  ASSERT_LT(d.boxes.size(0), 1000);
+  EXPECT_EQ(f.boxes.size(0), classes.eq(1).sum().item<int64_t>());
   EXPECT_EQ(only.images(), 1);
 }
 
