@@ -31,6 +31,15 @@ TrainOptions quick_options(const test::TempDir& dir) {
   return o;
 }
 
+// Two batches of 2 per epoch at 128 px: the smallest run with warm-up, accumulation and epochs.
+TrainOptions short_run(const test::TempDir& dir, int epochs) {
+  TrainOptions o = quick_options(dir);
+  o.img_size = 128;
+  o.batch_size = 2;  // 2 batches per epoch; the warm-up keeps accumulation at 1-2 batches
+  o.epochs = epochs;
+  return o;
+}
+
 TEST(Trainer, Yolov5nMemorisesFourImages) {
   test::TempDir dir;
   TrainOptions o = quick_options(dir);
@@ -76,10 +85,7 @@ TEST(Trainer, Yolov5nMemorisesFourImages) {
 
 TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
   test::TempDir dir;
-  TrainOptions o = quick_options(dir);
-  o.img_size = 128;
-  o.batch_size = 2;  // 2 batches per epoch; the warm-up keeps accumulation at 1-2 batches
-  o.epochs = 3;
+  TrainOptions o = short_run(dir, 3);
   o.name = "whole";
   const TrainResult whole = train(o);
   ASSERT_FALSE(whole.interrupted);
@@ -115,10 +121,7 @@ TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
 // (written in the standard layout) equal to the NCHW run's up to the convolutions' float rounding.
 TEST(Trainer, ChannelsLastTrainsLikeNchw) {
   test::TempDir dir;
-  TrainOptions o = quick_options(dir);
-  o.img_size = 128;
-  o.batch_size = 2;
-  o.epochs = 2;
+  TrainOptions o = short_run(dir, 2);
   o.name = "nchw";
   const TrainResult nchw = train(o);
   o.name = "nhwc";
@@ -146,10 +149,7 @@ TEST(Trainer, ChannelsLastTrainsLikeNchw) {
 // the epoch order per rank). The multi-process version is DistGloo.SyncBnRunInterruptedOnTwoRanksResumesOnOne.
 TEST(Trainer, MidEpochResumeWithAnotherNumberOfRanks) {
   test::TempDir dir;
-  TrainOptions o = quick_options(dir);
-  o.img_size = 128;
-  o.batch_size = 2;
-  o.epochs = 2;
+  TrainOptions o = short_run(dir, 2);
   o.interrupt_after = 1;  // stops inside epoch 0
   const TrainResult first = train(o);
   ASSERT_TRUE(first.interrupted);
@@ -175,10 +175,7 @@ TEST(Trainer, MidEpochResumeWithAnotherNumberOfRanks) {
 
 TEST(Trainer, Fp16LossScalerSkipsOverflowingStepsAndBacksOff) {
   test::TempDir dir;
-  TrainOptions o = quick_options(dir);
-  o.img_size = 128;
-  o.batch_size = 2;
-  o.epochs = 1;
+  TrainOptions o = short_run(dir, 1);
   o.amp = "fp16";        // CPU autocast in fp16 with the dynamic loss scaler
   o.loss_scale = 1e38;   // loss * scale overflows float32: the first steps' gradients are inf
   o.max_grad_norm = 0;   // no unscale before the step: the fused kernel unscales and skips
