@@ -1,6 +1,7 @@
 #include "kestrel/train/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <map>
 
@@ -24,28 +25,27 @@ void sgd_foreach(const TensorList& params, const TensorList& grads, const Tensor
   at::_foreach_add_(params, at::_foreach_add(g, bufs, momentum), -lr);
 }
 
-// torch.optim.Adam / AdamW's multi-tensor update, with the step counters (0-dim, already advanced) on
-// the device: m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g²; p -= lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+// torch.optim.Adam / AdamW's multi-tensor update with host step counts t (already advanced), as its
+// default (not capturable) path: m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g²;
+// p -= lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps). Per-tensor scalars keep the fast kernels.
 void adam_foreach(const TensorList& params, const TensorList& grads, const TensorList& avg, const TensorList& avg_sq,
-                  const TensorList& steps, double lr, double beta1, double beta2, double weight_decay, double eps,
-                  bool decoupled) {
+                  const std::vector<double>& steps, double lr, double beta1, double beta2, double weight_decay,
+                  double eps, bool decoupled) {
   TensorList g = grads;
   if (decoupled) at::_foreach_mul_(params, 1 - lr * weight_decay);        // AdamW
   else if (weight_decay != 0) g = at::_foreach_add(grads, params, weight_decay);  // Adam: L2 in the gradient
   at::_foreach_lerp_(avg, g, 1 - beta1);
   at::_foreach_mul_(avg_sq, beta2);
   at::_foreach_addcmul_(avg_sq, g, g, 1 - beta2);
-  TensorList correction1 = at::_foreach_pow(beta1, steps), correction2 = at::_foreach_pow(beta2, steps);
-  at::_foreach_neg_(correction1);
-  at::_foreach_add_(correction1, 1.0);  // 1 - b1^t
-  at::_foreach_neg_(correction2);
-  at::_foreach_add_(correction2, 1.0);
-  at::_foreach_sqrt_(correction2);      // sqrt(1 - b2^t)
+  std::vector<at::Scalar> step_size, correction2_sqrt;
+  for (double t : steps) {
+    step_size.emplace_back(-lr / (1 - std::pow(beta1, t)));
+    correction2_sqrt.emplace_back(std::sqrt(1 - std::pow(beta2, t)));
+  }
   TensorList denom = at::_foreach_sqrt(avg_sq);
-  at::_foreach_div_(denom, correction2);
+  at::_foreach_div_(denom, correction2_sqrt);
   at::_foreach_add_(denom, eps);
-  at::_foreach_mul_(denom, correction1);
-  at::_foreach_addcdiv_(params, avg, denom, -lr);
+  at::_foreach_addcdiv_(params, avg, denom, step_size);
 }
 
 }  // namespace
@@ -84,6 +84,7 @@ Optimizer::Optimizer(const ParamGroups& groups, OptimizerOptions options) : opti
         group.exp_avg.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
         group.exp_avg_sq.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
         group.step.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
+        group.step_value.push_back(0);
       }
     }
     const c10::Device device = group.params.empty() ? c10::Device(c10::kCPU) : group.params.front().device();
@@ -114,9 +115,11 @@ void Optimizer::step(double momentum, const at::Tensor& grad_scale, const at::Te
     Group& group = groups_[g];
     // The kernels take parallel lists: only parameters that received a gradient this step.
     std::vector<at::Tensor> params, grads, buf, avg, avg_sq, steps;
+    std::vector<double> step_values;  // foreach Adam: the host counts, advanced
     for (size_t i = 0; i < group.params.size(); ++i) {
       const at::Tensor& grad = group.params[i].grad();
       if (!grad.defined()) continue;
+      if (!options_.fused && options_.kind != OptimizerKind::sgd) step_values.push_back(++group.step_value[i]);
       params.push_back(group.params[i]);
       grads.push_back(grad);
       if (options_.kind == OptimizerKind::sgd) {
@@ -133,9 +136,9 @@ void Optimizer::step(double momentum, const at::Tensor& grad_scale, const at::Te
       if (options_.kind == OptimizerKind::sgd) {
         sgd_foreach(params, grads, buf, group.weight_decay, momentum, group.lr_value);
       } else {
-        at::_foreach_add_(steps, 1.0);
-        adam_foreach(params, grads, avg, avg_sq, steps, group.lr_value, momentum, options_.beta2, group.weight_decay,
-                     options_.eps, options_.kind == OptimizerKind::adamw);
+        at::_foreach_add_(steps, 1.0);  // the device counts too: state() and a later fused optimiser read them
+        adam_foreach(params, grads, avg, avg_sq, step_values, group.lr_value, momentum, options_.beta2,
+                     group.weight_decay, options_.eps, options_.kind == OptimizerKind::adamw);
       }
       continue;
     }
@@ -201,6 +204,8 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, at::Tensor>>
   if (used != by_name.size())
     fail(source, ": optimizer state has ", by_name.size(), " entries, this ", optimizer_name(options_.kind),
          " optimiser has ", used, " (a different optimiser or model?)");
+  for (Group& group : groups_)  // the foreach algorithm's host copies of Adam's step counts
+    for (size_t i = 0; i < group.step.size(); ++i) group.step_value[i] = group.step[i].item<double>();
 }
 
 }  // namespace kestrel::train

@@ -85,6 +85,7 @@ class Optimizer {
     std::vector<at::Tensor> exp_avg, exp_avg_sq, step;  // Adam/AdamW (step: 0-dim float32)
     at::Tensor lr;                             // 0-dim float32 on the parameters' device
     double lr_value = 0;                       // the same, on the host (foreach algorithm)
+    std::vector<double> step_value;            // Adam's step counts on the host (foreach algorithm, as torch.optim's)
   };
   OptimizerOptions options_;
   std::array<Group, 3> groups_;
