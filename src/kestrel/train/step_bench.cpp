@@ -65,7 +65,18 @@ struct BenchStep {
   std::unique_ptr<CudaGraphStep> graph;  // with --cuda-graph
   c10::Device device{c10::kCPU};
 
-  void count_graphs(StepBenchResult& r, int captured_before_timing) const {
+  int captured_before_timing = 0;
+
+  // At the first timed step: the device idle, the graphs captured so far noted, and with graphs the peak
+  // restarted (their private pool holds the step's memory now: the warm-up's eager blocks would count twice).
+  std::chrono::steady_clock::time_point start_timing() {
+    synchronize(device);
+    captured_before_timing = graph ? graph->graphs_captured() : 0;
+    if (graph) reset_peak_memory(device);
+    return std::chrono::steady_clock::now();
+  }
+
+  void count_graphs(StepBenchResult& r) const {
     if (!graph) return;
     r.graphs_captured = graph->graphs_captured();
     r.graphs_captured_timed = r.graphs_captured - captured_before_timing;
@@ -154,21 +165,13 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
   std::vector<at::Tensor> totals;
   using Clock = std::chrono::steady_clock;
   Clock::time_point start;
-  int captured_before_timing = 0;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
-    if (i == o.warmup) {
-      synchronize(device);
-      captured_before_timing = bench->graph ? bench->graph->graphs_captured() : 0;
-      // The graphs' private pool holds the step's memory now: the warm-up's eager blocks would be
-      // counted twice in the peak. Release them and measure the replays' own peak.
-      if (bench->graph) reset_peak_memory(device);
-      start = Clock::now();
-    }
+    if (i == o.warmup) start = bench->start_timing();
     totals.push_back(bench->run(images, targets, mask, kBenchSettings));
   }
   synchronize(device);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  bench->count_graphs(r, captured_before_timing);
+  bench->count_graphs(r);
   r.ms_per_step = seconds * 1000 / o.steps;
   r.images_per_second = static_cast<double>(b) * o.steps / seconds;
   r.peak_memory_gb = peak_memory_gb(device);
@@ -215,18 +218,12 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   const int64_t total_steps = static_cast<int64_t>(o.warmup) + o.steps;
   int64_t step = 0, images = 0;
   double waited = 0;
-  int captured_before_timing = 0;
   Clock::time_point start = Clock::now();
   while (step < total_steps) {
     split.loader->start_epoch(epoch++);
     data::DevicePrefetcher prefetcher(*split.loader, device, o.channels_last, /*trim_multiple=*/32);
     while (step < total_steps) {
-      if (step == o.warmup) {
-        synchronize(device);
-        captured_before_timing = bench->graph ? bench->graph->graphs_captured() : 0;
-        if (bench->graph) reset_peak_memory(device);  // as bench train: the replays' own peak
-        start = Clock::now();
-      }
+      if (step == o.warmup) start = bench->start_timing();
       const bool timed = step >= o.warmup;
       const auto wait_start = Clock::now();
       std::optional<data::DeviceBatch> batch = prefetcher.next();
@@ -242,7 +239,7 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   }
   synchronize(device);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  bench->count_graphs(r.step, captured_before_timing);
+  bench->count_graphs(r.step);
   r.step.ms_per_step = seconds * 1000 / o.steps;
   r.step.images_per_second = static_cast<double>(images) / seconds;
   r.step.peak_memory_gb = peak_memory_gb(device);
