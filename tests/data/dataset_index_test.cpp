@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <map>
 #include <filesystem>
+#include <functional>
+#include <fstream>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "data/data_test_support.h"
 #include "kestrel/core/error.h"
@@ -120,6 +124,43 @@ TEST_F(BrokenDataset, CacheIsReusedUntilAFileChanges) {
   EXPECT_FALSE(fourth.from_cache);
   EXPECT_EQ(fourth.records.size(), third.records.size());
   EXPECT_NE(fourth.cache_note.find("ignored unreadable cache"), std::string::npos);
+}
+
+// Found by fuzz/dataset_index_fuzz: a cache with the right version and fingerprint was trusted whatever it
+// held: classes beyond nc, coordinates outside 0..1, an image listed twice, counts that disagree with the
+// records, and a size of 1e300 converted to int with undefined behaviour. Each is now ignored with a note
+// and the split verified again.
+TEST_F(BrokenDataset, CorruptCacheValuesAreRebuiltNotTrusted) {
+  const DatasetIndex first = index();
+  ASSERT_FALSE(first.from_cache);
+  std::ifstream in(first.cache_path);
+  const nlohmann::json good = nlohmann::json::parse(in);
+  in.close();
+  ASSERT_TRUE(index().from_cache);  // the untouched cache passes the checks
+  size_t r = 0;  // a record with rows: [position, width, height, [[box, polygon], ...]]
+  while (r < good["records"].size() && good["records"][r][3].empty()) ++r;
+  ASSERT_LT(r, good["records"].size());
+  const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>> damage = {
+      {"class", [r](nlohmann::json& j) { j["records"][r][3][0][0][0] = 99; }},
+      {"coordinate", [r](nlohmann::json& j) { j["records"][r][3][0][0][1] = 1e300; }},
+      {"width", [r](nlohmann::json& j) { j["records"][r][1] = 1e300; }},
+      {"small width", [r](nlohmann::json& j) { j["records"][r][1] = 3; }},
+      {"polygon", [r](nlohmann::json& j) { j["records"][r][3][0][1] = {0.5, 0.5}; }},
+      {"repeated image", [r](nlohmann::json& j) { j["records"].push_back(j["records"][r]); }},
+      {"image position", [](nlohmann::json& j) { j["skipped"][0][0] = -1; }},
+      {"negative count", [](nlohmann::json& j) { j["counts"][1] = -4; }},
+      {"box count", [](nlohmann::json& j) { j["counts"][6] = 1000; }},
+  };
+  for (const auto& [what, change] : damage) {
+    nlohmann::json j = good;
+    change(j);
+    test::write_file(first.cache_path, j.dump());
+    const DatasetIndex again = index();
+    EXPECT_FALSE(again.from_cache) << what;
+    EXPECT_NE(again.cache_note.find("ignored unreadable cache " + first.cache_path), std::string::npos) << what << ": " << again.cache_note;
+    EXPECT_EQ(again.records.size(), first.records.size()) << what;
+    EXPECT_EQ(again.counts.boxes, first.counts.boxes) << what;
+  }
 }
 
 TEST(ImageFiles, LabelPathRuleAndTxtLists) {

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <climits>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -102,18 +104,73 @@ nlohmann::json to_json(const DatasetIndex& index, const std::vector<std::string>
           {"counts", {c.images, c.labelled, c.missing, c.empty, c.corrupt, c.duplicates, c.boxes}}};
 }
 
-bool from_json(const nlohmann::json& j, const std::vector<std::string>& images, const std::string& hash, DatasetIndex& index) {
+// A corrupt cache (damaged, edited) must not be trusted: every value is checked as parse_labels and
+// verify_sample would have left it; a problem throws and the split is verified again.
+int64_t cached_whole(const nlohmann::json& v, int64_t min, int64_t max, const char* what) {
+  // nlohmann's get<int> would truncate 1.5, wrap 2^40 and make 1e300 undefined behaviour
+  int64_t x = 0;
+  if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) x = static_cast<int64_t>(v.get<uint64_t>());
+  else if (v.is_number_integer() && !v.is_number_unsigned()) x = v.get<int64_t>();
+  else fail("corrupt ", what);
+  if (x < min || x > max) fail("corrupt ", what);
+  return x;
+}
+
+float cached_coordinate(const nlohmann::json& v) {
+  const double x = v.get<double>();
+  if (!(x >= 0 && x <= 1)) fail("corrupt label coordinate");
+  return static_cast<float>(x);
+}
+
+LabelRow cached_row(const nlohmann::json& row, int nc) {
+  const nlohmann::json& box = row.at(0);
+  const nlohmann::json& polygon = row.at(1);
+  if (!box.is_array() || box.size() != 5 || !polygon.is_array() || (!polygon.empty() && (polygon.size() < 6 || polygon.size() % 2)))
+    fail("corrupt label row");
+  LabelRow r;
+  const double cls = box[0].get<double>();
+  if (!(cls >= 0 && cls == std::floor(cls) && cls < (nc > 0 ? nc : 1 << 24))) fail("corrupt class");
+  r.box[0] = static_cast<float>(cls);
+  for (size_t i = 1; i < 5; ++i) r.box[i] = cached_coordinate(box[i]);
+  for (const auto& v : polygon) r.polygon.push_back(cached_coordinate(v));
+  return r;
+}
+
+bool from_json(const nlohmann::json& j, const std::vector<std::string>& images, const std::string& hash, int nc,
+               DatasetIndex& index) {
   if (j.value("version", 0) != kCacheVersion || j.value("hash", "") != hash) return false;
+  const int64_t n = static_cast<int64_t>(images.size());
+  std::vector<bool> seen(images.size());
+  auto position = [&](const nlohmann::json& v) {
+    const auto i = static_cast<size_t>(cached_whole(v, 0, n - 1, "image position"));
+    if (seen[i]) fail("corrupt cache: an image listed twice");
+    seen[i] = true;
+    return i;
+  };
+  size_t boxes = 0, next = 0;
   for (const auto& r : j.at("records")) {
-    const std::string& image = images.at(r.at(0).get<size_t>());
-    ImageRecord rec{image, label_path_for(image), r.at(1), r.at(2), {}};
-    for (const auto& row : r.at(3)) rec.rows.push_back({row.at(0).get<std::array<float, 5>>(), row.at(1).get<std::vector<float>>()});
+    const size_t i = position(r.at(0));
+    if (i < next) fail("corrupt cache: records out of order");
+    next = i + 1;
+    const std::string& image = images[i];
+    ImageRecord rec{image, label_path_for(image), static_cast<int>(cached_whole(r.at(1), kMinImageSide, INT_MAX, "image size")),
+                    static_cast<int>(cached_whole(r.at(2), kMinImageSide, INT_MAX, "image size")), {}};
+    for (const auto& row : r.at(3)) rec.rows.push_back(cached_row(row, nc));
+    boxes += rec.rows.size();
     index.records.push_back(std::move(rec));
   }
-  for (const auto& s : j.at("skipped")) index.skipped.push_back({images.at(s.at(0).get<size_t>()), s.at(1)});
+  for (const auto& s : j.at("skipped")) index.skipped.push_back({images[position(s.at(0))], s.at(1)});
   index.warnings = j.at("warnings").get<std::vector<std::string>>();
-  const auto c = j.at("counts").get<std::vector<int>>();
-  index.counts = {c.at(0), c.at(1), c.at(2), c.at(3), c.at(4), c.at(5), c.at(6)};
+  const auto& c = j.at("counts");
+  if (!c.is_array() || c.size() != 7) fail("corrupt counts");
+  int counts[7];
+  for (size_t i = 0; i < 7; ++i) counts[i] = static_cast<int>(cached_whole(c[i], 0, INT_MAX, "counts"));
+  index.counts = {counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], counts[6]};
+  const IndexCounts& k = index.counts;
+  if (k.images != n || index.records.size() + index.skipped.size() != images.size() ||
+      static_cast<size_t>(k.corrupt) != index.skipped.size() || static_cast<size_t>(k.boxes) != boxes ||
+      static_cast<size_t>(k.labelled) + k.missing + k.empty != index.records.size())
+    fail("corrupt cache: counts do not match its records");
   return true;
 }
 
@@ -131,7 +188,7 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
   if (!index.cache_path.empty() && fs::exists(index.cache_path)) {
     try {
       std::ifstream in(index.cache_path);
-      if (from_json(nlohmann::json::parse(in), images, hash, index)) {
+      if (from_json(nlohmann::json::parse(in), images, hash, options.nc, index)) {
         index.from_cache = true;
         return index;
       }
