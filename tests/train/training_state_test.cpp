@@ -98,5 +98,48 @@ TEST(TrainingState, ForeignAndDamagedFilesNameThemselves) {
   EXPECT_NE(message.find(path + ": the training options are missing"), std::string::npos) << message;
 }
 
+// Found by fuzz/training_state_fuzz: progress and option numbers out of range (1e300) were converted with
+// undefined behaviour, 2^40 wrapped, 1.5 was truncated, and negative counters or a world size of 0 were
+// accepted for the resume.
+TEST(TrainingState, OutOfRangeNumbersAreMalformed) {
+  test::TempDir dir;
+  const std::string path = dir.file("state.safetensors");
+  write_training_state(path, sample_state());
+  const SafetensorsContents good = load_safetensors(path);
+  auto with_progress = [&](const char* key, const nlohmann::json& value) {
+    SafetensorsContents raw = good;
+    nlohmann::json progress = nlohmann::json::parse(raw.metadata.at("progress"));
+    progress[key] = value;
+    raw.metadata["progress"] = progress.dump();
+    save_safetensors(path, raw.tensors, raw.metadata);
+    return test::error_message([&] { read_training_state(path); });
+  };
+  for (const auto& [key, value] : std::vector<std::pair<const char*, nlohmann::json>>{
+           {"epoch", 1e300}, {"epoch", 1ll << 40}, {"epoch", 1.5}, {"epoch", -1}, {"next_batch", -5}, {"best_epoch", -1},
+           {"loss_count", -1}, {"ema_updates", -1}, {"last_opt_step", -2}, {"world_size", 0}, {"world_size", "2"}}) {
+    const std::string message = with_progress(key, value);
+    EXPECT_NE(message.find(path + ": malformed training progress"), std::string::npos) << key << "=" << value << ": " << message;
+  }
+  EXPECT_EQ(with_progress("last_opt_step", -1), "");  // before the first optimiser step
+  EXPECT_EQ(read_training_state(path).progression.last_opt_step, -1);
+
+  auto with_option = [&](const char* key, const nlohmann::json& value) {
+    SafetensorsContents raw = good;
+    nlohmann::json options = nlohmann::json::parse(raw.metadata.at("options"));
+    options[key] = value;
+    raw.metadata["options"] = options.dump();
+    save_safetensors(path, raw.tensors, raw.metadata);
+    return test::error_message([&] { read_training_state(path); });
+  };
+  for (const auto& [key, value] : std::vector<std::pair<const char*, nlohmann::json>>{
+           {"epochs", 1e300}, {"epochs", 1ll << 40}, {"batch_size", 2.5}, {"seed", -1}, {"freeze", {1, 1e300}}}) {
+    const std::string message = with_option(key, value);
+    EXPECT_NE(message.find(path + ": the saved training option '" + key + "' is not a whole number"), std::string::npos)
+        << key << "=" << value << ": " << message;
+  }
+  EXPECT_EQ(with_option("seed", 18446744073709551615ull), "");  // uint64_t's whole range
+  EXPECT_EQ(read_training_state(path).options.seed, 18446744073709551615ull);
+}
+
 }  // namespace
 }  // namespace kestrel::train

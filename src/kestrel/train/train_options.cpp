@@ -1,5 +1,10 @@
 #include "kestrel/train/train_options.h"
 
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
@@ -54,6 +59,24 @@ void for_each_saved_option(Options& o, Visit&& visit) {
   visit("min_warmup_iterations", o.min_warmup_iterations, true);
 }
 
+// Whether a saved value may be read into a field of type T: a whole number within T's range for integer
+// fields (and lists of them). nlohmann would truncate 1.5, wrap 2^40 and make 1e300 undefined behaviour.
+template <class T>
+bool fits(const nlohmann::json& v) {
+  if constexpr (std::is_same_v<T, std::vector<int>>) {
+    if (v.is_array())
+      for (const auto& e : v)
+        if (!fits<int>(e)) return false;
+    return true;
+  } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    if (v.is_number_integer()) return v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min());
+    return !v.is_number();  // not a number: get_to reports the type
+  } else {
+    return true;
+  }
+}
+
 }  // namespace
 
 nlohmann::json options_json(const TrainOptions& o) {
@@ -66,7 +89,11 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
   TrainOptions o;
   try {
     for_each_saved_option(o, [&](const char* key, auto& field, bool required) {
-      if (required || j.contains(key)) j.at(key).get_to(field);
+      if (!required && !j.contains(key)) return;
+      const nlohmann::json& v = j.at(key);
+      if (!fits<std::decay_t<decltype(field)>>(v))
+        fail(source, ": the saved training option '", key, "' is not a whole number in the range of its type");
+      v.get_to(field);
     });
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": the saved training options are incomplete or malformed (", e.what(), ")");

@@ -1,7 +1,9 @@
 #include "kestrel/train/training_state.h"
 
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,21 @@ constexpr Group kGroups[] = {{"model/", &TrainingState::model},
                              {"ema/", &TrainingState::ema},
                              {"optimizer/", &TrainingState::optimizer},
                              {"scaler/", &TrainingState::scaler}};
+
+// A whole number of the progress within [min, T's max]: nlohmann would truncate 1.5, wrap 2^40 and
+// make 1e300 undefined behaviour.
+template <class T>
+T whole(const nlohmann::json& p, const char* key, int64_t min) {
+  const nlohmann::json& v = p.at(key);
+  const uint64_t max = static_cast<uint64_t>(std::numeric_limits<T>::max());
+  bool ok = false;
+  if (v.is_number_unsigned()) ok = v.get<uint64_t>() <= max && (min <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(min));
+  else if (v.is_number_integer()) ok = v.get<int64_t>() >= min;  // negative
+  if (!ok)
+    throw std::out_of_range(cat("'", key, "' must be a whole number from ", min, " to ", max, ", not ",
+                                v.is_number() ? v.dump() : std::string(v.type_name())));
+  return v.get<T>();
+}
 
 }  // namespace
 
@@ -52,16 +69,16 @@ TrainingState read_training_state(const std::string& path) {
   try {
     const nlohmann::json p = nlohmann::json::parse(m.at("progress"));
     Progression& g = s.progression;
-    g.epoch = p.at("epoch");
-    g.next_batch = p.at("next_batch");
-    g.last_opt_step = p.at("last_opt_step");
+    g.epoch = whole<int>(p, "epoch", 0);
+    g.next_batch = whole<int64_t>(p, "next_batch", 0);
+    g.last_opt_step = whole<int64_t>(p, "last_opt_step", -1);
     g.best_fitness = p.at("best_fitness");
-    g.best_epoch = p.at("best_epoch");
+    g.best_epoch = whole<int>(p, "best_epoch", 0);
     g.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
-    g.loss_count = p.at("loss_count");
+    g.loss_count = whole<int64_t>(p, "loss_count", 0);
     g.maps = p.value("maps", std::vector<double>{});
-    s.ema_updates = p.at("ema_updates");
-    s.world_size = p.value("world_size", 1);
+    s.ema_updates = whole<int64_t>(p, "ema_updates", 0);
+    s.world_size = p.contains("world_size") ? whole<int>(p, "world_size", 1) : 1;
   } catch (const std::exception& e) {
     fail(path, ": malformed training progress (", e.what(), ")");
   }
