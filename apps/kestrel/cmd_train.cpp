@@ -34,6 +34,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--sync-bn", o->sync_bn, "SyncBatchNorm: batch statistics over all ranks (data parallel only)");
   cmd->add_option("--optimizer", o->optimizer, "SGD, Adam or AdamW")->capture_default_str();
   cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_flag("--bind-cores", o->bind_cores,
+                "pin loader workers to CPU cores (with several processes per node, each its own slice)");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
   cmd->add_option("--name", o->name, "run name (project/name, name2, ...)")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name if it exists");

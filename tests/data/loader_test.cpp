@@ -78,6 +78,21 @@ TEST(Loader, SampleWeightsDrawInProportion) {
   for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], static_cast<int64_t>(i));
 }
 
+// Core binding: contiguous slices of the allowed cores per local rank, disjoint between ranks.
+TEST(Loader, RanksTakeDisjointSlicesOfTheAllowedCores) {
+  std::vector<int> sixteen(16);
+  std::iota(sixteen.begin(), sixteen.end(), 0);
+  EXPECT_EQ(rank_cpu_cores(sixteen, 0, 1), sixteen);
+  EXPECT_EQ(rank_cpu_cores(sixteen, 0, 2), std::vector<int>({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(rank_cpu_cores(sixteen, 1, 2), std::vector<int>({8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(rank_cpu_cores(sixteen, 2, 3), std::vector<int>({10, 11, 12, 13, 14}));  // 16 / 3 = 5 each, core 15 unused
+  EXPECT_EQ(rank_cpu_cores({0, 2, 4, 6, 9}, 1, 2), std::vector<int>({4, 6}));        // the allowed set, not 0..n-1
+  EXPECT_EQ(rank_cpu_cores({5, 7}, 3, 4), std::vector<int>({7}));                    // fewer cores than ranks
+  EXPECT_TRUE(rank_cpu_cores({}, 0, 1).empty());
+  EXPECT_THROW(rank_cpu_cores(sixteen, 2, 2), Error);
+  EXPECT_FALSE(allowed_cpu_cores().empty());
+}
+
 TEST(Loader, EverySampleExactlyOncePerEpoch) {
   auto ds = demo(true, 64);
   LoaderOptions o;

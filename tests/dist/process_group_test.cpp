@@ -73,14 +73,16 @@ TEST(DistEnv, MpiAndSlurmVariables) {
   const std::vector<std::pair<std::string, std::string>> clear{
       {"WORLD_SIZE", ""}, {"RANK", ""}, {"LOCAL_RANK", ""}, {"OMPI_COMM_WORLD_SIZE", ""}, {"OMPI_COMM_WORLD_RANK", ""},
       {"OMPI_COMM_WORLD_LOCAL_RANK", ""}, {"PMI_SIZE", ""}, {"PMI_RANK", ""}, {"MPI_LOCALRANKID", ""},
-      {"SLURM_NTASKS", ""}, {"SLURM_PROCID", ""}, {"SLURM_LOCALID", ""}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29400"}};
+      {"SLURM_NTASKS", ""}, {"SLURM_PROCID", ""}, {"SLURM_LOCALID", ""}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29400"},
+      {"LOCAL_WORLD_SIZE", ""}, {"OMPI_COMM_WORLD_LOCAL_SIZE", ""}, {"MPI_LOCALNRANKS", ""}, {"SLURM_NTASKS_PER_NODE", ""}};
   ScopedEnv cleared(clear);
   {
-    ScopedEnv slurm({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}});
+    ScopedEnv slurm({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "4"}});
     const DistEnv e = read_env();
     EXPECT_EQ(e.world_size, 8);
     EXPECT_EQ(e.rank, 5);
     EXPECT_EQ(e.local_rank, 1);
+    EXPECT_EQ(e.local_world_size, 4);
     EXPECT_EQ(e.master_addr, "10.1.2.3");
   }
   {
@@ -90,6 +92,14 @@ TEST(DistEnv, MpiAndSlurmVariables) {
     EXPECT_EQ(e.world_size, 4);
     EXPECT_EQ(e.rank, 2);
     EXPECT_EQ(e.local_rank, 0);
+    EXPECT_EQ(e.local_world_size, 4);  // not given: every rank counted on this node
+  }
+  {
+    // torchrun / kestrel's launcher; an unreadable local size falls back to the world size (binding only)
+    ScopedEnv torchrun({{"WORLD_SIZE", "8"}, {"RANK", "6"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "4"}});
+    EXPECT_EQ(read_env().local_world_size, 4);
+    ScopedEnv odd({{"LOCAL_WORLD_SIZE", "4(x2)"}, {"MPI_LOCALNRANKS", ""}});
+    EXPECT_EQ(read_env().local_world_size, 8);
   }
   {
     ScopedEnv pmi({{"PMI_SIZE", "2"}, {"PMI_RANK", "1"}});

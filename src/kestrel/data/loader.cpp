@@ -183,6 +183,27 @@ Batch DataLoader::build_batch(int64_t batch) const {
   return out;
 }
 
+std::vector<int> allowed_cpu_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cores;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cores.push_back(c);
+  return cores;
+}
+
+std::vector<int> rank_cpu_cores(const std::vector<int>& allowed, int local_rank, int local_world_size) {
+  if (allowed.empty()) return {};
+  if (local_world_size < 1 || local_rank < 0 || local_rank >= local_world_size)
+    fail("core binding: local rank ", local_rank, " of ", local_world_size, " processes");
+  const size_t n = allowed.size(), ranks = static_cast<size_t>(local_world_size), r = static_cast<size_t>(local_rank);
+  if (n < ranks) return {allowed[r % n]};
+  const size_t share = n / ranks;
+  return std::vector<int>(allowed.begin() + static_cast<std::ptrdiff_t>(r * share),
+                          allowed.begin() + static_cast<std::ptrdiff_t>((r + 1) * share));
+}
+
 void DataLoader::worker_loop(int worker) {
   if (!options_.cpu_cores.empty()) {
     cpu_set_t set;

@@ -31,6 +31,13 @@ struct LoaderOptions {
   bool quad = false;            // upstream --quad: groups of 4 images become one 2x image (data/quad.h)
 };
 
+// CPU-core binding of loader workers (the accelerator guides' core binding): the cores this process may
+// run on (sched_getaffinity), and this rank's share of them when `local_world_size` processes share the
+// node: contiguous slices, so that ranks' workers never compete for a core (if there are fewer cores than
+// ranks, rank r takes core r mod n).
+std::vector<int> allowed_cpu_cores();
+std::vector<int> rank_cpu_cores(const std::vector<int>& allowed, int local_rank, int local_world_size);
+
 struct Batch {
   at::Tensor images;       // [B, 3, H, W] uint8, RGB
   at::Tensor targets;      // [B, M, 5] float32: class, cx, cy, w, h normalised to the batch image

@@ -69,20 +69,27 @@ DistEnv read_env() {
   // Who launched us: torchrun / kestrel's launcher (WORLD_SIZE), else Open MPI's mpirun, MPICH/Intel
   // MPI's (PMI_*), or SLURM's srun. Only the names of rank, size and local rank differ.
   struct Names {
-    const char *size, *rank, *local_rank;
+    const char *size, *rank, *local_rank, *local_size;
   };
-  Names n{"WORLD_SIZE", "RANK", "LOCAL_RANK"};
+  Names n{"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
   if (env_or_null("WORLD_SIZE") == nullptr) {
     if (env_or_null("OMPI_COMM_WORLD_SIZE") != nullptr)
-      n = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"};
+      n = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
     else if (env_or_null("PMI_SIZE") != nullptr && env_or_null("PMI_RANK") != nullptr)
-      n = {"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID"};
+      n = {"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"};
     else if (env_or_null("SLURM_NTASKS") != nullptr && env_or_null("SLURM_PROCID") != nullptr)
-      n = {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID"};
+      n = {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
   }
   env.world_size = env_int(n.size, 1, 1, 1 << 20);
   env.rank = env_int(n.rank, 0, 0, env.world_size - 1);
   env.local_rank = env_int(n.local_rank, env.rank, 0, env.world_size - 1);
+  // Only core binding uses it: unknown or unreadable means every rank on this node (the smaller share).
+  env.local_world_size = env.world_size;
+  if (const char* v = env_or_null(n.local_size)) {
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && x > env.local_rank && x <= env.world_size) env.local_world_size = static_cast<int>(x);
+  }
   if (env.world_size == 1) return env;
   if (env_or_null(n.rank) == nullptr) fail("environment variable ", n.size, "=", env.world_size, " but ", n.rank, " is not set");
   const char* addr = env_or_null("MASTER_ADDR");

@@ -7,6 +7,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_index.h"
 #include "kestrel/data/image_files.h"
+#include "kestrel/dist/process_group.h"
 
 namespace kestrel::train {
 namespace {
@@ -54,6 +55,10 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   l.pin_memory = parse_device(o.device).is_cuda();  // page-locked batches: asynchronous host-to-device copies
   l.rank = rank;
   l.world_size = world_size;
+  if (o.bind_cores) {  // this process's slice of the cores it may use, one worker per core in turn
+    const dist::DistEnv env = dist::read_env();
+    l.cpu_cores = data::rank_cpu_cores(data::allowed_cpu_cores(), env.local_rank, env.local_world_size);
+  }
   if (o.quad) {
     // Groups of four: an incomplete last batch could leave a group short, so it is dropped.
     if (d.batch_size < 4) fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", d.batch_size, ")");

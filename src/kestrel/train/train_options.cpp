@@ -54,6 +54,7 @@ void for_each_saved_option(Options& o, Visit&& visit) {
   visit("cuda_graph", o.cuda_graph, false);
   visit("channels_last", o.channels_last, false);
   visit("fused_bn_silu", o.fused_bn_silu, false);
+  visit("bind_cores", o.bind_cores, false);
   visit("max_grad_norm", o.max_grad_norm, true);
   visit("max_boxes", o.max_boxes, true);
   visit("min_warmup_iterations", o.min_warmup_iterations, true);

@@ -31,6 +31,7 @@ struct TrainOptions {
   bool image_weights = false;          // sample images by class weights x (1 - class mAP)^2 each epoch
   std::string optimizer = "SGD";
   int workers = 8;
+  bool bind_cores = false;             // pin loader workers to cores: this rank's slice of the allowed ones
   std::string project = "runs/train";
   std::string name = "exp";
   bool exist_ok = false;
