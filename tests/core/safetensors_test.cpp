@@ -168,5 +168,41 @@ TEST(SafetensorsErrors, CorruptFilesAreReportedWithTheFileName) {
             std::string::npos);
 }
 
+// Found by fuzz/safetensors_fuzz: a shape whose byte count overflows 64 bits wrapped to 0 bytes, matched
+// empty offsets and reached at::empty, which threw c10::Error (no file name, not a kestrel::Error);
+// numbers out of range (1e300) were cast with undefined behaviour, fractional ones (1.5) truncated.
+TEST(SafetensorsErrors, LyingShapesAndNonIntegerNumbersAreReported) {
+  test::TempDir dir;
+  auto with_header = [&](const std::string& name, const std::string& json, size_t data_bytes) {
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+    test::write_file(dir.file(name), len + json + std::string(data_bytes, '\0'));
+    return dir.file(name);
+  };
+  const std::string overflow = with_header("overflow.safetensors",
+      R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0);
+  EXPECT_NE(error_of_loading(overflow).find(overflow + ": tensor 'w' has an impossibly large shape"), std::string::npos)
+      << error_of_loading(overflow);
+  const std::string overflow_zero = with_header("overflow_zero.safetensors",
+      R"({"w":{"dtype":"F32","shape":[4611686018427387904,4,0],"data_offsets":[0,0]}})", 0);
+  EXPECT_NE(error_of_loading(overflow_zero).find("impossibly large shape"), std::string::npos);
+  const std::string huge_dim = with_header("huge_dim.safetensors", R"({"w":{"dtype":"F32","shape":[1e300],"data_offsets":[0,4]}})", 4);
+  EXPECT_NE(error_of_loading(huge_dim).find(huge_dim + ": tensor 'w': shape dimensions must be whole numbers"), std::string::npos)
+      << error_of_loading(huge_dim);
+  const std::string half_dim = with_header("half_dim.safetensors", R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", 4);
+  EXPECT_NE(error_of_loading(half_dim).find("shape dimensions must be whole numbers"), std::string::npos);
+  const std::string huge_offset = with_header("huge_offset.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,1e30]}})", 4);
+  EXPECT_NE(error_of_loading(huge_offset).find(huge_offset + ": tensor 'w': data_offsets must be whole numbers"), std::string::npos)
+      << error_of_loading(huge_offset);
+  const std::string shape_number = with_header("shape_number.safetensors", R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8);
+  EXPECT_NE(error_of_loading(shape_number).find("shape must be a list"), std::string::npos);
+  const std::string metadata_list = with_header("metadata_list.safetensors", R"({"__metadata__":["x"]})", 0);
+  EXPECT_NE(error_of_loading(metadata_list).find(metadata_list + ": corrupt safetensors header: __metadata__ is not a JSON object"),
+            std::string::npos);
+  // zero-element tensors (a zero dimension anywhere) are still fine
+  const std::string empty = with_header("empty.safetensors", R"({"w":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]}})", 0);
+  EXPECT_EQ(load_safetensors(empty).tensors.at(0).second.sizes(), (std::vector<int64_t>{0, 3}));
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -32,6 +33,14 @@ std::string dtype_name(at::ScalarType type, const std::string& key) {
 // Header lengths beyond this are corrupt files, not real checkpoints (the JSON of a 1,000-layer
 // model is well under 1 MB).
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+// A header number that must be a whole number >= 0 (nlohmann would cast 1.5 to 1, and 1e300 or -1 out of
+// range: undefined behaviour or a wrapped value).
+uint64_t whole_number(const nlohmann::json& v, const std::string& path, const std::string& key, const char* what) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    fail(path, ": tensor '", key, "': ", what, " must be whole numbers from 0 to 2^63-1, not ", v.dump());
+  return v.get<uint64_t>();
+}
 
 }  // namespace
 
@@ -111,6 +120,7 @@ SafetensorsContents load_safetensors(const std::string& path) {
   try {
     for (const auto& [key, value] : header.items()) {
       if (key == "__metadata__") {
+        if (!value.is_object()) fail(path, ": corrupt safetensors header: __metadata__ is not a JSON object");
         for (const auto& [k, v] : value.items()) contents.metadata[k] = v.get<std::string>();
         continue;
       }
@@ -119,21 +129,27 @@ SafetensorsContents load_safetensors(const std::string& path) {
       auto it = dtypes().find(dtype);
       if (it == dtypes().end()) fail(path, ": tensor '", key, "' has unsupported dtype '", dtype, "'");
       e.type = it->second;
-      uint64_t numel = 1;
-      for (const auto& d : value.at("shape")) {
-        const int64_t dim = d.get<int64_t>();
-        if (dim < 0) fail(path, ": tensor '", key, "' has a negative dimension");
-        e.shape.push_back(dim);
-        numel *= static_cast<uint64_t>(dim);
+      const auto& shape = value.at("shape");
+      if (!shape.is_array()) fail(path, ": tensor '", key, "': shape must be a list");
+      // Bytes the shape needs, multiplied in order as ATen does: an overflow is a lying header, not an allocation.
+      uint64_t bytes = at::elementSize(e.type);
+      bool overflow = false;
+      for (const auto& d : shape) {
+        if (d.is_number_integer() && !d.is_number_unsigned()) fail(path, ": tensor '", key, "' has a negative dimension");
+        const uint64_t dim = whole_number(d, path, key, "shape dimensions");
+        e.shape.push_back(static_cast<int64_t>(dim));
+        overflow |= __builtin_mul_overflow(bytes, dim, &bytes);
       }
+      if (overflow || bytes > static_cast<uint64_t>(INT64_MAX))
+        fail(path, ": tensor '", key, "' has an impossibly large shape ", shape.dump());
       const auto& offsets = value.at("data_offsets");
       if (!offsets.is_array() || offsets.size() != 2) fail(path, ": tensor '", key, "': data_offsets must be [begin, end]");
-      e.begin = offsets[0].get<uint64_t>();
-      e.end = offsets[1].get<uint64_t>();
+      e.begin = whole_number(offsets[0], path, key, "data_offsets");
+      e.end = whole_number(offsets[1], path, key, "data_offsets");
       if (e.begin > e.end || e.end > data_size)
         fail(path, ": tensor '", key, "' lies outside the file (offsets ", e.begin, "..", e.end, ", data ", data_size, " bytes; truncated?)");
-      if (e.end - e.begin != numel * at::elementSize(e.type))
-        fail(path, ": tensor '", key, "' has ", e.end - e.begin, " bytes but its shape and dtype need ", numel * at::elementSize(e.type));
+      if (e.end - e.begin != bytes)
+        fail(path, ": tensor '", key, "' has ", e.end - e.begin, " bytes but its shape and dtype need ", bytes);
       entries.push_back(std::move(e));
     }
   } catch (const nlohmann::json::exception& e) {
