@@ -28,6 +28,17 @@ inline void write_file(const std::string& path, const uint8_t* data, size_t size
   }
 }
 
+// The safetensors-based harnesses: an input that starts with '{' is a header JSON alone, written after its
+// 8-byte length (so that mutations of the JSON keep a well-formed file; tensors need data_offsets [0, 0]);
+// any other input is the whole file.
+inline void write_safetensors_input(const std::string& path, const uint8_t* data, size_t size) {
+  if (size == 0 || data[0] != '{') return write_file(path, data, size);
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>(static_cast<uint64_t>(size) >> (8 * i));
+  file.append(reinterpret_cast<const char*>(data), size);
+  write_file(path, reinterpret_cast<const uint8_t*>(file.data()), file.size());
+}
+
 // A finding: a non-kestrel exception escaped, or an invariant of a successful parse does not hold.
 [[noreturn]] inline void finding(const std::string& what) {
   std::fprintf(stderr, "\n==== FINDING: %s\n", what.c_str());
