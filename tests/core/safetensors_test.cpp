@@ -204,5 +204,19 @@ TEST(SafetensorsErrors, LyingShapesAndNonIntegerNumbersAreReported) {
   EXPECT_EQ(load_safetensors(empty).tensors.at(0).second.sizes(), (std::vector<int64_t>{0, 3}));
 }
 
+// Found reviewing the reader for the fuzz harness: an empty tensor at the offset where the next tensor
+// starts (as writers lay them out) was reported as an overlap when the JSON listed the other one first.
+TEST(SafetensorsErrors, EmptyTensorWhereTheNextStartsIsNoOverlap) {
+  test::TempDir dir;
+  const std::string json = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})";
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  test::write_file(dir.file("w.safetensors"), len + json + std::string(8, '\0'));
+  const SafetensorsContents c = load_safetensors(dir.file("w.safetensors"));
+  ASSERT_EQ(c.tensors.size(), 2u);
+  EXPECT_EQ(c.tensors[0].first, "b");  // file order: by offset, the empty one first
+  EXPECT_EQ(c.tensors[1].second.numel(), 2);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -155,7 +155,9 @@ SafetensorsContents load_safetensors(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": corrupt safetensors header: ", e.what());
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  // By begin, then end: an empty tensor at the offset where the next one starts is no overlap.
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   for (size_t i = 1; i < entries.size(); ++i)
     if (entries[i].begin < entries[i - 1].end) fail(path, ": tensors '", entries[i - 1].key, "' and '", entries[i].key, "' overlap");
 
