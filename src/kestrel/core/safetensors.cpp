@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/json_number.h"
 
 namespace kestrel {
 namespace {
@@ -37,9 +38,9 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 // A header number that must be a whole number >= 0 (nlohmann would cast 1.5 to 1, and 1e300 or -1 out of
 // range: undefined behaviour or a wrapped value).
 uint64_t whole_number(const nlohmann::json& v, const std::string& path, const std::string& key, const char* what) {
-  if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    fail(path, ": tensor '", key, "': ", what, " must be whole numbers from 0 to 2^63-1, not ", v.dump());
-  return v.get<uint64_t>();
+  const std::optional<int64_t> x = json_whole_number(v, 0, INT64_MAX);
+  if (!x) fail(path, ": tensor '", key, "': ", what, " must be whole numbers from 0 to 2^63-1, not ", v.dump());
+  return static_cast<uint64_t>(*x);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/json_number.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
 
@@ -107,13 +108,9 @@ nlohmann::json to_json(const DatasetIndex& index, const std::vector<std::string>
 // A corrupt cache (damaged, edited) must not be trusted: every value is checked as parse_labels and
 // verify_sample would have left it; a problem throws and the split is verified again.
 int64_t cached_whole(const nlohmann::json& v, int64_t min, int64_t max, const char* what) {
-  // nlohmann's get<int> would truncate 1.5, wrap 2^40 and make 1e300 undefined behaviour
-  int64_t x = 0;
-  if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) x = static_cast<int64_t>(v.get<uint64_t>());
-  else if (v.is_number_integer() && !v.is_number_unsigned()) x = v.get<int64_t>();
-  else fail("corrupt ", what);
-  if (x < min || x > max) fail("corrupt ", what);
-  return x;
+  const std::optional<int64_t> x = json_whole_number(v, min, max);
+  if (!x) fail("corrupt ", what);
+  return *x;
 }
 
 float cached_coordinate(const nlohmann::json& v) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/json_number.h"
 #include "kestrel/core/safetensors.h"
 #include "kestrel/train/train_options.h"
 
@@ -31,14 +32,12 @@ constexpr Group kGroups[] = {{"model/", &TrainingState::model},
 template <class T>
 T whole(const nlohmann::json& p, const char* key, int64_t min) {
   const nlohmann::json& v = p.at(key);
-  const uint64_t max = static_cast<uint64_t>(std::numeric_limits<T>::max());
-  bool ok = false;
-  if (v.is_number_unsigned()) ok = v.get<uint64_t>() <= max && (min <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(min));
-  else if (v.is_number_integer()) ok = v.get<int64_t>() >= min;  // negative
-  if (!ok)
+  const auto max = static_cast<int64_t>(std::numeric_limits<T>::max());
+  const std::optional<int64_t> x = json_whole_number(v, min, max);
+  if (!x)
     throw std::out_of_range(cat("'", key, "' must be a whole number from ", min, " to ", max, ", not ",
                                 v.is_number() ? v.dump() : std::string(v.type_name())));
-  return v.get<T>();
+  return static_cast<T>(*x);
 }
 
 }  // namespace
