@@ -218,5 +218,23 @@ TEST(SafetensorsErrors, EmptyTensorWhereTheNextStartsIsNoOverlap) {
   EXPECT_EQ(c.tensors[1].second.numel(), 2);
 }
 
+// Found in the second fuzzing campaign (fuzz/README.md): a BOOL tensor's bytes were taken as they
+// came. A byte other than 0 or 1 is not a bool (undefined behaviour where ATen reads it): refused.
+TEST(SafetensorsErrors, BoolBytesOtherThanZeroAndOneAreRefused) {
+  test::TempDir dir;
+  auto bool_file = [&](const std::string& name, const std::string& bytes) {
+    const std::string json = R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})";
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+    test::write_file(dir.file(name), len + json + bytes);
+    return dir.file(name);
+  };
+  const SafetensorsContents ok = load_safetensors(bool_file("ok.safetensors", std::string("\x01\x00\x01", 3)));
+  EXPECT_EQ(ok.tensors.at(0).second.sum().item<int64_t>(), 2);
+  const std::string bad = bool_file("bad.safetensors", std::string("\x01\x00\x02", 3));
+  EXPECT_NE(error_of_loading(bad).find(bad + ": tensor 'm' (BOOL) holds the byte 2 at element 2"), std::string::npos)
+      << error_of_loading(bad);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -192,5 +192,21 @@ TEST(ModelConfigErrors, UnknownActivation) {
   EXPECT_NE(msg.find("unknown activation 'nn.Swishy()'"), std::string::npos) << msg;
 }
 
+// Arguments LibTorch itself refuses (with c10::Error, which carried no file or line) are reported with
+// the config line: groups that are not positive or do not divide the widths when the layer is built,
+// a zero stride and feature maps that do not line up when the probe image runs through.
+TEST(ModelConfigErrors, ArgumentsLibTorchRefusesNameTheLine) {
+  auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 0]"));  // groups 0
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): "), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 3]"));  // 16 input channels, 3 groups
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("divisible by groups"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 0]"));  // stride 0
+  EXPECT_NE(msg.find("bad.yaml: the network cannot run a 256 x 256 probe image"), std::string::npos) << msg;
+  // Concatenating the 1/4 map (layer 1) with the 1/8 map (layer 3): the spatial sizes differ.
+  msg = error_of(replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[[1, 3], 1, Concat, [1]],"));
+  EXPECT_NE(msg.find("bad.yaml: the network cannot run a 256 x 256 probe image"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace kestrel::models

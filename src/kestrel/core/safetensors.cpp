@@ -167,6 +167,12 @@ SafetensorsContents load_safetensors(const std::string& path) {
     in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
     if (!in) fail(path, ": truncated while reading tensor '", e.key, "'");
+    // A bool byte other than 0 or 1 is undefined behaviour wherever ATen reads it as bool.
+    if (e.type == at::kBool) {
+      const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+      for (int64_t i = 0; i < t.numel(); ++i)
+        if (bytes[i] > 1) fail(path, ": tensor '", e.key, "' (BOOL) holds the byte ", int{bytes[i]}, " at element ", i, "; only 0 and 1 are booleans");
+    }
     contents.tensors.emplace_back(e.key, t);
   }
   return contents;

@@ -4,6 +4,7 @@
 #include <torch/nn/options/batchnorm.h>
 
 #include "kestrel/models/checkpoint.h"
+#include "kestrel/models/parameter_budget.h"
 
 namespace kestrel::models {
 
@@ -18,6 +19,7 @@ at::Tensor BatchNorm2dImpl::forward(const at::Tensor& x) {
 }
 
 BatchNorm2d make_batch_norm(int64_t channels) {
+  charge_parameters("batch norm", {4, channels});  // weight, bias, running mean and variance
   return BatchNorm2d(torch::nn::BatchNorm2dOptions(channels).eps(kBatchNormEps).momentum(kBatchNormMomentum));
 }
 

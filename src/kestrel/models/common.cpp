@@ -60,7 +60,7 @@ Activation Activation::parse(const std::string& text) {
 
 Conv::Conv(const ConvOptions& o) : act_(o.act) {
   const int64_t pad = o.p >= 0 ? o.p : o.d * (o.k - 1) / 2;  // autopad with dilation
-  conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.c1, o.c2, o.k)
+  conv = register_module("conv", make_conv2d(torch::nn::Conv2dOptions(o.c1, o.c2, o.k)
                                                        .stride(o.s).padding(pad).groups(o.g).dilation(o.d).bias(false)));
   bn = register_module("bn", make_batch_norm(o.c2));
 }

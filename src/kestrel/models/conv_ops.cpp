@@ -3,6 +3,8 @@
 #include <torch/nn/options/batchnorm.h>
 #include <torch/utils.h>
 
+#include "kestrel/models/parameter_budget.h"
+
 namespace kestrel::models {
 namespace {
 thread_local FlopCounter* active_counter = nullptr;
@@ -10,6 +12,14 @@ thread_local FlopCounter* active_counter = nullptr;
 
 FlopCounter::FlopCounter() : previous_(active_counter) { active_counter = this; }
 FlopCounter::~FlopCounter() { active_counter = previous_; }
+
+torch::nn::Conv2d make_conv2d(const torch::nn::Conv2dOptions& o) {
+  // weight [c_out, c_in / groups, kh, kw]; groups < 1 is left for Conv2d's own check.
+  const int64_t in_per_group = o.groups() >= 1 ? o.in_channels() / o.groups() : o.in_channels();
+  charge_parameters("convolution", {o.out_channels(), in_per_group, (*o.kernel_size())[0], (*o.kernel_size())[1]});
+  if (o.bias()) charge_parameters("convolution bias", {o.out_channels()});
+  return torch::nn::Conv2d(o);
+}
 
 at::Tensor run_conv(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
   at::Tensor y = conv.forward(x);

@@ -11,6 +11,10 @@ namespace kestrel::models {
 // "same" padding of upstream's autopad: k // 2 for odd kernels.
 inline int64_t autopad(int64_t kernel, int64_t padding = -1) { return padding >= 0 ? padding : kernel / 2; }
 
+// A model's convolution layer: charges its weight (and bias) to the thread's ParameterBudget before
+// allocating them (parameter_budget.h). The model builder creates every Conv2d through here.
+torch::nn::Conv2d make_conv2d(const torch::nn::Conv2dOptions& options);
+
 // Every convolution of the model goes through here so that FlopCounter sees it.
 at::Tensor run_conv(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
 

@@ -8,6 +8,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/models/conv_ops.h"
+#include "kestrel/models/parameter_budget.h"
 
 namespace kestrel::models {
 namespace {
@@ -16,6 +17,7 @@ namespace {
 class Implicit : public torch::nn::Module {
  public:
   Implicit(int64_t channels, double mean) {
+    charge_parameters("implicit", {channels});
     implicit = register_parameter("implicit", at::empty({1, channels, 1, 1}).normal_(mean, 0.02));
   }
   at::Tensor implicit;
@@ -54,7 +56,7 @@ Detect::Detect(int64_t nc, const std::vector<std::vector<double>>& anchors, cons
     im = register_module("im", torch::nn::ModuleList());
   }
   for (int64_t i = 0; i < nl_; ++i) {
-    m_.push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(ch[i], no_ * na_, 1)));
+    m_.push_back(make_conv2d(torch::nn::Conv2dOptions(ch[i], no_ * na_, 1)));
     m->push_back(m_.back());
     if (implicit_) {
       auto add = std::make_shared<Implicit>(ch[i], 0.0);

@@ -276,54 +276,60 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
     if (head) fail(args.where(), ": the detection head must be the last layer");
 
     Built built;
-    const auto& table = width_modules();
-    if (auto it = table.find(spec.module); it != table.end()) {
-      args.at_least(1, "(the first is the output width)");
-      const int64_t na = cfg.anchors.IsSequence() && cfg.anchors.size() ? cfg.anchors[0].size() / 2
-                         : cfg.anchors.IsScalar()                      ? cfg.anchors.as<int64_t>()
-                                                                       : 3;
-      int64_t c2 = args.integer(0, 0);
-      if (c2 < 1) fail(args.where(), ": the output width must be >= 1");
-      if (c2 != na * (cfg.nc + 5)) c2 = make_divisible(c2 * cfg.width_multiple, cfg.channel_multiple);
-      const auto& [factory, takes_repeats] = it->second;
-      if (takes_repeats) {
-        built = factory(args, c1, c2, n, default_act);
-        built.arguments = cat("[", c1, ", ", c2, ", ", n, args.rest_from(1), "]");
-        n = 1;
+    // LibTorch checks the layer arguments it is given (groups dividing the widths, kernel and stride >= 1)
+    // with c10::Error: name the config line it comes from.
+    try {
+      const auto& table = width_modules();
+      if (auto it = table.find(spec.module); it != table.end()) {
+        args.at_least(1, "(the first is the output width)");
+        const int64_t na = cfg.anchors.IsSequence() && cfg.anchors.size() ? cfg.anchors[0].size() / 2
+                           : cfg.anchors.IsScalar()                      ? cfg.anchors.as<int64_t>()
+                                                                         : 3;
+        int64_t c2 = args.integer(0, 0);
+        if (c2 < 1) fail(args.where(), ": the output width must be >= 1");
+        if (c2 != na * (cfg.nc + 5)) c2 = make_divisible(c2 * cfg.width_multiple, cfg.channel_multiple);
+        const auto& [factory, takes_repeats] = it->second;
+        if (takes_repeats) {
+          built = factory(args, c1, c2, n, default_act);
+          built.arguments = cat("[", c1, ", ", c2, ", ", n, args.rest_from(1), "]");
+          n = 1;
+        } else {
+          std::vector<std::shared_ptr<Layer>> copies;
+          for (int r = 0; r < n; ++r) copies.push_back(factory(args, r == 0 ? c1 : c2, c2, 1, default_act).layer);
+          built = {n > 1 ? std::make_shared<Repeat>(copies) : copies[0], c2, cat("[", c1, ", ", c2, args.rest_from(1), "]")};
+        }
+      } else if (spec.module == "Concat" || spec.module == "Shortcut") {
+        args.at_most(1, "[dimension]");
+        int64_t c2 = 0;
+        for (int f : row.from) c2 += channels_of(f);
+        if (spec.module == "Shortcut") c2 = c1;
+        if (spec.module == "Concat" && args.integer(0, 1) != 1) fail(args.where(), ": only channel concatenation (dimension 1) is supported");
+        built = {spec.module == "Concat" ? std::shared_ptr<Layer>(std::make_shared<Concat>(1)) : std::make_shared<Shortcut>(), c2,
+                 args.size() ? cat("[", args.integer(0, 1), "]") : "[]"};
+      } else if (spec.module == "Detect" || spec.module == "IDetect") {
+        if (i != count - 1) fail(args.where(), ": the detection head must be the last layer");
+        args.at_least(2, "[nc, anchors]");
+        args.at_most(2, "[nc, anchors]");
+        const int64_t head_nc = args.node(0).IsScalar() && args.node(0).Scalar() == "nc" ? cfg.nc : args.integer(0, cfg.nc);
+        const YAML::Node anchor_node = args.node(1).IsScalar() && args.node(1).Scalar() == "anchors" ? cfg.anchors : args.node(1);
+        if (!anchor_node) fail(args.where(), ": the head needs anchors but the file has no 'anchors' key");
+        std::vector<int64_t> in_ch;
+        for (int f : row.from) in_ch.push_back(channels_of(f));
+        try {
+          head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, row.from.size(), args), in_ch, spec.module == "IDetect");
+        } catch (const Error& e) {
+          fail(args.where(), ": ", e.what());
+        }
+        std::string chs;
+        for (auto c : in_ch) chs += (chs.empty() ? "" : ", ") + std::to_string(c);
+        built = {head, 0, cat("[", head_nc, ", ", render(anchor_node), ", [", chs, "]]")};
       } else {
-        std::vector<std::shared_ptr<Layer>> copies;
-        for (int r = 0; r < n; ++r) copies.push_back(factory(args, r == 0 ? c1 : c2, c2, 1, default_act).layer);
-        built = {n > 1 ? std::make_shared<Repeat>(copies) : copies[0], c2, cat("[", c1, ", ", c2, args.rest_from(1), "]")};
+        if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for this module");
+        built = build_passthrough(spec.module, args, c1);
+        built.arguments = "[" + args.rest_from(0).substr(args.size() ? 2 : 0) + "]";
       }
-    } else if (spec.module == "Concat" || spec.module == "Shortcut") {
-      args.at_most(1, "[dimension]");
-      int64_t c2 = 0;
-      for (int f : row.from) c2 += channels_of(f);
-      if (spec.module == "Shortcut") c2 = c1;
-      if (spec.module == "Concat" && args.integer(0, 1) != 1) fail(args.where(), ": only channel concatenation (dimension 1) is supported");
-      built = {spec.module == "Concat" ? std::shared_ptr<Layer>(std::make_shared<Concat>(1)) : std::make_shared<Shortcut>(), c2,
-               args.size() ? cat("[", args.integer(0, 1), "]") : "[]"};
-    } else if (spec.module == "Detect" || spec.module == "IDetect") {
-      if (i != count - 1) fail(args.where(), ": the detection head must be the last layer");
-      args.at_least(2, "[nc, anchors]");
-      args.at_most(2, "[nc, anchors]");
-      const int64_t head_nc = args.node(0).IsScalar() && args.node(0).Scalar() == "nc" ? cfg.nc : args.integer(0, cfg.nc);
-      const YAML::Node anchor_node = args.node(1).IsScalar() && args.node(1).Scalar() == "anchors" ? cfg.anchors : args.node(1);
-      if (!anchor_node) fail(args.where(), ": the head needs anchors but the file has no 'anchors' key");
-      std::vector<int64_t> in_ch;
-      for (int f : row.from) in_ch.push_back(channels_of(f));
-      try {
-        head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, row.from.size(), args), in_ch, spec.module == "IDetect");
-      } catch (const Error& e) {
-        fail(args.where(), ": ", e.what());
-      }
-      std::string chs;
-      for (auto c : in_ch) chs += (chs.empty() ? "" : ", ") + std::to_string(c);
-      built = {head, 0, cat("[", head_nc, ", ", render(anchor_node), ", [", chs, "]]")};
-    } else {
-      if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for this module");
-      built = build_passthrough(spec.module, args, c1);
-      built.arguments = "[" + args.rest_from(0).substr(args.size() ? 2 : 0) + "]";
+    } catch (const c10::Error& e) {
+      fail(args.where(), ": ", e.what_without_backtrace());
     }
     if (spec.from.size() > 1 && spec.module != "Concat" && spec.module != "Shortcut" && !head)
       fail(args.where(), ": this module reads one input, but 'from' lists ", spec.from.size());
@@ -335,7 +341,12 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
     info.push_back(row);
   }
   if (!head) fail(cfg.source, ": the last layer must be the detection head (Detect or IDetect)");
-  return std::make_shared<YoloModel>(cfg.name(), cfg.ch, layers, info, head);
+  try {
+    return std::make_shared<YoloModel>(cfg.name(), cfg.ch, layers, info, head);  // runs a probe image through
+  } catch (const c10::Error& e) {
+    fail(cfg.source, ": the network cannot run a 256 x 256 probe image (layers whose feature maps do not line "
+                     "up?): ", e.what_without_backtrace());
+  }
 }
 
 }  // namespace kestrel::models

@@ -10,6 +10,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
 #include "kestrel/models/model_config.h"
+#include "kestrel/models/parameter_budget.h"
 #include "kestrel/models/state_dict.h"
 
 namespace kestrel::models {
@@ -69,12 +70,22 @@ LoadedModel load_model_weights(const std::string& path) {
   for (const auto& [key, value] : m)
     if (key != "format" && key != "model_yaml" && key != "model_name" && key != "names" && key != "nc")
       out.info.extra[key] = value;
-  try {
-    // The source name keeps ModelConfig::name() = the original config's stem.
-    const ModelConfig cfg = parse_model_config(out.info.model_yaml, out.info.model_name + ".yaml");
-    out.model = build_model(cfg, static_cast<int>(out.info.names.size()));
-  } catch (const Error& e) {
-    fail(path, ": the model config it carries is invalid: ", e.what());
+  int64_t file_values = 0;
+  for (const auto& [key, tensor] : file.tensors) file_values += tensor.numel();  // each below 2^63 bytes, all in memory
+  {
+    // A network that matches the file needs as many values as its tensors hold: a bigger one is refused
+    // before it is allocated.
+    ParameterBudget budget(file_values);
+    try {
+      // The source name keeps ModelConfig::name() = the original config's stem.
+      const ModelConfig cfg = parse_model_config(out.info.model_yaml, out.info.model_name + ".yaml");
+      out.model = build_model(cfg, static_cast<int>(out.info.names.size()));
+    } catch (const Error& e) {
+      if (budget.exceeded())
+        fail(path, ": its model config and class names describe a bigger network than its tensors (corrupt, or "
+                   "edited by hand): ", e.what());
+      fail(path, ": the model config it carries is invalid: ", e.what());
+    }
   }
   load_state_dict(*out.model, file.tensors, /*strict=*/true, path);
   return out;

@@ -49,10 +49,10 @@ RepConv::RepConv(int64_t c1, int64_t c2, int64_t k, int64_t s, int64_t p, int64_
   const int64_t pad = autopad(k, p);
   if (c1 == c2 && s == 1) rbr_identity = register_module("rbr_identity", make_batch_norm(c1));
   rbr_dense = register_module(
-      "rbr_dense", torch::nn::Sequential(torch::nn::Conv2d(Conv2dOptions(c1, c2, k).stride(s).padding(pad).groups(g).bias(false)),
+      "rbr_dense", torch::nn::Sequential(make_conv2d(Conv2dOptions(c1, c2, k).stride(s).padding(pad).groups(g).bias(false)),
                                          make_batch_norm(c2)));
   rbr_1x1 = register_module(
-      "rbr_1x1", torch::nn::Sequential(torch::nn::Conv2d(Conv2dOptions(c1, c2, 1).stride(s).padding(pad - k / 2).groups(g).bias(false)),
+      "rbr_1x1", torch::nn::Sequential(make_conv2d(Conv2dOptions(c1, c2, 1).stride(s).padding(pad - k / 2).groups(g).bias(false)),
                                        make_batch_norm(c2)));
 }
 

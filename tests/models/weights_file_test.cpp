@@ -1,0 +1,82 @@
+// kestrel weights files: a round trip keeps every tensor, the class names and the YAML; a file whose
+// embedded YAML describes a bigger network than its tensors is refused before that network is built.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "kestrel/core/error.h"
+#include "kestrel/core/safetensors.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/state_dict.h"
+#include "kestrel/models/weights_file.h"
+#include "test_support.h"
+
+namespace kestrel::models {
+namespace {
+
+std::string save_yolov5n(const test::TempDir& dir) {
+  at::manual_seed(3);
+  const auto model = build_model(load_model_config(resolve_model_config_path("yolov5n")), 2);
+  const std::string path = dir.file("yolov5n.safetensors");
+  save_model_weights(path, *model, describe_config("yolov5n", {"cat", "dog"}));
+  return path;
+}
+
+TEST(WeightsFile, RoundTripKeepsTensorsNamesAndConfig) {
+  test::TempDir dir;
+  at::manual_seed(3);
+  const auto original = build_model(load_model_config(resolve_model_config_path("yolov5n")), 2);
+  const std::string path = dir.file("w.safetensors");
+  save_model_weights(path, *original, describe_config("yolov5n", {"cat", "dog"}));
+
+  const LoadedModel loaded = load_model_weights(path);
+  EXPECT_EQ(loaded.info.names, (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(loaded.info.model_name, "yolov5n");
+  const NamedTensors a = state_dict(*original), b = state_dict(*loaded.model);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+}
+
+// The fuzzing finding (fuzz/README.md): yolov5n's 1.9 M values with width_multiple 100 in the YAML.
+// Layer 0 becomes Conv(3, 6400, k=6) (691,200 + 25,600 BN values: still within the file's ≈ 1.87 M);
+// layer 1, Conv(6400, 12800, k=3), would be 737,280,000 values (2.9 GB) and must be refused before it
+// is allocated.
+TEST(WeightsFile, AConfigBiggerThanTheTensorsIsRefusedBeforeItIsBuilt) {
+  test::TempDir dir;
+  SafetensorsContents file = load_safetensors(save_yolov5n(dir));
+  std::string& yaml = file.metadata.at("model_yaml");
+  const auto at = yaml.find("width_multiple: 0.25");
+  ASSERT_NE(at, std::string::npos);
+  yaml.replace(at, std::string("width_multiple: 0.25").size(), "width_multiple: 100");
+  const std::string bad = dir.file("wide.safetensors");
+  save_safetensors(bad, file.tensors, file.metadata);
+
+  const std::string message = test::error_message([&] { load_model_weights(bad); });
+  EXPECT_NE(message.find(bad), std::string::npos) << message;
+  EXPECT_NE(message.find("describe a bigger network than its tensors"), std::string::npos) << message;
+  int64_t file_values = 0;  // the budget: every value the file's tensors hold
+  for (const auto& [key, t] : file.tensors) file_values += t.numel();
+  EXPECT_NE(message.find(cat("more than ", file_values, " parameter values")), std::string::npos) << message;
+  EXPECT_NE(message.find("convolution of shape [12800, 6400, 3, 3]"), std::string::npos) << message;
+}
+
+// The same file with its tensors intact but one class name more: the head grows by 3 x 1 outputs per
+// level, a network bigger than the file again; the budget refuses it as the strict load would.
+TEST(WeightsFile, MoreClassNamesThanTheHeadHoldsIsAnError) {
+  test::TempDir dir;
+  SafetensorsContents file = load_safetensors(save_yolov5n(dir));
+  file.metadata.at("names") = R"(["cat", "dog", "bird"])";
+  const std::string bad = dir.file("names.safetensors");
+  save_safetensors(bad, file.tensors, file.metadata);
+  const std::string message = test::error_message([&] { load_model_weights(bad); });
+  EXPECT_NE(message.find(bad), std::string::npos) << message;
+  EXPECT_NE(message.find("parameter values"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace kestrel::models
