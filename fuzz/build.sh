@@ -37,9 +37,11 @@ for t in "${targets[@]}"; do
   case $t in
     labels) build labels src/kestrel/data/labels.cpp ;;
     image_io)
-      build image_io src/kestrel/data/image_io.cpp -lopencv_core -lturbojpeg -lpng
+      # video_io.cpp: image_io hands other formats to the OpenCV plugin, which a harness does not find (it
+      # looks next to the binary and at $KESTREL_VIDEO_PLUGIN): those inputs end in kestrel's error.
+      build image_io src/kestrel/data/image_io.cpp src/kestrel/data/video_io.cpp -lopencv_core -lturbojpeg -lpng
       "$CXX" -std=c++17 -O1 -g -I src -I /usr/include/opencv4 fuzz/make_image_seeds.cpp src/kestrel/data/image_io.cpp \
-        -lopencv_core -lopencv_imgproc -lturbojpeg -lpng -o "$out/make_image_seeds" ;;
+        src/kestrel/data/video_io.cpp -lopencv_core -lopencv_imgproc -lturbojpeg -lpng -o "$out/make_image_seeds" ;;
     disk_cache)
       build disk_cache src/kestrel/data/disk_cache.cpp -lopencv_core
       # seed maker: no fuzzer, same sources
@@ -50,9 +52,9 @@ for t in "${targets[@]}"; do
             src/kestrel/models/model_config.cpp -lyaml-cpp ;;
     dataset_index)
       build dataset_index src/kestrel/data/dataset_index.cpp src/kestrel/data/image_files.cpp src/kestrel/data/image_io.cpp \
-        src/kestrel/data/labels.cpp -lopencv_core -lturbojpeg -lpng
+        src/kestrel/data/video_io.cpp src/kestrel/data/labels.cpp -lopencv_core -lturbojpeg -lpng
       "$CXX" -std=c++17 -O1 -g -I src -I /usr/include/opencv4 fuzz/make_index_seeds.cpp src/kestrel/data/dataset_index.cpp \
-        src/kestrel/data/image_files.cpp src/kestrel/data/image_io.cpp src/kestrel/data/labels.cpp \
+        src/kestrel/data/image_files.cpp src/kestrel/data/image_io.cpp src/kestrel/data/video_io.cpp src/kestrel/data/labels.cpp \
         -lopencv_core -lopencv_imgcodecs -lturbojpeg -lpng -o "$out/make_index_seeds" ;;
     safetensors|training_state)
       torch_flags

@@ -1,5 +1,6 @@
 // decode_image on arbitrary bytes (JPEG via turbojpeg, PNG via libpng, EXIF orientation), and the EXIF
-// reader on its own. Only kestrel::Error naming the file may come out; a decoded image is 8-bit BGR.
+// reader on its own. Only kestrel::Error naming the file may come out; a decoded image is 8-bit BGR. Other
+// formats go to the OpenCV plugin, which the harness does not load (fuzz/build.sh): they end in its error.
 //
 // Inputs whose header claims more than 16 Mpixels (but within kestrel's limit of 2^30, OpenCV's) are not
 // decoded: kestrel allocates up to 3 GB for those on purpose, which is over the fuzzer's memory limit.

@@ -14,7 +14,8 @@ say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
 # ---- 1. system packages ----------------------------------------------------------------------
 APT_PACKAGES=(cmake ninja-build g++ make ccache python3 libopencv-core-dev libopencv-imgproc-dev
-              libopencv-videoio-dev  # video for kestrel detect: built as a plugin (libkestrel_video.so), see CMakeLists.txt
+              libopencv-videoio-dev libopencv-imgcodecs-dev  # video for kestrel detect, images other than
+                                                              # JPEG/PNG: a plugin (libkestrel_video.so), see CMakeLists.txt
               libturbojpeg0-dev libpng-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
               libgtest-dev libgmock-dev libbenchmark-dev libprotobuf-dev protobuf-compiler
               libgloo-dev)  # Gloo headers for c10d's CPU process group (the torch wheel has the code, not the headers)

@@ -1,7 +1,12 @@
-// libkestrel_video.so: kestrel's video backend (data/video_io.h) on OpenCV's videoio. Loaded by kestrel at
-// run time, so that the kestrel binary itself does not depend on videoio's large closure (FFmpeg ...).
+// libkestrel_video.so: kestrel's OpenCV backend (data/video_io.h): video on OpenCV's videoio, and images in
+// the formats kestrel does not decode itself (BMP, TIFF, WebP ...) on OpenCV's imgcodecs. Loaded by kestrel
+// at run time, so that the kestrel binary itself does not depend on their large closures (FFmpeg, GDAL ...).
 // Only the interface header is shared with the engine; nothing here throws across the boundary.
+#include <limits>
+#include <mutex>
+
 #include <opencv2/core/utils/logger.hpp>
+#include <opencv2/imgcodecs.hpp>
 #include <opencv2/videoio.hpp>
 
 #include "kestrel/data/video_io.h"
@@ -13,14 +18,32 @@ using kestrel::data::VideoReader;
 using kestrel::data::VideoWriter;
 
 // videoio tries its backends in turn and logs every refusal (GStreamer, image sequences ...) as an error;
-// kestrel reports the one failure itself, naming the file, so the backends are quiet while opening.
+// kestrel reports the one failure itself, naming the file, so OpenCV's log is quiet while the plugin works.
+// Loader threads decode at the same time: the first one in silences the log and the last one out restores
+// it (each saving and restoring on its own could leave it silent for good). OpenCV 4.6's imdecode writes why
+// it could not read a header or the pixels to std::cerr, not to the log: that line stays (silencing cerr
+// would silence kestrel's other threads too), followed by kestrel's error naming the file.
 class QuietLog {
  public:
-  QuietLog() : previous_(cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT)) {}
-  ~QuietLog() { cv::utils::logging::setLogLevel(previous_); }
+  QuietLog() {
+    const std::lock_guard<std::mutex> lock(state().mutex);
+    if (state().depth++ == 0) state().previous = cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT);
+  }
+  ~QuietLog() {
+    const std::lock_guard<std::mutex> lock(state().mutex);
+    if (--state().depth == 0) cv::utils::logging::setLogLevel(state().previous);
+  }
 
  private:
-  cv::utils::logging::LogLevel previous_;
+  struct State {
+    std::mutex mutex;
+    int depth = 0;
+    cv::utils::logging::LogLevel previous = cv::utils::logging::LOG_LEVEL_INFO;
+  };
+  static State& state() {
+    static State s;
+    return s;
+  }
 };
 
 class OpenCvReader final : public VideoReader {
@@ -89,6 +112,27 @@ class OpenCvBackend final : public VideoBackend {
     } catch (const std::exception& e) {
       error = e.what();
       return nullptr;
+    }
+  }
+  bool decode_image(const uint8_t* data, size_t size, cv::Mat& bgr, std::string& error) override {
+    try {
+      const QuietLog quiet;
+      if (size == 0 || size > static_cast<size_t>(std::numeric_limits<int>::max())) {
+        error = size == 0 ? "empty file" : "a file over 2 GB (the most one cv::Mat row of bytes holds)";
+        return false;
+      }
+      // imdecode reads the buffer without copying it or writing to it.
+      const cv::Mat buffer(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
+      bgr = cv::imdecode(buffer, cv::IMREAD_COLOR);
+      return !bgr.empty();
+    } catch (const cv::Exception& e) {
+      // imdecode checks the header's size against imread's limits before allocating (an assertion).
+      error = e.func == "validateInputImageSize" ? "its header claims more pixels than OpenCV's imread allows: at most 2^30, and 2^20 a side"
+                                                 : e.err + " in " + e.func;
+      return false;
+    } catch (const std::exception& e) {
+      error = e.what();
+      return false;
     }
   }
 };

@@ -37,6 +37,27 @@ void write_png(const std::string& path, const cv::Mat& bgr) {
     throw std::runtime_error(img.message);
 }
 
+std::vector<uint8_t> encode_bmp(const cv::Mat& bgr) {
+  const size_t row = (3 * static_cast<size_t>(bgr.cols) + 3) / 4 * 4;
+  const size_t pixels = row * static_cast<size_t>(bgr.rows);
+  std::vector<uint8_t> b(54 + pixels, 0);
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  b[0] = 'B', b[1] = 'M';
+  put32(2, static_cast<uint32_t>(b.size()));
+  put32(10, 54);                      // pixel data offset: file header (14) + info header (40)
+  put32(14, 40);                      // BITMAPINFOHEADER
+  put32(18, static_cast<uint32_t>(bgr.cols));
+  put32(22, static_cast<uint32_t>(bgr.rows));  // positive height: bottom row first
+  b[26] = 1;                          // planes
+  b[28] = 24;                         // bits per pixel; compression (30) 0 = none
+  put32(34, static_cast<uint32_t>(pixels));
+  for (int y = 0; y < bgr.rows; ++y)
+    std::memcpy(&b[54 + row * static_cast<size_t>(bgr.rows - 1 - y)], bgr.ptr(y), 3 * static_cast<size_t>(bgr.cols));
+  return b;
+}
+
 std::vector<uint8_t> with_exif_orientation(const std::vector<uint8_t>& jpeg, int orientation) {
   // APP1: "Exif\0\0" + little-endian TIFF header + IFD0 with one SHORT entry 0x0112 = orientation.
   const std::vector<uint8_t> tiff = {'I', 'I', 42, 0, 8, 0, 0, 0,  // header, IFD0 at offset 8

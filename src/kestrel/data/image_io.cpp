@@ -11,6 +11,7 @@
 #include <opencv2/core.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/data/video_io.h"
 
 namespace kestrel::data {
 namespace {
@@ -120,6 +121,22 @@ DecodedImage decode_png(const std::vector<uint8_t>& bytes, const std::string& pa
   return out;
 }
 
+// Every other format (BMP, TIFF, WebP, PFM ...) as upstream reads them all: cv::imdecode with IMREAD_COLOR, in
+// the OpenCV plugin (video_io.h), which also applies the EXIF orientation OpenCV reads (TIFF, not WebP).
+// imdecode refuses sizes over imread's limits before allocating; the same limit is checked again here, as
+// OpenCV's can be raised through the environment (OPENCV_IO_MAX_IMAGE_PIXELS).
+DecodedImage decode_with_plugin(const std::vector<uint8_t>& bytes, const std::string& path) {
+  if (const std::string problem = video_support_problem(); !problem.empty())
+    fail(path, ": not a JPEG or PNG, the formats kestrel decodes without its OpenCV plugin; ", problem);
+  DecodedImage out;
+  std::string error;
+  if (!decode_image_with_plugin(bytes.data(), bytes.size(), path, out.image, error))
+    fail(path, ": corrupt or unsupported image (", error.empty() ? "OpenCV could not decode it" : error, ")");
+  if (const std::string problem = size_problem(out.image.cols, out.image.rows); !problem.empty()) fail(path, ": ", problem);
+  if (out.image.type() != CV_8UC3) fail(path, ": OpenCV did not decode it to 8-bit BGR (type ", out.image.type(), ")");
+  return out;
+}
+
 }  // namespace
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
@@ -150,7 +167,7 @@ DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& 
   if (bytes.empty()) fail(path, ": empty file");
   if (is_jpeg(bytes)) return decode_jpeg(bytes, path);
   if (is_png(bytes)) return decode_png(bytes, path);
-  fail(path, ": unsupported image format (kestrel decodes JPEG and PNG; convert other formats first)");
+  return decode_with_plugin(bytes, path);
 }
 
 DecodedImage decode_image_file(const std::string& path) { return decode_image(read_file_bytes(path), path); }

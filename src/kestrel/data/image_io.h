@@ -1,5 +1,7 @@
 // Decoding images: JPEG through libjpeg-turbo (the fastest JPEG codec), PNG through libpng, with the
-// EXIF orientation of JPEGs applied (as OpenCV's imread does for upstream). Output is 8-bit BGR.
+// EXIF orientation of JPEGs applied (as OpenCV's imread does for upstream); every other format upstream
+// reads (BMP, TIFF, WebP, PFM ...) through OpenCV's imgcodecs in the run-time plugin (video_io.h), as
+// cv2.imread. Output is 8-bit BGR.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,7 +18,8 @@ struct DecodedImage {
   std::string warning;  // non-fatal decoder complaint (e.g. extraneous bytes), empty if none
 };
 
-// Throws kestrel::Error naming `path` for unreadable, corrupt, truncated or unsupported images.
+// Throws kestrel::Error naming `path` for unreadable, corrupt, truncated or unsupported images, and for
+// formats other than JPEG and PNG when the OpenCV plugin is not available.
 DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path);
 DecodedImage decode_image_file(const std::string& path);
 

@@ -46,26 +46,27 @@ Loaded load() {
     if (!fs::exists(path)) continue;
     void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
-      l.problem = cat(path.string(), ": cannot load the video plugin (", ::dlerror(), ")");
+      l.problem = cat(path.string(), ": cannot load the OpenCV plugin (", ::dlerror(), ")");
       return l;
     }
     using Entry = VideoBackend* (*)();
     auto entry = reinterpret_cast<Entry>(::dlsym(handle, "kestrel_video_backend"));
     if (!entry) {
-      l.problem = cat(path.string(), ": not a kestrel video plugin (no kestrel_video_backend)");
+      l.problem = cat(path.string(), ": not a kestrel OpenCV plugin (no kestrel_video_backend)");
       return l;
     }
     VideoBackend* backend = entry();
     if (!backend || backend->abi_version() != VideoBackend::kAbiVersion) {
-      l.problem = cat(path.string(), ": a video plugin of another kestrel build (rebuild kestrel)");
+      l.problem = cat(path.string(), ": an OpenCV plugin of another kestrel build (rebuild kestrel)");
       return l;
     }
     l.backend = backend;  // kept loaded for the life of the process
     return l;
   }
-  l.problem = cat("video support is not available: ", kPluginName, " was not found; looked at:", tried,
-                  "\nIt is built with kestrel when OpenCV's videoio is installed (Debian libopencv-videoio-dev; "
-                  "scripts/setup.sh installs it).");
+  l.problem = cat("OpenCV support (video, and images other than JPEG and PNG) is not available: ", kPluginName,
+                  " was not found; looked at:", tried,
+                  "\nIt is built with kestrel when OpenCV's videoio and imgcodecs are installed (Debian "
+                  "libopencv-videoio-dev and libopencv-imgcodecs-dev; scripts/setup.sh installs them).");
   return l;
 }
 
@@ -102,6 +103,10 @@ std::unique_ptr<VideoReader> open_video(const std::string& source) {
   auto reader = backend_for(source).open(source, error);
   if (!reader) fail(source, ": cannot read the video (", error, ")");
   return reader;
+}
+
+bool decode_image_with_plugin(const uint8_t* data, size_t size, const std::string& path, cv::Mat& bgr, std::string& error) {
+  return backend_for(path).decode_image(data, size, bgr, error);
 }
 
 std::unique_ptr<VideoWriter> create_video(const std::string& path, double fps, cv::Size size, const std::string& fourcc) {

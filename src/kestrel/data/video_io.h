@@ -1,9 +1,12 @@
-// Video files (and cameras) for kestrel detect, through OpenCV's videoio. videoio's dependency closure
-// (FFmpeg, GStreamer, ...; about 280 MB) is too large to carry to the GPU machines, so it is not linked
-// into kestrel: a small plugin, libkestrel_video.so (plugins/video/, built when libopencv-videoio-dev is
-// installed), is loaded on the first use. Without it, opening a video is a clear error and everything
-// else works.
+// Video files (and cameras) for kestrel detect through OpenCV's videoio, and images in the formats kestrel
+// does not decode itself (BMP, TIFF, WebP ...) through OpenCV's imgcodecs. Their dependency closures
+// (FFmpeg, GStreamer, GDAL, OpenEXR ...; about 280 MB) are too large to carry to the GPU machines, so they
+// are not linked into kestrel: a small plugin, libkestrel_video.so (plugins/video/, built when
+// libopencv-videoio-dev and libopencv-imgcodecs-dev are installed), is loaded on the first use. Without
+// it, a video or such an image is a clear error naming the file, and everything else works (JPEG and PNG
+// included).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,12 +32,16 @@ class VideoWriter {
 // The interface the plugin implements (its one exported symbol, kestrel_video_backend, returns it).
 // Errors come back as text so that no exception crosses the library boundary.
 struct VideoBackend {
-  static constexpr int kAbiVersion = 1;
+  static constexpr int kAbiVersion = 2;  // 2: decode_image
   virtual ~VideoBackend() = default;
   virtual int abi_version() const { return kAbiVersion; }
   virtual std::unique_ptr<VideoReader> open(const std::string& source, std::string& error) = 0;
   virtual std::unique_ptr<VideoWriter> create(const std::string& path, const std::string& fourcc, double fps, cv::Size size,
                                               std::string& error) = 0;
+  // cv::imdecode with IMREAD_COLOR, what upstream's cv2.imread does: 8-bit BGR (grey, alpha and 16 bits
+  // converted), EXIF orientation applied where OpenCV reads it. False with `error` when OpenCV cannot decode
+  // it (error "" when OpenCV gives no reason).
+  virtual bool decode_image(const uint8_t* data, size_t size, cv::Mat& bgr, std::string& error) = 0;
 };
 
 // Upstream's VID_FORMATS by extension (asf avi gif m4v mkv mov mp4 mpeg mpg ts wmv, any case).
@@ -47,6 +54,10 @@ bool is_camera_source(const std::string& source);
 std::unique_ptr<VideoReader> open_video(const std::string& source);
 // Creates a video file (fourcc such as "mp4v" for .mp4, as upstream's detect.py, or "MJPG" for .avi).
 std::unique_ptr<VideoWriter> create_video(const std::string& path, double fps, cv::Size size, const std::string& fourcc = "mp4v");
+
+// An image through the plugin's decode_image (for the formats image_io.h does not decode itself); an Error
+// naming `path` when the plugin is not available (video_support_problem() says why).
+bool decode_image_with_plugin(const uint8_t* data, size_t size, const std::string& path, cv::Mat& bgr, std::string& error);
 
 // Empty when the plugin loads, else why not (which files were tried and how to get it).
 std::string video_support_problem();

@@ -1,0 +1,183 @@
+// The formats upstream reads besides JPEG and PNG (BMP, TIFF, WebP ...), decoded through the OpenCV plugin
+// as cv2.imread: a BMP built byte by byte with its pixels worked out by hand, files written by Pillow from
+// a known array (decoded to exactly that array, in BGR order), broken files naming the file, and the
+// error when the plugin is missing.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "data/data_test_support.h"
+#include "kestrel/core/error.h"
+#include "kestrel/data/image_io.h"
+#include "kestrel/data/video_io.h"
+#include "test_support.h"
+
+namespace kestrel::data {
+namespace {
+
+std::string error_of(const std::vector<uint8_t>& bytes, const std::string& path = "x.bmp") {
+  return test::error_message([&] { decode_image(bytes, path); });
+}
+
+// 3 x 2 pixels. Displayed top row: red, green, blue; bottom row: white, black, (R 10, G 20, B 30).
+// A BMP stores the bottom row first, each pixel as B, G, R, and pads each row of 9 bytes to 12.
+const std::vector<uint8_t> kBmp3x2 = {
+    'B', 'M', 78, 0, 0, 0,  0, 0, 0, 0,  54, 0, 0, 0,              // file header: size 78, pixels at 54
+    40, 0, 0, 0,  3, 0, 0, 0,  2, 0, 0, 0,  1, 0,  24, 0,          // info header: 3 x 2, 1 plane, 24 bits
+    0, 0, 0, 0,  24, 0, 0, 0,  0, 0, 0, 0,  0, 0, 0, 0,            // no compression, 24 bytes of pixels
+    0, 0, 0, 0,  0, 0, 0, 0,                                       // no palette
+    255, 255, 255,  0, 0, 0,  30, 20, 10,  0, 0, 0,                // bottom row, padding
+    0, 0, 255,  0, 255, 0,  255, 0, 0,  0, 0, 0};                  // top row, padding
+
+TEST(ImageFormats, HandBuiltBmpDecodesToItsPixels) {
+  ASSERT_EQ(kBmp3x2.size(), 78u);
+  cv::Mat expected(2, 3, CV_8UC3);
+  expected.at<cv::Vec3b>(0, 0) = {0, 0, 255};  // B, G, R
+  expected.at<cv::Vec3b>(0, 1) = {0, 255, 0};
+  expected.at<cv::Vec3b>(0, 2) = {255, 0, 0};
+  expected.at<cv::Vec3b>(1, 0) = {255, 255, 255};
+  expected.at<cv::Vec3b>(1, 1) = {0, 0, 0};
+  expected.at<cv::Vec3b>(1, 2) = {30, 20, 10};
+  EXPECT_EQ(test::encode_bmp(expected), kBmp3x2) << "the tests' BMP writer lays files out as the hand-built one";
+  if (const std::string problem = video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  const DecodedImage d = decode_image(kBmp3x2, "hand.bmp");
+  ASSERT_EQ(d.image.type(), CV_8UC3);
+  ASSERT_EQ(d.image.size(), cv::Size(3, 2));
+  EXPECT_EQ(cv::norm(d.image, expected, cv::NORM_INF), 0.0);
+  EXPECT_TRUE(d.warning.empty());
+}
+
+TEST(ImageFormats, BrokenFilesNameTheFile) {
+  if (const std::string problem = video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  // cut inside the pixels, inside the header, and not an image at all
+  for (size_t size : {70, 60, 20}) {
+    const std::string error = error_of(std::vector<uint8_t>(kBmp3x2.begin(), kBmp3x2.begin() + static_cast<long>(size)));
+    EXPECT_EQ(error, "x.bmp: corrupt or unsupported image (OpenCV could not decode it)") << size << " bytes";
+  }
+  EXPECT_EQ(error_of({'h', 'e', 'l', 'l', 'o'}, "y.tif"), "y.tif: corrupt or unsupported image (OpenCV could not decode it)");
+  // a header claiming 60000 x 60000 pixels (over 2^30) is refused before OpenCV allocates anything
+  std::vector<uint8_t> giant = kBmp3x2;
+  giant[18] = 60000 & 0xFF, giant[19] = 60000 >> 8, giant[22] = 60000 & 0xFF, giant[23] = 60000 >> 8;
+  EXPECT_EQ(error_of(giant), "x.bmp: corrupt or unsupported image (its header claims more pixels than OpenCV's imread "
+                             "allows: at most 2^30, and 2^20 a side)");
+}
+
+TEST(ImageFormats, WithoutThePluginOnlyJpegAndPngDecode) {
+  const std::string problem = video_support_problem();
+  if (problem.empty()) GTEST_SKIP() << "the plugin is available here";
+  EXPECT_EQ(error_of(kBmp3x2), "x.bmp: not a JPEG or PNG, the formats kestrel decodes without its OpenCV plugin; " + problem);
+}
+
+TEST(ImageFormats, DecodingFromManyThreadsAgrees) {
+  if (const std::string problem = video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  const cv::Mat img = test::coordinate_image(33, 17);
+  const std::vector<uint8_t> good = test::encode_bmp(img);
+  const std::vector<uint8_t> cut(good.begin(), good.begin() + 100);
+  std::vector<int> mismatches(8, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        if (cv::norm(decode_image(good, "a.bmp").image, img, cv::NORM_INF) != 0) ++mismatches[t];
+        if (error_of(cut).find("x.bmp: corrupt or unsupported image") == std::string::npos) ++mismatches[t];
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(8, 0));
+}
+
+// Pillow writes the files from arrays defined by formulas; the same formulas give the expected pixels here.
+constexpr int kW = 7, kH = 5;  // odd width: BMP rows of 21 bytes are padded
+cv::Vec3b rgb_at(int x, int y) {
+  return {static_cast<uint8_t>((37 * x + 11 * y) % 256), static_cast<uint8_t>((5 * x + 91 * y + 7) % 256),
+          static_cast<uint8_t>((x * x + 3 * y + 200) % 256)};
+}
+uint8_t grey_at(int x, int y) { return static_cast<uint8_t>((29 * x + 53 * y + 3) % 256); }
+
+const char* kPillowScript = R"(
+import sys
+try:
+    import numpy as np
+    from PIL import Image
+except ImportError as e:
+    print('SKIP', e)
+    sys.exit(0)
+H, W = 5, 7
+y, x = np.mgrid[0:H, 0:W]
+rgb = np.stack([(37 * x + 11 * y) % 256, (5 * x + 91 * y + 7) % 256, (x * x + 3 * y + 200) % 256], -1).astype(np.uint8)
+grey = ((29 * x + 53 * y + 3) % 256).astype(np.uint8)
+def alpha(a): return np.concatenate([rgb, np.full((H, W, 1), a, np.uint8)], -1)
+im = Image.fromarray(rgb)
+im.save(DIR + '/rgb.bmp')
+im.save(DIR + '/raw.tif', compression=None)
+im.save(DIR + '/lzw.tif', compression='tiff_lzw')
+im.save(DIR + '/deflate.tif', compression='tiff_adobe_deflate')
+im.save(DIR + '/lossless.webp', lossless=True)
+Image.fromarray(alpha(255)).save(DIR + '/rgba.tif')            # libtiff would premultiply a partial alpha
+Image.fromarray(alpha(128)).save(DIR + '/rgba.webp', lossless=True, exact=True)
+Image.fromarray(grey).save(DIR + '/grey.bmp')                  # 8-bit palette of greys
+Image.fromarray(grey).save(DIR + '/grey.tif')
+Image.fromarray(grey.astype(np.uint16) * 256).save(DIR + '/grey16.tif')  # 16 bits: v * 256 -> v
+exif = Image.Exif()
+exif[0x0112] = 6                                               # stored image turned 90 degrees clockwise to view
+im.save(DIR + '/rotated.tif', exif=exif)
+print('OK')
+)";
+
+class PillowFormats : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string problem = video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+    const test::CommandResult r = test::run_python("DIR = '" + dir.path() + "'\n" + kPillowScript);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    if (r.output.rfind("SKIP", 0) == 0) GTEST_SKIP() << "Pillow is not installed: " << r.output;
+    ASSERT_NE(r.output.find("OK"), std::string::npos) << r.output;
+  }
+  test::TempDir dir;
+};
+
+TEST_F(PillowFormats, ColourFilesDecodeToTheArrayInBgr) {
+  for (const char* name : {"rgb.bmp", "raw.tif", "lzw.tif", "deflate.tif", "lossless.webp", "rgba.tif", "rgba.webp"}) {
+    SCOPED_TRACE(name);
+    const DecodedImage d = decode_image_file(dir.file(name));
+    ASSERT_EQ(d.image.type(), CV_8UC3);
+    ASSERT_EQ(d.image.size(), cv::Size(kW, kH));
+    int wrong = 0;
+    for (int y = 0; y < kH; ++y)
+      for (int x = 0; x < kW; ++x) {
+        const cv::Vec3b rgb = rgb_at(x, y);
+        wrong += d.image.at<cv::Vec3b>(y, x) != cv::Vec3b(rgb[2], rgb[1], rgb[0]);
+      }
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+TEST_F(PillowFormats, GreyFilesBecomeThreeEqualChannels) {
+  for (const char* name : {"grey.bmp", "grey.tif", "grey16.tif"}) {
+    SCOPED_TRACE(name);
+    const DecodedImage d = decode_image_file(dir.file(name));
+    ASSERT_EQ(d.image.type(), CV_8UC3);
+    ASSERT_EQ(d.image.size(), cv::Size(kW, kH));
+    int wrong = 0;
+    for (int y = 0; y < kH; ++y)
+      for (int x = 0; x < kW; ++x) wrong += d.image.at<cv::Vec3b>(y, x) != cv::Vec3b::all(grey_at(x, y));
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+// cv2.imread applies a TIFF's EXIF orientation; so does kestrel. Orientation 6: displayed pixel (x, y) is
+// stored pixel (y, H - 1 - x), and the displayed image is H wide and W tall.
+TEST_F(PillowFormats, TiffOrientationIsAppliedAsCv2Imread) {
+  const DecodedImage d = decode_image_file(dir.file("rotated.tif"));
+  ASSERT_EQ(d.image.size(), cv::Size(kH, kW));
+  int wrong = 0;
+  for (int y = 0; y < kW; ++y)
+    for (int x = 0; x < kH; ++x) {
+      const cv::Vec3b rgb = rgb_at(y, kH - 1 - x);
+      wrong += d.image.at<cv::Vec3b>(y, x) != cv::Vec3b(rgb[2], rgb[1], rgb[0]);
+    }
+  EXPECT_EQ(wrong, 0);
+}
+
+}  // namespace
+}  // namespace kestrel::data
