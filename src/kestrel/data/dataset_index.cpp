@@ -2,7 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <filesystem>
@@ -17,16 +19,26 @@
 #include "kestrel/core/json_number.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
+#include "kestrel/data/video_io.h"
 
 namespace kestrel::data {
 namespace fs = std::filesystem;
 namespace {
 
 // 2: label lines end at \r, \v and \f too (as upstream's splitlines), so older caches parsed some files differently.
-constexpr int kCacheVersion = 2;
+// 3: images other than JPEG and PNG are decoded (OpenCV plugin); older caches list them all as skipped.
+constexpr int kCacheVersion = 3;
 constexpr int kMinImageSide = 10;  // upstream: "image size <10 pixels"
 
-// FNV-1a over every image and label path with its size and modification time, and nc.
+bool is_jpeg_or_png_name(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+// FNV-1a over every image and label path with its size and modification time, and nc. When the split has
+// images in other formats (BMP, TIFF ...), also whether the OpenCV plugin that decodes them loads: a cache
+// made without it lists them as skipped, one made with it as images. (Only then: loading it takes time.)
 std::string fingerprint(const std::vector<std::string>& images, int nc) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* data, size_t n) {
@@ -34,6 +46,10 @@ std::string fingerprint(const std::vector<std::string>& images, int nc) {
     for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   };
   mix(&nc, sizeof nc);
+  if (!std::all_of(images.begin(), images.end(), is_jpeg_or_png_name)) {
+    const char plugin = video_support_problem().empty() ? 1 : 0;
+    mix(&plugin, 1);
+  }
   for (const auto& image : images) {
     for (const std::string& path : {image, label_path_for(image)}) {
       struct stat st {};
