@@ -41,8 +41,8 @@ void claimed_size(const uint8_t* data, size_t size, int64_t& width, int64_t& hei
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const int orientation = data::jpeg_exif_orientation(data, size);
-  if (orientation < 1 || orientation > 8) fuzz::finding("EXIF orientation outside 1..8");
+  for (const int orientation : {data::jpeg_exif_orientation(data, size), data::png_exif_orientation(data, size)})
+    if (orientation < 1 || orientation > 8) fuzz::finding("EXIF orientation outside 1..8");
   int64_t width = 0, height = 0;
   claimed_size(data, size, width, height);
   const int64_t pixels = width * height;

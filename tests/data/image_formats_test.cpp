@@ -121,6 +121,7 @@ Image.fromarray(grey.astype(np.uint16) * 256).save(DIR + '/grey16.tif')  # 16 bi
 exif = Image.Exif()
 exif[0x0112] = 6                                               # stored image turned 90 degrees clockwise to view
 im.save(DIR + '/rotated.tif', exif=exif)
+im.save(DIR + '/rotated.png', exif=exif)                         # an eXIf chunk (kestrel's own PNG path)
 print('OK')
 )";
 
@@ -165,18 +166,22 @@ TEST_F(PillowFormats, GreyFilesBecomeThreeEqualChannels) {
   }
 }
 
-// cv2.imread applies a TIFF's EXIF orientation; so does kestrel. Orientation 6: displayed pixel (x, y) is
-// stored pixel (y, H - 1 - x), and the displayed image is H wide and W tall.
-TEST_F(PillowFormats, TiffOrientationIsAppliedAsCv2Imread) {
-  const DecodedImage d = decode_image_file(dir.file("rotated.tif"));
-  ASSERT_EQ(d.image.size(), cv::Size(kH, kW));
-  int wrong = 0;
-  for (int y = 0; y < kW; ++y)
-    for (int x = 0; x < kH; ++x) {
-      const cv::Vec3b rgb = rgb_at(y, kH - 1 - x);
-      wrong += d.image.at<cv::Vec3b>(y, x) != cv::Vec3b(rgb[2], rgb[1], rgb[0]);
-    }
-  EXPECT_EQ(wrong, 0);
+// cv2.imread applies a TIFF's and a PNG's EXIF orientation (checked with opencv-python 5.0: a PNG of
+// 20 x 10 with orientation 6 reads as 10 x 20); so does kestrel. Orientation 6: displayed pixel (x, y)
+// is stored pixel (y, H - 1 - x), and the displayed image is H wide and W tall.
+TEST_F(PillowFormats, ExifOrientationIsAppliedAsCv2Imread) {
+  for (const char* name : {"rotated.tif", "rotated.png"}) {
+    SCOPED_TRACE(name);
+    const DecodedImage d = decode_image_file(dir.file(name));
+    ASSERT_EQ(d.image.size(), cv::Size(kH, kW));
+    int wrong = 0;
+    for (int y = 0; y < kW; ++y)
+      for (int x = 0; x < kH; ++x) {
+        const cv::Vec3b rgb = rgb_at(y, kH - 1 - x);
+        wrong += d.image.at<cv::Vec3b>(y, x) != cv::Vec3b(rgb[2], rgb[1], rgb[0]);
+      }
+    EXPECT_EQ(wrong, 0);
+  }
 }
 
 }  // namespace

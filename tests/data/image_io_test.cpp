@@ -134,5 +134,46 @@ TEST(ImageIoErrors, GiantClaimedSizeIsRefusedBeforeAllocating) {
   EXPECT_NE(error_of(png).find("img.jpg: image of 40000x40000 pixels is too large"), std::string::npos) << error_of(png);
 }
 
+// A PNG's eXIf chunk: a chunk is u32 length, type, data, CRC (the scanner does not check CRCs, so
+// zeros do here). Built around kestrel's own PNG bytes; orientation read from the TIFF structure,
+// with or without JPEG's "Exif\0\0" prefix; broken or absent chunks give 1.
+TEST(ImageIo, PngExifOrientationIsReadFromItsChunk) {
+  cv::Mat stored(10, 20, CV_8UC3, cv::Scalar(0, 0, 0));
+  stored(cv::Rect(0, 0, 8, 8)).setTo(cv::Scalar(255, 255, 255));
+  test::TempDir dir;
+  write_png(dir.file("plain.png"), stored);
+  const std::vector<uint8_t> png = read_file_bytes(dir.file("plain.png"));
+  EXPECT_EQ(png_exif_orientation(png.data(), png.size()), 1);
+  auto with_chunk = [&](std::vector<uint8_t> payload, size_t claimed_extra = 0) {
+    const size_t length = payload.size() + claimed_extra;
+    std::vector<uint8_t> chunk = {static_cast<uint8_t>(length >> 24), static_cast<uint8_t>(length >> 16),
+                                  static_cast<uint8_t>(length >> 8), static_cast<uint8_t>(length), 'e', 'X', 'I', 'f'};
+    chunk.insert(chunk.end(), payload.begin(), payload.end());
+    chunk.insert(chunk.end(), {0, 0, 0, 0});
+    std::vector<uint8_t> out(png.begin(), png.begin() + 33);  // signature (8) + IHDR (4 + 4 + 13 + 4)
+    out.insert(out.end(), chunk.begin(), chunk.end());
+    out.insert(out.end(), png.begin() + 33, png.end());
+    return out;
+  };
+  // Big-endian TIFF: "MM", 42, IFD0 at 8, one entry: tag 0x0112, SHORT, count 1, value 8 (then padding).
+  const std::vector<uint8_t> tiff = {'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 8, 0, 0, 0, 0, 0, 0};
+  auto eight = with_chunk(tiff);
+  EXPECT_EQ(png_exif_orientation(eight.data(), eight.size()), 8);
+  std::vector<uint8_t> prefixed = {'E', 'x', 'i', 'f', 0, 0};
+  prefixed.insert(prefixed.end(), tiff.begin(), tiff.end());
+  auto eight_prefixed = with_chunk(prefixed);
+  EXPECT_EQ(png_exif_orientation(eight_prefixed.data(), eight_prefixed.size()), 8);
+  auto past_the_end = with_chunk(tiff, 1u << 30);  // a length beyond the file: not read
+  EXPECT_EQ(png_exif_orientation(past_the_end.data(), past_the_end.size()), 1);
+
+  // Orientation 8 = rotate 90 degrees counter-clockwise to display: the stored top-left corner becomes
+  // the displayed bottom-left one, and the 20 x 10 image displays 10 x 20.
+  const DecodedImage d = decode_image(eight, "rotated.png");
+  ASSERT_EQ(d.image.size(), cv::Size(10, 20));
+  EXPECT_EQ(d.image.at<cv::Vec3b>(17, 2), cv::Vec3b(255, 255, 255));
+  EXPECT_EQ(d.image.at<cv::Vec3b>(2, 2), cv::Vec3b(0, 0, 0));
+  EXPECT_EQ(d.image.at<cv::Vec3b>(17, 8), cv::Vec3b(0, 0, 0));
+}
+
 }  // namespace
 }  // namespace kestrel::data

@@ -118,6 +118,8 @@ DecodedImage decode_png(const std::vector<uint8_t>& bytes, const std::string& pa
     fail(path, ": corrupt or truncated PNG (", message, ")");
   }
   if (PNG_IMAGE_FAILED(png)) out.warning = png.message;
+  // cv2.imread applies a PNG's eXIf orientation too (and upstream's exif_size reads it through PIL).
+  out.image = apply_orientation(out.image, png_exif_orientation(bytes.data(), bytes.size()));
   return out;
 }
 
@@ -147,6 +149,25 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   in.seekg(0);
   if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) fail(path, ": read failed");
   return bytes;
+}
+
+int png_exif_orientation(const uint8_t* data, size_t size) {
+  // Chunks after the 8-byte signature: u32 big-endian length, 4-byte type, data, u32 CRC.
+  size_t at = 8;
+  while (at + 12 <= size) {
+    const size_t length = read_u32(data + at, /*little=*/false);
+    if (length > size - at - 12) break;  // runs past the file
+    const uint8_t* type = data + at + 4;
+    const uint8_t* payload = data + at + 8;
+    if (std::memcmp(type, "eXIf", 4) == 0) {
+      // The TIFF structure itself; some writers keep JPEG's "Exif\0\0" prefix.
+      if (length >= 6 && std::memcmp(payload, "Exif\0\0", 6) == 0) return tiff_orientation(payload + 6, length - 6);
+      return tiff_orientation(payload, length);
+    }
+    if (std::memcmp(type, "IEND", 4) == 0) break;
+    at += 12 + length;
+  }
+  return 1;
 }
 
 int jpeg_exif_orientation(const uint8_t* data, size_t size) {

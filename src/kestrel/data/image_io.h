@@ -1,7 +1,7 @@
 // Decoding images: JPEG through libjpeg-turbo (the fastest JPEG codec), PNG through libpng, with the
-// EXIF orientation of JPEGs applied (as OpenCV's imread does for upstream); every other format upstream
-// reads (BMP, TIFF, WebP, PFM ...) through OpenCV's imgcodecs in the run-time plugin (video_io.h), as
-// cv2.imread. Output is 8-bit BGR.
+// EXIF orientation of JPEGs and PNGs (eXIf chunk) applied (as OpenCV's imread does for upstream); every
+// other format upstream reads (BMP, TIFF, WebP, PFM ...) through OpenCV's imgcodecs in the run-time
+// plugin (video_io.h), as cv2.imread. Output is 8-bit BGR.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,5 +31,7 @@ void write_png(const std::string& path, const cv::Mat& bgr);
 
 // EXIF orientation tag (1..8) of a JPEG, 1 when absent or unreadable.
 int jpeg_exif_orientation(const uint8_t* data, size_t size);
+// The same from a PNG's eXIf chunk (data starts with the PNG signature).
+int png_exif_orientation(const uint8_t* data, size_t size);
 
 }  // namespace kestrel::data
