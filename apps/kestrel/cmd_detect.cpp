@@ -32,7 +32,7 @@ struct DetectOptions {
   int max_det = 1000, line_thickness = 3;
   std::vector<int> classes;
   bool agnostic_nms = false, save_txt = false, save_conf = false, nosave = false, exist_ok = false;
-  bool hide_labels = false, hide_conf = false, half = false;
+  bool hide_labels = false, hide_conf = false, half = false, augment = false;
 };
 
 // Annotated images are written as JPEG (kestrel's one encoder): under the source's file name when that
@@ -121,6 +121,7 @@ void run_detect(const DetectOptions& o) {
   d.nms.classes = o.classes;
   d.nms.agnostic = o.agnostic_nms;
   d.half = o.half;
+  d.augment = o.augment;
   eval::Detector detector(loaded.model, device, d);
   const cv::Size net = detector.network_size();
   if (net.height != d.img_height || net.width != d.img_width)
@@ -188,6 +189,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--hide-labels", o->hide_labels, "hide labels");
   cmd->add_flag("--hide-conf", o->hide_conf, "hide confidences");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
+  cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->callback([o] { run_detect(*o); });
 }
 

@@ -26,6 +26,7 @@ struct ValOptions {
   double conf_thres = 0.001, iou_thres = 0.6;
   int max_det = 300;
   bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false, noplots = false;
+  bool augment = false;
 };
 
 void run_val(const ValOptions& o) {
@@ -54,6 +55,7 @@ void run_val(const ValOptions& o) {
   v.nms.max_det = o.max_det;
   v.single_cls = o.single_cls;
   v.half = o.half;
+  v.augment = o.augment;
   v.save_json = o.save_json || !o.coco_ann.empty();
   const std::vector<std::string> names = o.single_cls ? std::vector<std::string>{"item"} : loaded.info.names;
   // The run folder exists before the pass (val_batch images are written during it); none when nothing is written.
@@ -112,6 +114,7 @@ void add_val_command(CLI::App& app) {
   cmd->add_flag("--save-json", o->save_json, "write COCO-format predictions");
   cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
+  cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
   cmd->add_option("--name", o->name, "run name")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");

@@ -53,6 +53,9 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
   r = test::run_command(val + " --noplots");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/exp2"))) << "--noplots without --save-json writes nothing";
+  r = test::run_command(val + " --noplots --augment");  // test-time augmentation through the whole validation
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/augment.h"
+#include "kestrel/eval/test_time_augment.h"
 
 namespace kestrel::eval {
 namespace {
@@ -94,7 +95,7 @@ Detections Detector::detect(const cv::Mat& bgr) {
   at::Tensor prediction;  // [1, N, nc + 5]
   {
     AutocastGuard autocast(device_.type(), at::kHalf, options_.half && device_.is_cuda());
-    prediction = model_->predict(image).to(at::kFloat);
+    prediction = (options_.augment ? predict_augmented(*model_, image) : model_->predict(image)).to(at::kFloat);
   }
   synchronize(device_);
   last_inference_ms_ = ms_since(t);

@@ -27,6 +27,7 @@ struct DetectorOptions {
     return o;
   }();
   bool half = false;  // fp16 autocast on CUDA (detect.py --half); ignored on the CPU
+  bool augment = false;  // detect.py --augment: test-time augmentation (test_time_augment.h)
 };
 
 struct Detections {

@@ -14,6 +14,7 @@
 #include "kestrel/data/batch_image.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/eval/plots.h"
+#include "kestrel/eval/test_time_augment.h"
 
 namespace kestrel::eval {
 namespace {
@@ -91,9 +92,13 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     at::Tensor predictions;
     {
       AutocastGuard autocast(device.type(), at::kHalf, options.half && device.is_cuda());
-      const std::vector<at::Tensor> levels = model.forward(input.images);
-      predictions = model.head().decode(levels).to(at::kFloat);
-      if (loss) loss_sum.add_(loss(levels, input.targets, input.target_mask).to(at::kFloat));
+      if (options.augment) {
+        predictions = predict_augmented(model, input.images).to(at::kFloat);  // val.py: no loss then
+      } else {
+        const std::vector<at::Tensor> levels = model.forward(input.images);
+        predictions = model.head().decode(levels).to(at::kFloat);
+        if (loss) loss_sum.add_(loss(levels, input.targets, input.target_mask).to(at::kFloat));
+      }
     }
     synchronize(device);
     r.ms_per_image[1] += ms_since(t);

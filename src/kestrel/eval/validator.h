@@ -33,6 +33,7 @@ struct ValidationOptions {
   }();
   bool single_cls = false;
   bool half = false;                    // fp16 autocast on CUDA (val.py --half; training validates in fp16)
+  bool augment = false;                 // val.py --augment: test-time augmentation (test_time_augment.h), no loss
   bool save_json = false;               // collect COCO-format predictions
   std::vector<int> coco_category_ids;   // class index -> category id in JSON (empty: the class index)
   // When set, every image with labels is added to it as val.py does for confusion_matrix.png
