@@ -29,10 +29,10 @@ struct DetectOptions {
   std::string weights, source = "data/demo/images/val", device, project = "runs/detect", name = "exp";
   std::vector<int> imgsz{640};
   double conf_thres = 0.25, iou_thres = 0.45;
-  int max_det = 1000, line_thickness = 3;
+  int max_det = 1000, line_thickness = 3, vid_stride = 1;
   std::vector<int> classes;
   bool agnostic_nms = false, save_txt = false, save_conf = false, nosave = false, exist_ok = false;
-  bool hide_labels = false, hide_conf = false, half = false, augment = false;
+  bool hide_labels = false, hide_conf = false, half = false, augment = false, save_crop = false;
 };
 
 // Annotated images are written as JPEG (kestrel's one encoder): under the source's file name when that
@@ -43,16 +43,32 @@ std::string annotated_name(const fs::path& source) {
   return ext == ".jpg" || ext == ".jpeg" ? source.filename().string() : source.stem().string() + ".jpg";
 }
 
+// upstream's increment_path for a file: dir/stem.jpg, else dir/stem2.jpg, dir/stem3.jpg, ...
+fs::path free_crop_path(const fs::path& dir, const std::string& stem) {
+  fs::path path = dir / (stem + ".jpg");
+  for (int n = 2; fs::exists(path) && n < 9999; ++n) path = dir / cat(stem, n, ".jpg");
+  return path;
+}
+
 // One image or video frame: its label file (appended, one line per detection in upstream's order:
-// reversed, least confident first), the boxes drawn in place, and upstream's per-image line.
+// reversed, least confident first), with --save-crop each box cut from the unannotated image into
+// crops/<class name>/<stem>.jpg (same order), the boxes drawn in place, and upstream's per-image line.
 void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o, const std::vector<std::string>& names,
-                const fs::path& txt, const std::string& prefix) {
+                const fs::path& txt, const fs::path& save_dir, const std::string& stem, const std::string& prefix) {
   const eval::Detections det = detector.detect(image);
   const int64_t count = det.boxes.size(0);
   if (o.save_txt && count > 0) {
     std::ofstream out(txt, std::ios::app);
     for (int64_t k = count - 1; k >= 0; --k) out << eval::label_line(det.boxes[k], image.size(), o.save_conf) << "\n";
     if (!out) fail(txt.string(), ": write failed");
+  }
+  for (int64_t k = count - 1; o.save_crop && k >= 0; --k) {
+    const cv::Rect region = eval::crop_region(det.boxes[k], image.size());
+    if (region.empty()) continue;  // a box squeezed flat against an edge: nothing to cut
+    const auto cls = static_cast<size_t>(det.boxes[k][5].item<float>());
+    const fs::path dir = save_dir / "crops" / (cls < names.size() ? names[cls] : std::to_string(cls));
+    fs::create_directories(dir);
+    data::write_jpeg(free_crop_path(dir, stem).string(), image(region), 95, /*full_chroma=*/true);
   }
   if (!o.nosave) data::draw_detections(image, det.boxes, names, {o.line_thickness, o.hide_labels, o.hide_conf});
   char ms[32];
@@ -77,28 +93,35 @@ void detect_images(eval::Detector& detector, const std::vector<std::string>& ima
       ++skipped;
       continue;
     }
-    detect_one(detector, decoded.image, o, names, save_dir / "labels" / (path.stem().string() + ".txt"), prefix);
+    detect_one(detector, decoded.image, o, names, save_dir / "labels" / (path.stem().string() + ".txt"), save_dir,
+               path.stem().string(), prefix);
     if (!o.nosave) data::write_jpeg((save_dir / annotated_name(path)).string(), decoded.image);
   }
   if (detector.images() == 0) fail("--source ", o.source, ": none of the ", n, " images could be read");
   if (skipped) std::printf("%lld of %zu images skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n);
 }
 
-// A video file or a camera: every frame detected and written to <run>/<video stem>.mp4 (mp4v, the
-// source's frame rate, as detect.py), labels per frame in labels/<stem>_<frame>.txt (frames from 1).
+// A video file or a camera: every frame (every --vid-stride-th: frames stride, 2 stride, ...) detected
+// and written to <run>/<video stem>.mp4 (mp4v, the source's frame rate, as detect.py), labels per frame
+// in labels/<stem>_<n>.txt (n counts the frames detected, from 1; the total shown is frames / stride).
 void detect_video(eval::Detector& detector, data::VideoReader& video, const DetectOptions& o,
                   const std::vector<std::string>& names, const fs::path& save_dir) {
   const bool camera = data::is_camera_source(o.source);
   const std::string stem = camera ? o.source : fs::path(o.source).stem().string();
   const fs::path out = save_dir / (stem + ".mp4");
-  const int64_t frames = video.frame_count();
+  const int64_t frames = video.frame_count() / o.vid_stride;
   std::unique_ptr<data::VideoWriter> writer;
   cv::Mat frame;
+  const auto next = [&] {  // upstream grabs vid_stride frames and keeps the last
+    for (int s = 0; s < o.vid_stride; ++s)
+      if (!video.read(frame)) return false;
+    return true;
+  };
   int64_t f = 0;
-  while (video.read(frame)) {
+  while (next()) {
     ++f;
     const std::string prefix = cat("video 1/1 (", f, "/", frames, ") ", o.source, ": ");
-    detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", f, ".txt"), prefix);
+    detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", f, ".txt"), save_dir, stem, prefix);
     if (o.nosave) continue;
     if (!writer) writer = data::create_video(out.string(), camera || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
     if (!writer->write(frame)) fail(o.source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
@@ -180,6 +203,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--agnostic-nms", o->agnostic_nms, "class-agnostic NMS");
   cmd->add_flag("--save-txt", o->save_txt, "save results to <run>/labels/<image stem>.txt (videos: <stem>_<frame>.txt)");
   cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
+  cmd->add_flag("--save-crop", o->save_crop, "save each detection's box to <run>/crops/<class name>/<image stem>.jpg");
   cmd->add_flag("--nosave", o->nosave, "do not save annotated images");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
   cmd->add_option("--name", o->name, "run name")->capture_default_str();
@@ -190,6 +214,8 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--hide-conf", o->hide_conf, "hide confidences");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
+  cmd->add_option("--vid-stride", o->vid_stride, "video frame-rate stride (detect every n-th frame)")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   cmd->callback([o] { run_detect(*o); });
 }
 

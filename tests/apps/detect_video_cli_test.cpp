@@ -95,6 +95,20 @@ TEST(DetectVideoCli, WritesAnAnnotatedVideoAndLabelsPerFrame) {
   ASSERT_EQ(nosave.exit_code, 0) << nosave.output;
   EXPECT_FALSE(fs::exists(run.project + "/quiet/clip.mp4"));
   EXPECT_TRUE(fs::exists(run.project + "/quiet/labels/clip_5.txt"));
+
+  // --vid-stride 2: upstream reads two frames and keeps the second, so frames 2 and 4 of 5 are detected
+  // (5 // 2 = 2 shown as the total), numbered 1 and 2; their labels are those of frames 2 and 4 above.
+  const auto stride = run.detect(clip, "--conf-thres 0.0001 --max-det 20 --save-txt --save-conf --nosave --vid-stride 2 --name stride");
+  ASSERT_EQ(stride.exit_code, 0) << stride.output;
+  EXPECT_NE(stride.output.find("video 1/1 (2/2) " + clip + ": "), std::string::npos) << stride.output;
+  EXPECT_EQ(stride.output.find("(3/2)"), std::string::npos) << stride.output;
+  const auto text = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(text(run.project + "/stride/labels/clip_1.txt"), text(exp + "/labels/clip_2.txt"));
+  EXPECT_EQ(text(run.project + "/stride/labels/clip_2.txt"), text(exp + "/labels/clip_4.txt"));
+  EXPECT_FALSE(fs::exists(run.project + "/stride/labels/clip_3.txt"));
 }
 
 TEST(DetectVideoCli, UnreadableVideoIsAnErrorNamingIt) {

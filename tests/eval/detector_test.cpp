@@ -4,12 +4,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
 #include <ATen/ATen.h>
 
 #include "kestrel/data/augment.h"
+#include "kestrel/data/image_io.h"
 #include "kestrel/eval/detector.h"
 #include "kestrel/models/weights_file.h"
 #include "test_support.h"
@@ -137,6 +139,19 @@ TEST(Detector, AugmentedInferenceKeepsBoxesInsideTheOriginal) {
   EXPECT_LE(d.boxes.select(1, 3).max().item<float>(), 150);
 }
 
+// save_one_box by hand (gain 1.02, pad 10, float32). [10, 20, 50, 60]: centre (30, 40), sides
+// 40 * 1.02 + 10 = 50.8, corners 4.6 -> 4, 14.6 -> 14, 55.4 -> 55, 65.4 -> 65. [0, 0, 20, 10]: x from
+// -5.2 (truncated to -5, clipped to 0) to 25.2; y from -5.1 to 15.1. [90, 90, 100, 100]: 84.9 .. 105.1,
+// clipped to the 100-pixel image.
+TEST(DetectCrop, SaveOneBoxRegion) {
+  const auto region = [](std::vector<float> row) { return crop_region(at::tensor(row), cv::Size(100, 100)); };
+  EXPECT_EQ(region({10, 20, 50, 60, 0.9f, 1}), cv::Rect(4, 14, 51, 51));
+  EXPECT_EQ(region({0, 0, 20, 10, 0.9f, 1}), cv::Rect(0, 0, 25, 15));
+  EXPECT_EQ(region({90, 90, 100, 100, 0.9f, 1}), cv::Rect(84, 84, 16, 16));
+  EXPECT_TRUE(region({100, 50, 100, 60, 0.9f, 1}).width > 0);  // a zero-width box still gets the 10-pixel pad
+  EXPECT_TRUE(crop_region(at::tensor(std::vector<float>{120, 120, 130, 130}), cv::Size(100, 100)).empty());
+}
+
 // ---- the kestrel binary ------------------------------------------------------------------------------
 
 struct DetectRun {
@@ -231,6 +246,35 @@ TEST(DetectCli, CorruptImageIsReportedAndSkipped) {
                                       " --source " + bad.path() + " --project " + run.project);
   EXPECT_EQ(none.exit_code, 1) << none.output;
   EXPECT_NE(none.output.find("none of the 1 images could be read"), std::string::npos) << none.output;
+}
+
+// --save-crop: each detection cut into crops/<class name>/<stem>.jpg, <stem>2.jpg, ... (upstream's
+// increment_path); as many crops per class and image as label lines of that class.
+TEST(DetectCli, SaveCropCutsEveryDetectionIntoItsClassFolder) {
+  DetectRun run;
+  const auto r = run.detect("--conf-thres 0.0001 --max-det 4 --save-txt --save-crop --nosave --name crops");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string exp = run.project + "/crops";
+  const std::vector<std::string> names = {"person", "bicycle", "car"};
+  int64_t crops = 0;
+  for (const auto& image : run.demo) {
+    const std::string stem = fs::path(image).stem().string();
+    std::map<int, int> per_class;
+    for (const auto& line : lines_of(exp + "/labels/" + stem + ".txt")) ++per_class[std::stoi(line)];
+    for (const auto& [cls, n] : per_class) {
+      const std::string dir = exp + "/crops/" + names[static_cast<size_t>(cls)] + "/";
+      for (int k = 1; k <= n; ++k) {
+        const std::string file = dir + stem + (k == 1 ? "" : std::to_string(k)) + ".jpg";
+        ASSERT_TRUE(fs::exists(file)) << file << "\n" << r.output;
+        const cv::Mat crop = data::decode_image_file(file).image;
+        EXPECT_GT(crop.total(), 0u);
+        EXPECT_LE(crop.cols, 640) << file;
+        ++crops;
+      }
+      EXPECT_FALSE(fs::exists(dir + stem + std::to_string(n + 1) + ".jpg"));
+    }
+  }
+  EXPECT_EQ(crops, 8) << "4 detections in each of the 2 images";
 }
 
 }  // namespace

@@ -193,13 +193,13 @@ DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& 
 
 DecodedImage decode_image_file(const std::string& path) { return decode_image(read_file_bytes(path), path); }
 
-void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality) {
+void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality, bool full_chroma) {
   if (bgr.type() != CV_8UC3 || bgr.empty()) fail(path, ": write_jpeg needs a non-empty 8-bit BGR image");
   cv::Mat img = bgr.isContinuous() ? bgr : bgr.clone();
   std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitCompress(), tjDestroy);
   unsigned char* jpeg = nullptr;
   unsigned long size = 0;
-  if (tjCompress2(handle.get(), img.data, img.cols, static_cast<int>(img.step), img.rows, TJPF_BGR, &jpeg, &size, TJSAMP_420,
+  if (tjCompress2(handle.get(), img.data, img.cols, static_cast<int>(img.step), img.rows, TJPF_BGR, &jpeg, &size, full_chroma ? TJSAMP_444 : TJSAMP_420,
                   quality, 0) != 0)
     fail(path, ": JPEG encoding failed (", tjGetErrorStr2(handle.get()), ")");
   std::unique_ptr<unsigned char, void (*)(unsigned char*)> owned(jpeg, tjFree);

@@ -23,8 +23,9 @@ struct DecodedImage {
 DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path);
 DecodedImage decode_image_file(const std::string& path);
 
-// Encodes 8-bit BGR as JPEG (libjpeg-turbo) and writes it atomically.
-void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality = 90);
+// Encodes 8-bit BGR as JPEG (libjpeg-turbo) and writes it atomically; chroma at half resolution (4:2:0,
+// as cv2.imwrite) unless full_chroma (4:4:4, as PIL's subsampling=0 for detect.py's crops).
+void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality = 90, bool full_chroma = false);
 
 // Encodes 8-bit BGR as PNG (libpng, lossless: charts and plots) and writes it atomically.
 void write_png(const std::string& path, const cv::Mat& bgr);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -119,6 +120,18 @@ std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf)
   for (float x : values) line += " " + format_g(x);
   if (save_conf) line += " " + format_g(v[4]);
   return line;
+}
+
+cv::Rect crop_region(const at::Tensor& row, cv::Size image, float gain, float pad) {
+  const at::Tensor r = row.to(at::kCPU, at::kFloat).contiguous();
+  if (r.numel() < 4) fail("crop_region: a detection row starts with x1, y1, x2, y2");
+  const float* v = r.data_ptr<float>();
+  const float cx = (v[0] + v[2]) / 2, cy = (v[1] + v[3]) / 2;
+  const float w = (v[2] - v[0]) * gain + pad, h = (v[3] - v[1]) * gain + pad;
+  const auto corner = [](float x, int limit) { return std::clamp(static_cast<int>(std::trunc(x)), 0, limit); };
+  const int x1 = corner(cx - w / 2, image.width), y1 = corner(cy - h / 2, image.height);
+  const int x2 = corner(cx + w / 2, image.width), y2 = corner(cy + h / 2, image.height);
+  return {x1, y1, std::max(x2 - x1, 0), std::max(y2 - y1, 0)};
 }
 
 std::string summarize_detections(const at::Tensor& boxes, const std::vector<std::string>& names) {

@@ -76,6 +76,12 @@ class Detector {
 // digits, no trailing zeros), as detect.py --save-txt [--save-conf].
 std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf);
 
+// detect.py --save-crop's region (save_one_box, gain 1.02, pad 10, not square) for a detection row [6] in
+// original pixels: the box's width and height times gain plus pad about its centre, corners truncated
+// toward zero as torch's .long(), clipped to the image. Computed in float32 as upstream's tensors. May be
+// empty (a box squeezed against an edge).
+cv::Rect crop_region(const at::Tensor& row, cv::Size image, float gain = 1.02f, float pad = 10.0f);
+
 // detect.py's per-image summary: "2 persons, 1 tie, " (classes in ascending index order, a plain "s"
 // for plurals), or "(no detections), ".
 std::string summarize_detections(const at::Tensor& boxes, const std::vector<std::string>& names);
