@@ -26,7 +26,7 @@ struct ValOptions {
   double conf_thres = 0.001, iou_thres = 0.6;
   int max_det = 300;
   bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false, noplots = false;
-  bool augment = false;
+  bool augment = false, save_txt = false, save_conf = false;
 };
 
 void run_val(const ValOptions& o) {
@@ -59,8 +59,13 @@ void run_val(const ValOptions& o) {
   v.save_json = o.save_json || !o.coco_ann.empty();
   const std::vector<std::string> names = o.single_cls ? std::vector<std::string>{"item"} : loaded.info.names;
   // The run folder exists before the pass (val_batch images are written during it); none when nothing is written.
-  const bool writes = !o.noplots || v.save_json;
+  const bool writes = !o.noplots || v.save_json || o.save_txt;
   const std::string dir = writes ? train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false) : "";
+  if (o.save_txt) {
+    v.txt_dir = (std::filesystem::path(dir) / "labels").string();
+    std::filesystem::create_directories(v.txt_dir);
+    v.save_conf = o.save_conf;
+  }
   eval::ConfusionMatrix confusion(nc);  // val.py's defaults: conf 0.25, IoU 0.45
   if (!o.noplots) {
     v.confusion = &confusion;
@@ -81,6 +86,11 @@ void run_val(const ValOptions& o) {
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, names, file("P_curve.png"));
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, names, file("R_curve.png"));
     std::cout << "Plots saved to " << dir << "\n";
+  }
+  if (o.save_txt) {
+    int64_t files = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(v.txt_dir)) files += entry.path().extension() == ".txt";
+    std::cout << files << " labels saved to " << v.txt_dir << "\n";
   }
   if (v.save_json) {
     const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(o.weights).stem().string() + "_predictions.json")).string();
@@ -111,6 +121,8 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str();
   cmd->add_flag("--single-cls", o->single_cls, "treat as single-class dataset");
   cmd->add_flag("--verbose", o->verbose, "per-class table for any class count");
+  cmd->add_flag("--save-txt", o->save_txt, "save predictions to <run>/labels/<image stem>.txt (cls cx cy w h, normalised)");
+  cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
   cmd->add_flag("--save-json", o->save_json, "write COCO-format predictions");
   cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");

@@ -1,8 +1,13 @@
 // kestrel val writes upstream's validation charts and its first three batches (ground truth and
-// predictions) into its run folder, and --noplots leaves them out.
+// predictions) into its run folder, and --noplots leaves them out; --augment and --save-txt.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "kestrel/data/image_io.h"
 #include "kestrel/eval/plots.h"
@@ -56,6 +61,49 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
   r = test::run_command(val + " --noplots --augment");  // test-time augmentation through the whole validation
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("all"), std::string::npos) << r.output;
+}
+
+// --save-txt --save-conf beside --save-json of the same pass: per image as many label lines as COCO
+// predictions, each line "cls cx cy w h conf" whose box is the JSON box divided by the image size.
+TEST(ValPlotsCli, SaveTxtWritesEveryPredictionOfItsImage) {
+  test::TempDir dir;
+  auto r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --epochs 1 --img 64"
+                             " --batch-size 16 --workers 2 --device cpu --quiet --noval --project " + dir.file("runs"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 64 --device cpu --noplots --save-txt"
+                        " --save-conf --save-json --max-det 20 --conf-thres 1e-7 --weights " + dir.file("runs/exp/weights/last.safetensors") +
+                        " --project " + dir.file("val"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string labels = dir.file("val/exp/labels");
+  ASSERT_NE(r.output.find(" labels saved to " + labels), std::string::npos) << r.output;
+  std::ifstream json_file(dir.file("val/exp/last_predictions.json"));
+  const nlohmann::json predictions = nlohmann::json::parse(json_file);
+  ASSERT_GT(predictions.size(), 0u);
+  std::map<int64_t, std::vector<nlohmann::json>> by_image;
+  for (const auto& p : predictions) by_image[p["image_id"].get<int64_t>()].push_back(p);
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(labels)) {
+    ++files;
+    const std::string stem = entry.path().stem().string();
+    const cv::Mat image = data::decode_image_file("data/demo/images/val/" + stem + ".jpg").image;
+    const auto& expected = by_image[std::stoll(stem)];
+    std::ifstream in(entry.path());
+    size_t k = 0;
+    for (std::string line; std::getline(in, line); ++k) {
+      std::istringstream row(line);
+      double cls, cx, cy, w, h, conf;
+      ASSERT_TRUE(row >> cls >> cx >> cy >> w >> h >> conf) << line;
+      ASSERT_LT(k, expected.size()) << entry.path();
+      const auto& bbox = expected[k]["bbox"];  // x, y, w, h in pixels, rounded to 1e-3; same order (conf descending)
+      EXPECT_NEAR(cx, (bbox[0].get<double>() + bbox[2].get<double>() / 2) / image.cols, 1e-4) << line;
+      EXPECT_NEAR(cy, (bbox[1].get<double>() + bbox[3].get<double>() / 2) / image.rows, 1e-4) << line;
+      EXPECT_NEAR(w, bbox[2].get<double>() / image.cols, 1e-4) << line;
+      EXPECT_NEAR(conf, expected[k]["score"].get<double>(), 1e-4) << line;
+      EXPECT_EQ(cls, expected[k]["category_id"].get<double>()) << line;
+    }
+    EXPECT_EQ(k, expected.size()) << entry.path();
+  }
+  EXPECT_EQ(files, by_image.size()) << "a label file for every image with predictions";
 }
 
 }  // namespace

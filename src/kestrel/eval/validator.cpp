@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -13,6 +14,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/data/batch_image.h"
 #include "kestrel/data/image_io.h"
+#include "kestrel/eval/detector.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/test_time_augment.h"
 
@@ -151,6 +153,14 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
       conf.push_back(pred.select(1, 4));
       pred_cls.push_back(pred.select(1, 5));
       target_cls.push_back(tcls);
+      if (!options.txt_dir.empty()) {
+        const std::string path = options.txt_dir + "/" +
+                                 std::filesystem::path(dataset.records()[meta.index].image).stem().string() + ".txt";
+        std::ofstream out(path, std::ios::app);
+        const at::Tensor rows = at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1);  // [n, 6]
+        for (int64_t j = 0; j < rows.size(0); ++j) out << label_line(rows[j], meta.original, options.save_conf) << "\n";
+        if (!out) fail(path, ": write failed");
+      }
       if (options.save_json) {
         const std::string& path = dataset.records()[meta.index].image;
         int64_t id = coco_image_id(path);

@@ -35,6 +35,10 @@ struct ValidationOptions {
   bool half = false;                    // fp16 autocast on CUDA (val.py --half; training validates in fp16)
   bool augment = false;                 // val.py --augment: test-time augmentation (test_time_augment.h), no loss
   bool save_json = false;               // collect COCO-format predictions
+  // val.py --save-txt [--save-conf]: each image's predictions appended to <txt_dir>/<image stem>.txt as
+  // detect.py's label lines (confidence descending; images without predictions get no file). Empty: off.
+  std::string txt_dir;
+  bool save_conf = false;
   std::vector<int> coco_category_ids;   // class index -> category id in JSON (empty: the class index)
   // When set, every image with labels is added to it as val.py does for confusion_matrix.png
   // (predictions and labels in original-image pixels; its nc must be the validation's).
