@@ -105,6 +105,9 @@ TEST(Detector, ClassFilterAndBoxesInsideTheOriginal) {
   EXPECT_LE(d.boxes.select(1, 0).max().item<float>(), 260);
   EXPECT_LE(d.boxes.select(1, 2).max().item<float>(), 260);
   EXPECT_LE(d.boxes.select(1, 3).max().item<float>(), 150);
+  // detect.py rounds the boxes to whole pixels before writing labels, crops and drawing them.
+  const at::Tensor corners = d.boxes.slice(1, 0, 4);
+  EXPECT_TRUE(corners.equal(corners.round())) << corners;
   const at::Tensor classes = d.boxes.select(1, 5);
   ASSERT_GT(classes.eq(1).sum().item<int64_t>(), 0) << "the untrained model proposes class 1 somewhere";
   ASSERT_GT(classes.ne(1).sum().item<int64_t>(), 0);

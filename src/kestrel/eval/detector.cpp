@@ -106,7 +106,11 @@ Detections Detector::detect(const cv::Mat& bgr) {
   at::Tensor kept = non_max_suppression(prediction, options_.nms)[0].to(at::kCPU);
   total_ms_[2] += ms_since(t);
   ++images_;
-  return {scale_boxes_to_original(kept, {w, h}, bgr.size()), {w, h}};
+  at::Tensor boxes = scale_boxes_to_original(kept, {w, h}, bgr.size());
+  // detect.py rounds the corners to whole pixels (scale_boxes(...).round(), half to even) before it writes
+  // labels, crops and draws them.
+  boxes.slice(1, 0, 4).round_();
+  return {boxes, {w, h}};
 }
 
 std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf) {

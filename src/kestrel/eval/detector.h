@@ -31,7 +31,9 @@ struct DetectorOptions {
 };
 
 struct Detections {
-  at::Tensor boxes;     // [n, 6] x1, y1, x2, y2, conf, cls: original-image pixels, float32, CPU, conf descending
+  // [n, 6] x1, y1, x2, y2, conf, cls: original-image pixels rounded to whole pixels (as detect.py), float32,
+  // CPU, conf descending
+  at::Tensor boxes;
   cv::Size input_size;  // the letterboxed network input (w, h), e.g. 640 x 480 for a 640 x 480 photo at 640
 };
 
