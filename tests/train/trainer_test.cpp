@@ -83,6 +83,22 @@ TEST(Trainer, Yolov5nMemorisesFourImages) {
   EXPECT_TRUE(events) << "no TensorBoard event file in " << r.save_dir;
 }
 
+// --noplots: the run's files without a chart or drawing (upstream's plots=False); the final validation
+// still runs.
+TEST(Trainer, NoplotsWritesNoPlotFiles) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 1);
+  o.noplots = true;
+  const TrainResult r = train(o);
+  ASSERT_EQ(r.epochs_completed, 1);
+  EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / "results.csv"));
+  EXPECT_TRUE(fs::exists(r.best));
+  for (const auto& entry : fs::directory_iterator(r.save_dir)) {
+    const std::string ext = entry.path().extension().string();
+    EXPECT_TRUE(ext != ".png" && ext != ".jpg") << entry.path();
+  }
+}
+
 TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
   test::TempDir dir;
   TrainOptions o = short_run(dir, 3);

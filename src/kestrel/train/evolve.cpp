@@ -189,6 +189,7 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     o.hyp = hyp_file;
     o.noval = true;  // validate after the final epoch only
     o.nosave = true;
+    o.noplots = true;  // upstream: plots = not evolve
     o.project = result.save_dir;
     o.name = "generation";
     o.exist_ok = true;

@@ -21,6 +21,7 @@ struct TrainOptions {
   std::string resume;                  // a run's weights/last.state.safetensors or its folder
   bool nosave = false;                 // only the final checkpoint
   bool noval = false;                  // validate only after the final epoch
+  bool noplots = false;                // no plot files: labels.jpg, results.png, the final validation's charts
   bool noautoanchor = false;           // skip AutoAnchor (the anchor check and search before training)
   std::string cache;                   // "", "ram" or "disk" (resized images next to the originals)
   std::string device;                  // "", "cpu", "0", "cuda:0"

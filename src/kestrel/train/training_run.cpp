@@ -269,7 +269,7 @@ TrainResult TrainingRun::finish() {
   if (fs::exists(last_path)) result.last = last_path;
   if (fs::exists(best_path)) result.best = best_path;
   if (!result.interrupted && !result.best.empty() && dist_ctx.is_main()) validate_best();
-  if (!result.interrupted && fs::exists(results->path()) && dist_ctx.is_main())
+  if (!result.interrupted && fs::exists(results->path()) && dist_ctx.is_main() && !o.noplots)
     eval::plot_results(results->path(), (fs::path(save_dir) / "results.png").string());
   std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
   if (!dist_ctx.is_main()) {
@@ -285,19 +285,22 @@ TrainResult TrainingRun::finish() {
 }
 
 // Upstream ends by validating best.pt with the per-class table, and its end-of-training charts (val.py
-// with plots=True on best.pt, and plot_results).
+// with plots=True on best.pt, and plot_results) unless --noplots.
 void TrainingRun::validate_best() {
   models::LoadedModel best = models::load_model_weights(result.best);
   best.model->to(device);
   eval::ValidationOptions v;
   v.single_cls = o.single_cls;
   eval::ConfusionMatrix confusion(nc);
-  v.confusion = &confusion;
-  v.plot_batches = 3;  // val.py's val_batch0..2_labels.jpg / _pred.jpg
-  v.plot_dir = save_dir;
-  v.names = names;
+  if (!o.noplots) {
+    v.confusion = &confusion;
+    v.plot_batches = 3;  // val.py's val_batch0..2_labels.jpg / _pred.jpg
+    v.plot_dir = save_dir;
+    v.names = names;
+  }
   const eval::ValidationResult r = eval::validate(*best.model, *val_data.loader, *val_data.dataset, device, nc, v);
   std::cout << "\nValidating " << result.best << "...\n" << eval::format_validation_table(r, names, true);
+  if (o.noplots) return;
   const fs::path dir(save_dir);
   eval::plot_confusion_matrix(confusion, names, (dir / "confusion_matrix.png").string());
   eval::plot_pr_curve(r.metrics, names, (dir / "PR_curve.png").string());

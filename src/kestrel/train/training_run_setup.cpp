@@ -263,7 +263,7 @@ void TrainingRun::open_run_files() {
   write_text_atomic((fs::path(save_dir) / "hyp.yaml").string(), hyperparameters_yaml(hyp));
   write_text_atomic((fs::path(save_dir) / "opt.yaml").string(), options_yaml(o));
   // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
-  if (o.resume.empty() && dist_ctx.is_main())
+  if (o.resume.empty() && dist_ctx.is_main() && !o.noplots)
     eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
   results.emplace((fs::path(save_dir) / "results.csv").string());
   tensorboard.emplace(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
