@@ -77,6 +77,13 @@ TEST(Trainer, Yolov5nMemorisesFourImages) {
     EXPECT_EQ(std::max(img.rows, img.cols), 2 * 192) << batch;
   }
   EXPECT_FALSE(fs::exists(fs::path(r.save_dir) / "val_batch1_labels.jpg"));
+  // Upstream's train_batch0..2.jpg: iterations 0, 1, 2 (here epochs 0, 1, 2 of one batch each), the 4
+  // images of 160 px on a 2 x 2 grid (ns = ceil(sqrt(4)) = 2, tiles at full size): 320 x 320.
+  for (int ni = 0; ni < 3; ++ni) {
+    const std::string name = "train_batch" + std::to_string(ni) + ".jpg";
+    EXPECT_EQ(data::decode_image_file((fs::path(r.save_dir) / name).string()).image.size(), cv::Size(320, 320)) << name;
+  }
+  EXPECT_FALSE(fs::exists(fs::path(r.save_dir) / "train_batch3.jpg"));
   bool events = false;
   for (const auto& entry : fs::directory_iterator(r.save_dir))
     events = events || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;

@@ -53,6 +53,7 @@ void DevicePrefetcher::stage() {
     return;
   }
   if (trim_multiple_ > 0) trim_targets(*host, trim_multiple_);
+  if (host_hook_) host_hook_(*host);
 #ifdef KESTREL_WITH_CUDA
   if (cuda_) {
     // Copies from pinned memory are asynchronous; the caching host allocator keeps the pinned block

@@ -2,6 +2,7 @@
 // step: on CUDA the copy runs on a side stream and the compute stream waits for it only when the
 // batch is taken; on the CPU it is to_device() in order.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -19,6 +20,9 @@ class DevicePrefetcher {
   // The next batch, ready for use on the current stream; nullopt after the epoch's last batch.
   // Call loader.start_epoch() first; one prefetcher serves one epoch.
   std::optional<DeviceBatch> next();
+  // Called with each host batch (trimmed) before its copy starts, on the caller's thread: the trainer
+  // draws the first batches of a run from it (train_batch0.jpg ...). Must not keep references to it.
+  void set_host_batch_hook(std::function<void(const Batch&)> hook) { host_hook_ = std::move(hook); }
 
  private:
   void stage();  // takes the loader's next batch and starts its copy
@@ -29,6 +33,7 @@ class DevicePrefetcher {
   int64_t trim_multiple_;
   bool started_ = false;
   std::optional<DeviceBatch> staged_;
+  std::function<void(const Batch&)> host_hook_;
   struct CudaState;                   // side stream and "copy done" event (CUDA builds only)
   std::unique_ptr<CudaState> cuda_;
 };

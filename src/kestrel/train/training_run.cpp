@@ -14,7 +14,9 @@
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
+#include "kestrel/data/batch_image.h"
 #include "kestrel/data/device_prefetcher.h"
+#include "kestrel/data/image_io.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/dist/sync_batch_norm.h"
 #include "kestrel/eval/label_plots.h"
@@ -97,6 +99,16 @@ EpochTotals TrainingRun::run_batches() {
   Clock::time_point timing_start{};
   // The next batch's copy to the device (a side stream on CUDA) overlaps this batch's step.
   data::DevicePrefetcher prefetcher(*train_data.loader, device, o.channels_last, /*trim_multiple=*/32);
+  // Upstream's train_batch0..2.jpg: the run's first three batches as the step sees them (augmented),
+  // drawn from the host copy (uint8, before the transfer) so that the step never waits for it.
+  if (!o.noplots && dist_ctx.is_main() && nb * epoch + progression.next_batch < 3)
+    prefetcher.set_host_batch_hook([this, epoch](const data::Batch& b) {
+      const int64_t ni = b.index + nb * epoch;
+      if (ni >= 3) return;
+      data::BatchImageOptions options;
+      for (const auto& meta : b.meta) options.paths.push_back(train_data.dataset->records()[meta.index].image);
+      data::write_jpeg((fs::path(save_dir) / cat("train_batch", ni, ".jpg")).string(), data::render_batch(b, names, options));
+    });
   for (int64_t i = progression.next_batch; i < nb; ++i) {
     std::optional<data::DeviceBatch> batch = prefetcher.next();
     if (!batch) break;
