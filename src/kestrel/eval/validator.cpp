@@ -75,7 +75,6 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
   model.eval();
   ValidationResult r;
   r.instances.assign(static_cast<size_t>(nc), 0);
-  r.images_with_class.assign(static_cast<size_t>(nc), 0);
   const at::Tensor iou_thresholds = default_iou_thresholds();
   std::vector<at::Tensor> correct, conf, pred_cls, target_cls;
   at::Tensor loss_sum = at::zeros({3}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -124,12 +123,10 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
       at::Tensor pred = kept[i];
       if (options.single_cls && pred.size(0)) pred.select(1, 5).zero_();
       r.labels += labels.size(0);
-      std::vector<bool> seen(static_cast<size_t>(nc), false);
       for (int64_t j = 0; j < tcls.size(0); ++j) {
         const int64_t c = tcls[j].item<int64_t>();
         if (c < 0 || c >= nc) fail(dataset.records()[meta.index].label, ": class ", c, " is outside 0..", nc - 1);
         ++r.instances[static_cast<size_t>(c)];
-        if (!seen[static_cast<size_t>(c)]) ++r.images_with_class[static_cast<size_t>(c)], seen[static_cast<size_t>(c)] = true;
       }
       if (pred.size(0) == 0) {
         if (labels.size(0) == 0) continue;  // val.py: nothing to count
@@ -209,8 +206,8 @@ std::string format_validation_table(const ValidationResult& r, const std::vector
   for (int64_t i = 0; i < r.metrics.classes.size(0); ++i) {
     const auto c = r.metrics.classes[i].item<int64_t>();
     const std::string name = c < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(c)] : std::to_string(c);
-    std::snprintf(line, sizeof line, "%22s%11lld%11lld%11.3g%11.3g%11.3g%11.3g\n", name.c_str(),
-                  static_cast<long long>(r.images_with_class[static_cast<size_t>(c)]),
+    // Images: every image seen, on every row (val.py and YOLOv7's test.py print `seen` there).
+    std::snprintf(line, sizeof line, "%22s%11lld%11lld%11.3g%11.3g%11.3g%11.3g\n", name.c_str(), static_cast<long long>(r.images),
                   static_cast<long long>(r.instances[static_cast<size_t>(c)]), r.metrics.precision[i].item<double>(),
                   r.metrics.recall[i].item<double>(), ap[i][0].item<double>(), ap[i].mean().item<double>());
     out += line;

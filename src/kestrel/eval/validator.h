@@ -57,7 +57,6 @@ using LossItemsFn = std::function<at::Tensor(const std::vector<at::Tensor>&, con
 struct ValidationResult {
   ApPerClass metrics;                   // P, R, mAP50, mAP50-95 (and per class)
   std::vector<int64_t> instances;       // [nc] labels per class in the split
-  std::vector<int64_t> images_with_class;  // [nc] images that contain the class
   int64_t images = 0, labels = 0;
   std::array<double, 3> loss{0, 0, 0};  // mean over batches of the loss items (zeros without a loss)
   std::array<double, 3> ms_per_image{0, 0, 0};  // pre-process, inference, NMS
