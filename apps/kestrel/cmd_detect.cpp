@@ -1,5 +1,5 @@
-// kestrel detect: YOLOv5 detect.py on images (a file, a folder or a .txt list), a video file or a camera
-// index: annotated copies (or an annotated .mp4) and, with --save-txt, YOLO label files in runs/detect/<name>/.
+// kestrel detect: YOLOv5 detect.py on images (a file, a folder or a .txt list), a video file, a camera
+// index or a stream URL: annotated copies (or an annotated .mp4) and, with --save-txt, YOLO label files in runs/detect/<name>/.
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -107,7 +107,9 @@ void detect_images(eval::Detector& detector, const std::vector<std::string>& ima
 void detect_video(eval::Detector& detector, data::VideoReader& video, const DetectOptions& o,
                   const std::vector<std::string>& names, const fs::path& save_dir) {
   const bool camera = data::is_camera_source(o.source);
-  const std::string stem = camera ? o.source : fs::path(o.source).stem().string();
+  // A URL's last path component names the outputs, as upstream's Path(url).stem ("live" for rtsp://host/live).
+  std::string stem = camera ? o.source : fs::path(o.source).stem().string();
+  if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
   const fs::path out = save_dir / (stem + ".mp4");
   const int64_t frames = video.frame_count() / o.vid_stride;
   std::unique_ptr<data::VideoWriter> writer;
@@ -152,7 +154,7 @@ void run_detect(const DetectOptions& o) {
               << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
 
   // The source is opened before the run folder is made: a bad source leaves nothing behind.
-  const bool video = data::is_video_file(o.source) || data::is_camera_source(o.source);
+  const bool video = data::is_video_file(o.source) || data::is_camera_source(o.source) || data::is_stream_url(o.source);
   std::unique_ptr<data::VideoReader> reader;
   std::vector<std::string> images;
   if (video) {
@@ -190,7 +192,7 @@ void add_detect_command(CLI::App& app) {
   auto o = std::make_shared<DetectOptions>();
   auto* cmd = app.add_subcommand("detect", "detect objects in images (a file, a folder or a .txt list), a video file or a camera");
   cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
-  cmd->add_option("--source", o->source, "image file, folder (searched recursively), .txt list of images, video file (mp4, avi, mov ...) or camera index (0)")
+  cmd->add_option("--source", o->source, "image file, folder (searched recursively), .txt list of images, video file (mp4, avi, mov ...), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
       ->expected(1, 2)->check(CLI::Range(32, 8192));

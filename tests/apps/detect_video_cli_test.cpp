@@ -3,9 +3,11 @@
 // error that names it and leaves no run folder.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <opencv2/imgproc.hpp>
 
@@ -109,6 +111,51 @@ TEST(DetectVideoCli, WritesAnAnnotatedVideoAndLabelsPerFrame) {
   EXPECT_EQ(text(run.project + "/stride/labels/clip_1.txt"), text(exp + "/labels/clip_2.txt"));
   EXPECT_EQ(text(run.project + "/stride/labels/clip_2.txt"), text(exp + "/labels/clip_4.txt"));
   EXPECT_FALSE(fs::exists(run.project + "/stride/labels/clip_3.txt"));
+}
+
+// A stream URL goes to OpenCV's videoio as it is: the clip served over HTTP by Python's http.server on a
+// free local port gives the same frames (and labels) as the file.
+TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  EXPECT_TRUE(data::is_stream_url("rtsp://camera/live"));
+  EXPECT_TRUE(data::is_stream_url("HTTPS://host/clip.mp4"));
+  EXPECT_FALSE(data::is_stream_url("clip.mp4"));
+  EXPECT_FALSE(data::is_stream_url("http:/missing-slash"));
+  VideoRun run;
+  const std::string clip = make_clip(run.dir, cv::Size(192, 128));
+  const std::string port_file = run.dir.file("port");
+  test::write_file(run.dir.file("serve.py"),
+                   "import functools, http.server, os\n"
+                   "handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory='" + run.dir.path() + "')\n"
+                   "http.server.SimpleHTTPRequestHandler.log_message = lambda *a: None\n"
+                   "server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)\n"
+                   "open('" + port_file + ".tmp', 'w').write(str(server.server_address[1]))\n"
+                   "os.rename('" + port_file + ".tmp', '" + port_file + "')\n"
+                   "server.serve_forever()\n");
+  const auto started = test::run_command(std::string(KESTREL_TEST_PYTHON) + " " + run.dir.file("serve.py") +
+                                         " >/dev/null 2>&1 & echo $!");
+  const std::string pid = started.output.substr(0, started.output.find('\n'));
+  for (int i = 0; i < 100 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::ifstream in(port_file);
+  std::string port;
+  in >> port;
+  ASSERT_FALSE(port.empty()) << "the HTTP server did not start: " << started.output;
+  const std::string url = "http://127.0.0.1:" + port + "/clip.avi";
+  const auto r = run.detect(url, "--conf-thres 0.0001 --max-det 20 --save-txt --nosave --name url");
+  const auto f = run.detect(clip, "--conf-thres 0.0001 --max-det 20 --save-txt --nosave --name file");
+  test::run_command("kill " + pid);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(r.output.find("video 1/1 (5/"), std::string::npos) << r.output;
+  const auto text = [](const std::string& path) {
+    std::ifstream file(path);
+    return std::string(std::istreambuf_iterator<char>(file), {});
+  };
+  for (int k = 1; k <= 5; ++k) {
+    const std::string name = "/labels/clip_" + std::to_string(k) + ".txt";
+    ASSERT_TRUE(fs::exists(run.project + "/url" + name)) << name << "\n" << r.output;
+    EXPECT_EQ(text(run.project + "/url" + name), text(run.project + "/file" + name)) << name;
+  }
 }
 
 TEST(DetectVideoCli, UnreadableVideoIsAnErrorNamingIt) {

@@ -95,10 +95,18 @@ bool is_camera_source(const std::string& source) {
          std::all_of(source.begin(), source.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
+bool is_stream_url(const std::string& source) {
+  std::string head = source.substr(0, 8);
+  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* scheme : {"rtsp://", "rtmp://", "http://", "https://"})
+    if (head.rfind(scheme, 0) == 0) return true;
+  return false;
+}
+
 std::string video_support_problem() { return plugin().problem; }
 
 std::unique_ptr<VideoReader> open_video(const std::string& source) {
-  if (!is_camera_source(source) && !fs::exists(source)) fail(source, ": no such video file");
+  if (!is_camera_source(source) && !is_stream_url(source) && !fs::exists(source)) fail(source, ": no such video file");
   std::string error;
   auto reader = backend_for(source).open(source, error);
   if (!reader) fail(source, ": cannot read the video (", error, ")");

@@ -48,6 +48,10 @@ struct VideoBackend {
 bool is_video_file(const std::string& path);
 // A camera index as upstream's webcam source ("0", "1", ...).
 bool is_camera_source(const std::string& source);
+// A network stream or remote file as upstream's is_url sources: rtsp://, rtmp://, http://, https://
+// (any case). kestrel hands them to OpenCV's videoio (FFmpeg) as they are; upstream downloads http(s)
+// files first and reads streams with its threaded LoadStreams.
+bool is_stream_url(const std::string& source);
 
 // Opens a video file or a camera index; an Error naming the source when it cannot be read (or when
 // video support is missing).
