@@ -144,9 +144,10 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
       const at::Tensor half_wh = labels.slice(1, 3, 5) * at::tensor({w / 2, h / 2}, at::kFloat);
       const at::Tensor gt_boxes = to_original(at::cat({cxcy - half_wh, cxcy + half_wh}, 1), meta);
       correct.push_back(match_predictions(pred_boxes, pred.select(1, 5), gt_boxes, tcls.to(at::kFloat), iou_thresholds));
+      // val.py's predn [n, 6]: x1, y1, x2, y2 in original pixels, conf, cls.
+      const at::Tensor predn = at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1);
       if (options.confusion && labels.size(0) > 0)  // val.py: only images with labels
-        options.confusion->process_batch(at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1),
-                                         at::cat({tcls.to(gt_boxes.dtype()).unsqueeze(1), gt_boxes}, 1));
+        options.confusion->process_batch(predn, at::cat({tcls.to(gt_boxes.dtype()).unsqueeze(1), gt_boxes}, 1));
       conf.push_back(pred.select(1, 4));
       pred_cls.push_back(pred.select(1, 5));
       target_cls.push_back(tcls);
@@ -154,8 +155,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
         const std::string path = options.txt_dir + "/" +
                                  std::filesystem::path(dataset.records()[meta.index].image).stem().string() + ".txt";
         std::ofstream out(path, std::ios::app);
-        const at::Tensor rows = at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1);  // [n, 6]
-        for (int64_t j = 0; j < rows.size(0); ++j) out << label_line(rows[j], meta.original, options.save_conf) << "\n";
+        for (int64_t j = 0; j < predn.size(0); ++j) out << label_line(predn[j], meta.original, options.save_conf) << "\n";
         if (!out) fail(path, ": write failed");
       }
       if (options.save_json) {
