@@ -125,7 +125,9 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const Dete
     const std::string prefix = cat("video 1/1 (", f, "/", frames, ") ", o.source, ": ");
     detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", f, ".txt"), save_dir, stem, prefix);
     if (o.nosave) continue;
-    if (!writer) writer = data::create_video(out.string(), camera || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
+    // Cameras and streams at 30 fps as upstream (an RTSP source may report 90000).
+    const bool fixed_rate = camera || (data::is_stream_url(o.source) && !data::is_video_file(o.source));
+    if (!writer) writer = data::create_video(out.string(), fixed_rate || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
     if (!writer->write(frame)) fail(o.source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
   }
   if (f == 0) fail(o.source, ": no frame could be read from the video");
@@ -154,6 +156,9 @@ void run_detect(const DetectOptions& o) {
               << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
 
   // The source is opened before the run folder is made: a bad source leaves nothing behind.
+  // Upstream downloads an image URL and treats it as a file; kestrel has no downloader.
+  if (data::is_stream_url(o.source) && data::has_image_extension(o.source))
+    fail("--source ", o.source, ": an image URL; download the image and pass the file");
   const bool video = data::is_video_file(o.source) || data::is_camera_source(o.source) || data::is_stream_url(o.source);
   std::unique_ptr<data::VideoReader> reader;
   std::vector<std::string> images;

@@ -121,6 +121,11 @@ TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
   EXPECT_TRUE(data::is_stream_url("HTTPS://host/clip.mp4"));
   EXPECT_FALSE(data::is_stream_url("clip.mp4"));
   EXPECT_FALSE(data::is_stream_url("http:/missing-slash"));
+  // An image URL: upstream downloads it; kestrel says to.
+  VideoRun images;
+  const auto image_url = images.detect("https://example.com/zidane.jpg", "");
+  EXPECT_EQ(image_url.exit_code, 1) << image_url.output;
+  EXPECT_NE(image_url.output.find("an image URL; download the image"), std::string::npos) << image_url.output;
   VideoRun run;
   const std::string clip = make_clip(run.dir, cv::Size(192, 128));
   const std::string port_file = run.dir.file("port");
@@ -135,6 +140,10 @@ TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
   const auto started = test::run_command(std::string(KESTREL_TEST_PYTHON) + " " + run.dir.file("serve.py") +
                                          " >/dev/null 2>&1 & echo $!");
   const std::string pid = started.output.substr(0, started.output.find('\n'));
+  struct KillOnExit {  // also when an assertion below returns early
+    std::string pid;
+    ~KillOnExit() { test::run_command("kill " + pid); }
+  } server{pid};
   for (int i = 0; i < 100 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::ifstream in(port_file);
   std::string port;
@@ -143,7 +152,6 @@ TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
   const std::string url = "http://127.0.0.1:" + port + "/clip.avi";
   const auto r = run.detect(url, "--conf-thres 0.0001 --max-det 20 --save-txt --nosave --name url");
   const auto f = run.detect(clip, "--conf-thres 0.0001 --max-det 20 --save-txt --nosave --name file");
-  test::run_command("kill " + pid);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_EQ(f.exit_code, 0) << f.output;
   EXPECT_NE(r.output.find("video 1/1 (5/"), std::string::npos) << r.output;

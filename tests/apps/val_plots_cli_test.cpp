@@ -98,6 +98,7 @@ TEST(ValPlotsCli, SaveTxtWritesEveryPredictionOfItsImage) {
       EXPECT_NEAR(cx, (bbox[0].get<double>() + bbox[2].get<double>() / 2) / image.cols, 1e-4) << line;
       EXPECT_NEAR(cy, (bbox[1].get<double>() + bbox[3].get<double>() / 2) / image.rows, 1e-4) << line;
       EXPECT_NEAR(w, bbox[2].get<double>() / image.cols, 1e-4) << line;
+      EXPECT_NEAR(h, bbox[3].get<double>() / image.rows, 1e-4) << line;
       EXPECT_NEAR(conf, expected[k]["score"].get<double>(), 1e-4) << line;
       EXPECT_EQ(cls, expected[k]["category_id"].get<double>()) << line;
     }

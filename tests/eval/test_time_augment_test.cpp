@@ -66,6 +66,17 @@ TEST(TestTimeAugment, EachFamilyKeepsItsPredictions) {
   EXPECT_TRUE(at::allclose(p5.narrow(1, 0, 3840), v5->predict(images).narrow(1, 0, 3840)));
   auto v7 = eval_model("yolov7-tiny");
   EXPECT_EQ(predict_augmented(*v7, images).sizes(), (std::vector<int64_t>{1, 9387, 85}));
+  // YOLOv7's deploy configs end in a plain Detect: still YOLOv7's TTA (its MP/SP layers tell).
+  std::ifstream file(models::resolve_model_config_path("yolov7-tiny"));
+  std::string yaml((std::istreambuf_iterator<char>(file)), {});
+  const auto at = yaml.find("IDetect, [nc, anchors]");
+  ASSERT_NE(at, std::string::npos);
+  yaml.replace(at, 7, "Detect");
+  at::manual_seed(5);
+  auto deploy = models::build_model(models::parse_model_config(yaml, "yolov7-tiny-deploy.yaml"));
+  deploy->eval();
+  ASSERT_FALSE(deploy->head().implicit());
+  EXPECT_EQ(predict_augmented(*deploy, images).sizes(), (std::vector<int64_t>{1, 9387, 85}));
 }
 
 void write_floats(const std::string& path, const at::Tensor& t) {

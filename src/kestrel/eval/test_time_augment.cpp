@@ -7,6 +7,19 @@
 #include "kestrel/models/yolo_model.h"
 
 namespace kestrel::eval {
+namespace {
+
+// YOLOv7's models: an IDetect head, or (its deploy configs end in a plain Detect) any of the layers only
+// YOLOv7 uses.
+bool yolov7_family(const models::YoloModel& model) {
+  if (model.head().implicit()) return true;
+  for (const auto& layer : model.layer_info())
+    for (const char* module : {"MP", "SP", "SPPCSPC", "RepConv", "ReOrg"})
+      if (layer.module == module) return true;
+  return false;
+}
+
+}  // namespace
 
 at::Tensor scale_images(const at::Tensor& images, double ratio, int64_t stride) {
   if (ratio == 1.0) return images;
@@ -31,6 +44,7 @@ at::Tensor predict_augmented(models::YoloModel& model, const at::Tensor& images)
   const double ratios[] = {1.0, 0.83, 0.67};
   const bool flips[] = {false, true, false};
   const int64_t stride = model.max_stride();
+  const bool trim = !yolov7_family(model);
   std::vector<at::Tensor> parts;
   for (int k = 0; k < 3; ++k) {
     const at::Tensor input = scale_images(flips[k] ? images.flip({3}) : images, ratios[k], stride);
@@ -40,7 +54,7 @@ at::Tensor predict_augmented(models::YoloModel& model, const at::Tensor& images)
     // and the finest of the smallest one (its _clip_augmented with one excluded level: the count it
     // derives from the 1:4:16 grid ratio is the level's own size, as every input side is a stride multiple).
     const auto count = [&](size_t i) { return levels[i].numel() / (levels[i].size(0) * levels[i].size(-1)); };
-    if (!model.head().implicit()) {
+    if (trim) {
       if (k == 0) p = p.narrow(1, 0, p.size(1) - count(levels.size() - 1));
       if (k == 2) p = p.narrow(1, count(0), p.size(1) - count(0));
     }

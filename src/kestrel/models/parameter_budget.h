@@ -5,7 +5,9 @@
 // make the builder allocate (and initialise) gigabytes first. A network that matches the file needs
 // exactly as many values as the file's tensors hold, so load_model_weights builds under a budget of that
 // many: every layer charges its tensors' sizes *before* allocating them, and the first charge over the
-// budget throws. Outside a budget, charging costs a thread-local read and does nothing.
+// budget throws. Outside a budget, charging costs a thread-local read and does nothing. Only parameters
+// are charged: the activations of the stride probe (a 256 x 256 image) are not, so a config that keeps
+// the parameters small but upsamples or pads hugely is not caught here.
 #pragma once
 #include <cstdint>
 #include <initializer_list>

@@ -99,15 +99,20 @@ EpochTotals TrainingRun::run_batches() {
   Clock::time_point timing_start{};
   // The next batch's copy to the device (a side stream on CUDA) overlaps this batch's step.
   data::DevicePrefetcher prefetcher(*train_data.loader, device, o.channels_last, /*trim_multiple=*/32);
-  // Upstream's train_batch0..2.jpg: the run's first three batches as the step sees them (augmented),
-  // drawn from the host copy (uint8, before the transfer) so that the step never waits for it.
+  // Upstream's train_batch0..2.jpg: the run's first three batches as augmented (before --multi-scale's
+  // resize, which upstream draws after), drawn from the host copy (uint8, before the transfer): no device
+  // synchronisation, three JPEG encodes per run on this thread. A file that cannot be written is a warning.
   if (!o.noplots && dist_ctx.is_main() && nb * epoch + progression.next_batch < 3)
     prefetcher.set_host_batch_hook([this, epoch](const data::Batch& b) {
       const int64_t ni = b.index + nb * epoch;
       if (ni >= 3) return;
       data::BatchImageOptions options;
       for (const auto& meta : b.meta) options.paths.push_back(train_data.dataset->records()[meta.index].image);
-      data::write_jpeg((fs::path(save_dir) / cat("train_batch", ni, ".jpg")).string(), data::render_batch(b, names, options));
+      try {
+        data::write_jpeg((fs::path(save_dir) / cat("train_batch", ni, ".jpg")).string(), data::render_batch(b, names, options));
+      } catch (const Error& e) {
+        std::cerr << "WARNING: " << e.what() << "\n";
+      }
     });
   for (int64_t i = progression.next_batch; i < nb; ++i) {
     std::optional<data::DeviceBatch> batch = prefetcher.next();
