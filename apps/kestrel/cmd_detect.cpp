@@ -112,6 +112,8 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const Dete
   if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
   const fs::path out = save_dir / (stem + ".mp4");
   const int64_t frames = video.frame_count() / o.vid_stride;
+  // Cameras and streams are written at 30 fps as upstream (an RTSP source may report 90000).
+  const bool fixed_rate = camera || (data::is_stream_url(o.source) && !data::is_video_file(o.source));
   std::unique_ptr<data::VideoWriter> writer;
   cv::Mat frame;
   const auto next = [&] {  // upstream grabs vid_stride frames and keeps the last
@@ -125,8 +127,6 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const Dete
     const std::string prefix = cat("video 1/1 (", f, "/", frames, ") ", o.source, ": ");
     detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", f, ".txt"), save_dir, stem, prefix);
     if (o.nosave) continue;
-    // Cameras and streams at 30 fps as upstream (an RTSP source may report 90000).
-    const bool fixed_rate = camera || (data::is_stream_url(o.source) && !data::is_video_file(o.source));
     if (!writer) writer = data::create_video(out.string(), fixed_rate || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
     if (!writer->write(frame)) fail(o.source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
   }
