@@ -94,6 +94,16 @@ cv::Vec3b rgb_at(int x, int y) {
 }
 uint8_t grey_at(int x, int y) { return static_cast<uint8_t>((29 * x + 53 * y + 3) % 256); }
 
+// Pixels of a decoded 8-bit BGR image that differ from expected(x, y) (BGR).
+template <class Expected>
+int mismatches(const cv::Mat& bgr, Expected expected) {
+  int wrong = 0;
+  for (int y = 0; y < bgr.rows; ++y)
+    for (int x = 0; x < bgr.cols; ++x) wrong += bgr.at<cv::Vec3b>(y, x) != expected(x, y);
+  return wrong;
+}
+cv::Vec3b bgr_of(const cv::Vec3b& rgb) { return {rgb[2], rgb[1], rgb[0]}; }
+
 const char* kPillowScript = R"(
 import sys
 try:
@@ -143,13 +153,7 @@ TEST_F(PillowFormats, ColourFilesDecodeToTheArrayInBgr) {
     const DecodedImage d = decode_image_file(dir.file(name));
     ASSERT_EQ(d.image.type(), CV_8UC3);
     ASSERT_EQ(d.image.size(), cv::Size(kW, kH));
-    int wrong = 0;
-    for (int y = 0; y < kH; ++y)
-      for (int x = 0; x < kW; ++x) {
-        const cv::Vec3b rgb = rgb_at(x, y);
-        wrong += d.image.at<cv::Vec3b>(y, x) != cv::Vec3b(rgb[2], rgb[1], rgb[0]);
-      }
-    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(mismatches(d.image, [](int x, int y) { return bgr_of(rgb_at(x, y)); }), 0);
   }
 }
 
@@ -159,10 +163,7 @@ TEST_F(PillowFormats, GreyFilesBecomeThreeEqualChannels) {
     const DecodedImage d = decode_image_file(dir.file(name));
     ASSERT_EQ(d.image.type(), CV_8UC3);
     ASSERT_EQ(d.image.size(), cv::Size(kW, kH));
-    int wrong = 0;
-    for (int y = 0; y < kH; ++y)
-      for (int x = 0; x < kW; ++x) wrong += d.image.at<cv::Vec3b>(y, x) != cv::Vec3b::all(grey_at(x, y));
-    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(mismatches(d.image, [](int x, int y) { return cv::Vec3b::all(grey_at(x, y)); }), 0);
   }
 }
 
@@ -174,13 +175,7 @@ TEST_F(PillowFormats, ExifOrientationIsAppliedAsCv2Imread) {
     SCOPED_TRACE(name);
     const DecodedImage d = decode_image_file(dir.file(name));
     ASSERT_EQ(d.image.size(), cv::Size(kH, kW));
-    int wrong = 0;
-    for (int y = 0; y < kW; ++y)
-      for (int x = 0; x < kH; ++x) {
-        const cv::Vec3b rgb = rgb_at(y, kH - 1 - x);
-        wrong += d.image.at<cv::Vec3b>(y, x) != cv::Vec3b(rgb[2], rgb[1], rgb[0]);
-      }
-    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(mismatches(d.image, [](int x, int y) { return bgr_of(rgb_at(y, kH - 1 - x)); }), 0);
   }
 }
 
