@@ -17,6 +17,7 @@
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/video_io.h"
 #include "kestrel/eval/detector.h"
+#include "kestrel/models/model_family.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/train/run_files.h"
 
@@ -147,6 +148,7 @@ void run_detect(const DetectOptions& o) {
   d.nms.max_det = o.max_det;
   d.nms.classes = o.classes;
   d.nms.agnostic = o.agnostic_nms;
+  d.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's detect.py
   d.half = o.half;
   d.augment = o.augment;
   eval::Detector detector(loaded.model, device, d);

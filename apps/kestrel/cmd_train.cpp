@@ -24,6 +24,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--nosave", o->nosave, "only save the final checkpoint");
   cmd->add_flag("--noval,--notest", o->noval, "only validate after the final epoch");
   cmd->add_flag("--noplots", o->noplots, "save no plot files");
+  cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: validate with AP recall sentinel 1.0 (YOLOv7 test.py --v5-metric)");
   cmd->add_flag("--noautoanchor", o->noautoanchor, "keep the model's anchors (no AutoAnchor check before training)");
   cmd->add_option("--cache", o->cache, "cache resized images: ram, or disk (.npy next to each image)")
       ->expected(0, 1)->default_str("ram")->check(CLI::IsMember({"ram", "disk"}));

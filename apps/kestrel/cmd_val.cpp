@@ -26,7 +26,7 @@ struct ValOptions {
   double conf_thres = 0.001, iou_thres = 0.6;
   int max_det = 300;
   bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false, noplots = false;
-  bool augment = false, save_txt = false, save_conf = false;
+  bool augment = false, save_txt = false, save_conf = false, v5_metric = false;
 };
 
 void run_val(const ValOptions& o) {
@@ -50,6 +50,7 @@ void run_val(const ValOptions& o) {
   const train::SplitLoader split = train::make_val_loader(cfg, o.task, l);
 
   eval::ValidationOptions v;
+  v.metric = eval::metric_style_for(*loaded.model, o.v5_metric);
   v.nms.conf_thres = o.conf_thres;
   v.nms.iou_thres = o.iou_thres;
   v.nms.max_det = o.max_det;
@@ -127,6 +128,7 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
+  cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: AP with recall sentinel 1.0, as YOLOv7's test.py --v5-metric (YOLOv5 models always use it)");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
   cmd->add_option("--name", o->name, "run name")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");

@@ -1,14 +1,18 @@
-// YOLOv5 val.py metrics: matching and AP on cases derived by hand, and a cross-check of ap_per_class
-// and match_predictions against independent numpy implementations run by the project's Python.
+// YOLOv5 val.py and YOLOv7 test.py metrics: matching and AP on cases derived by hand, a cross-check of
+// ap_per_class and both matching rules against independent numpy implementations run by the project's
+// Python, and (with an upstream YOLOv7 checkout) the whole YOLOv7 metric against its test.py.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
 #include "kestrel/eval/ap_metrics.h"
+#include "kestrel/eval/nms.h"
 #include "test_support.h"
 
 namespace kestrel::eval {
@@ -64,6 +68,34 @@ TEST(ApMetrics, MatchWithNothingToMatch) {
   EXPECT_THROW(match_predictions(boxes({0, 0, 1, 1}), classes({0, 1}), boxes({}), classes({}), t), Error);
 }
 
+TEST(ApMetrics, Yolov7MatchClaimsOnceForAllThresholds) {
+  // g0 (class 0) x 0..10, g1 (class 1) x 20..30, all boxes 10 high. Predictions in confidence order:
+  //   p0 class 0, x 0..5: IoU(g0) = 50/100 = 0.5 exactly (YOLOv7's box_iou has no epsilon), not > 0.5;
+  //   p1 class 0, x 0..6.2: IoU 0.62, claims g0: correct at 0.50, 0.55, 0.60;
+  //   p2 class 0, x 0..9.6: IoU 0.96 with g0, already claimed: wrong at every threshold;
+  //   p3 class 1, on g0: its own class's best gt is g1, IoU 0: wrong;
+  //   p4 class 1, on g1: IoU 1, correct everywhere.
+  const at::Tensor pred = boxes({0, 0, 5, 10, 0, 0, 6.2, 10, 0, 0, 9.6, 10, 0, 0, 10, 10, 20, 0, 30, 10});
+  const at::Tensor pred_cls = classes({0, 0, 0, 1, 1});
+  const at::Tensor gt = boxes({0, 0, 10, 10, 20, 0, 30, 10});
+  const at::Tensor gt_cls = classes({0, 1});
+  const std::vector<bool> none(10, false), all(10, true);
+  const std::vector<bool> first3 = {true, true, true, false, false, false, false, false, false, false};
+  EXPECT_EQ(rows_of(match_predictions_yolov7(pred, pred_cls, gt, gt_cls, default_iou_thresholds())),
+            (std::vector<std::vector<bool>>{none, first3, none, none, all}));
+  // val.py matches per threshold with IoU >= t, and its 1e-7 vanishes against 100 in float32: at 0.50 g0
+  // goes to p0 (IoU 0.5), at 0.55 and 0.60 to p1, and from 0.65 up, where p1 is no candidate, to p2
+  // (0.96 >= 0.95).
+  std::vector<bool> at_050(10, false), from_055_to_060(10, false), from_065(10, true);
+  at_050[0] = from_055_to_060[1] = from_055_to_060[2] = true;
+  std::fill(from_065.begin(), from_065.begin() + 3, false);
+  EXPECT_EQ(rows_of(match_predictions(pred, pred_cls, gt, gt_cls, default_iou_thresholds())),
+            (std::vector<std::vector<bool>>{at_050, from_055_to_060, from_065, none, all}));
+  EXPECT_EQ(match_predictions_yolov7(boxes({}), classes({}), gt, gt_cls, default_iou_thresholds()).sizes(),
+            at::IntArrayRef({0, 10}));
+  EXPECT_FALSE(match_predictions_yolov7(pred, pred_cls, boxes({}), classes({}), default_iou_thresholds()).any().item<bool>());
+}
+
 at::Tensor all_thresholds(std::vector<bool> per_prediction) {
   at::Tensor out = at::zeros({static_cast<int64_t>(per_prediction.size()), 10}, at::kBool);
   for (size_t i = 0; i < per_prediction.size(); ++i) out[i].fill_(static_cast<bool>(per_prediction[i]));
@@ -116,6 +148,25 @@ TEST(ApMetrics, PerfectAndThresholdDependentAp) {
   EXPECT_NEAR(r.map, 0.995 * 6 / 10, 1e-12);
 }
 
+// YOLOv7's recall sentinel. 2 targets; predictions at conf 0.9 (TP) and 0.8 (FP): recall 1/2, 1/2,
+// precision 1, 1/2; envelope 1 below recall 1/2 and 1/2 at it.
+//   YOLOv7 (sentinel 1/2 + 0.01 with precision 0): 49 * 0.01 * 1 + 0.01 * (1 + 1/2) / 2 + 0.01 * (1/2) / 2 = 0.5.
+//   YOLOv5 (sentinel 1): the same up to 1/2, then a straight line from 1/2 down to 0 at recall 1,
+//   0.49 + 0.0075 + 0.5 * 0.5 / 2 = 0.6225. --v5-metric's YOLOv7 AP is YOLOv5's.
+// A perfect detector scores 1.0 with YOLOv7's sentinel (recall 1 + 0.01) and 0.995 with YOLOv5's.
+TEST(ApMetrics, Yolov7RecallSentinelByHand) {
+  const auto ap50 = [](MetricStyle style, std::vector<bool> hits, std::vector<double> conf, int targets) {
+    const ApPerClass r = ap_per_class(all_thresholds(hits), at::tensor(conf), at::zeros({static_cast<int64_t>(conf.size())}),
+                                      at::zeros({targets}), style);
+    return r.map50;
+  };
+  EXPECT_NEAR(ap50(MetricStyle::yolov7, {true, false}, {0.9, 0.8}, 2), 0.5, 1e-12);
+  EXPECT_NEAR(ap50(MetricStyle::yolov5, {true, false}, {0.9, 0.8}, 2), 0.6225, 1e-12);
+  EXPECT_NEAR(ap50(MetricStyle::yolov7_v5_metric, {true, false}, {0.9, 0.8}, 2), 0.6225, 1e-12);
+  EXPECT_NEAR(ap50(MetricStyle::yolov7, {true, true}, {0.9, 0.8}, 2), 1.0, 1e-12);
+  EXPECT_NEAR(ap50(MetricStyle::yolov5, {true, true}, {0.9, 0.8}, 2), 0.995, 1e-12);
+}
+
 TEST(ApMetrics, NothingCorrectIsAllZero) {
   const ApPerClass none = ap_per_class(all_thresholds({false, false}), at::tensor({0.9, 0.8}), at::tensor({0, 0}),
                                        at::tensor({0, 1}));
@@ -154,7 +205,8 @@ json random_set(uint32_t seed, bool quantise) {
   return {{"correct", correct}, {"conf", conf}, {"pred_cls", cls}, {"target_cls", targets}};
 }
 
-// An independent numpy reading of YOLOv5's ap_per_class semantics.
+// An independent numpy reading of YOLOv5's ap_per_class semantics, and of YOLOv7's with V7_SENTINEL
+// (recall sentinel = last recall + 0.01) and SMOOTH False (P, R at the raw mean F1's first maximum).
 const char* kNumpyApPerClass = R"PY(
 import json
 import numpy as np
@@ -177,7 +229,7 @@ for k, (c, n) in enumerate(zip(labels, counts)):
     R[k] = np.interp(-grid, -conf[mine], rec[:, 0], left=0.0)
     P[k] = np.interp(-grid, -conf[mine], prec[:, 0], left=1.0)
     for j in range(h.shape[1]):
-        r = np.concatenate([[0.0], rec[:, j], [1.0]])
+        r = np.concatenate([[0.0], rec[:, j], [rec[-1, j] + 0.01 if V7_SENTINEL else 1.0]])
         p = np.concatenate([[1.0], prec[:, j], [0.0]])
         p = np.maximum.accumulate(p[::-1])[::-1]
         xs = np.linspace(0, 1, 101)
@@ -186,15 +238,15 @@ F = 2 * P * R / (P + R + 1e-16)
 mean_f = F.mean(axis=0)
 padded = np.concatenate([np.full(50, mean_f[0]), mean_f, np.full(50, mean_f[-1])])
 smoothed = np.array([padded[i:i + 101].mean() for i in range(1000)])
-best = int(np.argmax(smoothed))
+best = int(np.argmax(smoothed if SMOOTH else mean_f))
 print('RESULT ' + json.dumps({'ap': AP.tolist(), 'p': P[:, best].tolist(), 'r': R[:, best].tolist(),
                               'f1': F[:, best].tolist(), 'conf': float(grid[best]), 'classes': labels.tolist()}))
 )PY";
 
-json run_numpy(const char* script, const json& data) {
+json run_numpy(const char* script, const json& data, const std::string& settings = "") {
   test::TempDir dir;
   test::write_file(dir.file("data.json"), data.dump());
-  const test::CommandResult r = test::run_python("DATA = '" + dir.file("data.json") + "'\n" + script);
+  const test::CommandResult r = test::run_python("DATA = '" + dir.file("data.json") + "'\n" + settings + script);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const size_t at = r.output.find("RESULT ");
   if (at == std::string::npos) {
@@ -217,23 +269,35 @@ at::Tensor tensor_of(const json& values, at::ScalarType type) {
   return values.size() && values[0].is_array() ? t.view({static_cast<int64_t>(values.size()), -1}) : t;
 }
 
+struct StyleSettings {
+  MetricStyle style;
+  const char* python;
+};
+const StyleSettings kStyles[] = {{MetricStyle::yolov5, "V7_SENTINEL = False\nSMOOTH = True\n"},
+                                 {MetricStyle::yolov7, "V7_SENTINEL = True\nSMOOTH = False\n"},
+                                 {MetricStyle::yolov7_v5_metric, "V7_SENTINEL = False\nSMOOTH = False\n"}};
+
 TEST(ApMetrics, ApPerClassMatchesNumpy) {
-  for (bool quantise : {false, true}) {
-    const json data = random_set(quantise ? 11 : 5, quantise);
-    const json expected = run_numpy(kNumpyApPerClass, data);
-    ASSERT_TRUE(expected.is_object());
-    const ApPerClass r = ap_per_class(tensor_of(data["correct"], at::kBool), tensor_of(data["conf"], at::kDouble),
-                                      tensor_of(data["pred_cls"], at::kLong), tensor_of(data["target_cls"], at::kLong));
-    ASSERT_EQ(r.classes.numel(), static_cast<int64_t>(expected["classes"].size()));
-    EXPECT_NEAR(r.best_confidence, expected["conf"].get<double>(), 1e-12);
-    for (int64_t k = 0; k < r.classes.numel(); ++k) {
-      for (int t = 0; t < 10; ++t) EXPECT_NEAR(r.ap[k][t].item<double>(), expected["ap"][k][t].get<double>(), 1e-9);
-      EXPECT_NEAR(r.precision[k].item<double>(), expected["p"][k].get<double>(), 1e-9);
-      EXPECT_NEAR(r.recall[k].item<double>(), expected["r"][k].get<double>(), 1e-9);
-      EXPECT_NEAR(r.f1[k].item<double>(), expected["f1"][k].get<double>(), 1e-9);
+  for (const StyleSettings& setting : kStyles) {
+    for (bool quantise : {false, true}) {
+      SCOPED_TRACE(setting.python);
+      const json data = random_set(quantise ? 11 : 5, quantise);
+      const json expected = run_numpy(kNumpyApPerClass, data, setting.python);
+      ASSERT_TRUE(expected.is_object());
+      const ApPerClass r = ap_per_class(tensor_of(data["correct"], at::kBool), tensor_of(data["conf"], at::kDouble),
+                                        tensor_of(data["pred_cls"], at::kLong), tensor_of(data["target_cls"], at::kLong),
+                                        setting.style);
+      ASSERT_EQ(r.classes.numel(), static_cast<int64_t>(expected["classes"].size()));
+      EXPECT_NEAR(r.best_confidence, expected["conf"].get<double>(), 1e-12);
+      for (int64_t k = 0; k < r.classes.numel(); ++k) {
+        for (int t = 0; t < 10; ++t) EXPECT_NEAR(r.ap[k][t].item<double>(), expected["ap"][k][t].get<double>(), 1e-9);
+        EXPECT_NEAR(r.precision[k].item<double>(), expected["p"][k].get<double>(), 1e-9);
+        EXPECT_NEAR(r.recall[k].item<double>(), expected["r"][k].get<double>(), 1e-9);
+        EXPECT_NEAR(r.f1[k].item<double>(), expected["f1"][k].get<double>(), 1e-9);
+      }
+      EXPECT_GT(r.map50, 0.1);  // a meaningful, not degenerate, case
+      EXPECT_LT(r.map50, 0.9);
     }
-    EXPECT_GT(r.map50, 0.1);  // a meaningful, not degenerate, case
-    EXPECT_LT(r.map50, 0.9);
   }
 }
 
@@ -293,6 +357,200 @@ TEST(ApMetrics, MatchPredictionsMatchesNumpy) {
       matched += correct[i][t].item<bool>();
     }
   EXPECT_GT(matched, 100);  // the case exercises matching at most thresholds
+}
+
+
+// The operating point of YOLOv7's metric is the raw mean F1's first maximum (YOLOv5's: the smoothed one's),
+// an invariant of the returned curves; and on this set the two differ, so the case tells them apart.
+TEST(ApMetrics, Yolov7TakesTheRawF1Peak) {
+  const json data = random_set(5, false);
+  const auto run = [&](MetricStyle style) {
+    return ap_per_class(tensor_of(data["correct"], at::kBool), tensor_of(data["conf"], at::kDouble),
+                        tensor_of(data["pred_cls"], at::kLong), tensor_of(data["target_cls"], at::kLong), style);
+  };
+  const ApPerClass v7 = run(MetricStyle::yolov7), v5 = run(MetricStyle::yolov5);
+  const at::Tensor mean_f1 = v7.f1_curve.mean(0);
+  const int64_t peak = mean_f1.argmax().item<int64_t>();
+  EXPECT_EQ(v7.best_confidence, v7.px[peak].item<double>());
+  EXPECT_NEAR(v7.f1.mean().item<double>(), mean_f1.max().item<double>(), 1e-12);
+  EXPECT_NE(v5.best_confidence, v7.best_confidence);
+  EXPECT_LT(v5.f1.mean().item<double>(), v7.f1.mean().item<double>());
+}
+
+// An independent loop-by-loop reading of YOLOv7 test.py's rule: per prediction in order, its best gt of its
+// class (lowest index among equal IoUs, no epsilon), claimed if IoU > the first threshold and still free.
+const char* kNumpyMatchYolov7 = R"PY(
+import json
+import numpy as np
+d = json.load(open(DATA))
+pb, pc = np.array(d['pred_boxes']).reshape(-1, 4), np.array(d['pred_cls'])
+gb, gc = np.array(d['gt_boxes']).reshape(-1, 4), np.array(d['gt_cls'])
+ths = np.array(d['thresholds'])
+def iou(g, p):
+    w = max(0.0, min(g[2], p[2]) - max(g[0], p[0])); h = max(0.0, min(g[3], p[3]) - max(g[1], p[1]))
+    inter = w * h
+    return inter / ((g[2] - g[0]) * (g[3] - g[1]) + (p[2] - p[0]) * (p[3] - p[1]) - inter)
+out = np.zeros((len(pb), len(ths)), dtype=bool)
+claimed = set()
+for i in range(len(pb)):
+    scores = [(iou(gb[j], pb[i]), -j) for j in range(len(gb)) if gc[j] == pc[i]]
+    if not scores:
+        continue
+    best, j = max(scores)
+    if best > ths[0] and -j not in claimed:
+        claimed.add(-j)
+        out[i] = best > ths
+print('RESULT ' + json.dumps(out.tolist()))
+)PY";
+
+TEST(ApMetrics, MatchPredictionsYolov7MatchesNumpy) {
+  std::mt19937 rng(4);
+  std::vector<double> gt_boxes, pred_boxes;
+  std::vector<int64_t> gt_cls, pred_cls;
+  for (int j = 0; j < 30; ++j) {
+    const double x = uniform(rng) * 200, y = uniform(rng) * 200, w = 5 + uniform(rng) * 40, h = 5 + uniform(rng) * 40;
+    gt_boxes.insert(gt_boxes.end(), {x, y, x + w, y + h});
+    gt_cls.push_back(static_cast<int64_t>(uniform(rng) * 3));
+  }
+  for (int i = 0; i < 120; ++i) {  // jittered copies of gts, some with another class
+    const int j = static_cast<int>(uniform(rng) * 30);
+    for (int k = 0; k < 4; ++k) pred_boxes.push_back(gt_boxes[4 * j + k] + (uniform(rng) - 0.5) * 12);
+    pred_cls.push_back(uniform(rng) < 0.85 ? gt_cls[j] : static_cast<int64_t>(uniform(rng) * 3));
+  }
+  const at::Tensor thresholds = at::linspace(0.5, 0.95, 10, at::kDouble);
+  const json data = {{"pred_boxes", pred_boxes}, {"pred_cls", pred_cls}, {"gt_boxes", gt_boxes},
+                     {"gt_cls", gt_cls}, {"thresholds", std::vector<double>(thresholds.data_ptr<double>(),
+                                                                             thresholds.data_ptr<double>() + 10)}};
+  const json expected = run_numpy(kNumpyMatchYolov7, data);
+  const auto args = std::make_tuple(at::tensor(pred_boxes, at::kDouble).view({-1, 4}), at::tensor(pred_cls, at::kLong),
+                                    at::tensor(gt_boxes, at::kDouble).view({-1, 4}), at::tensor(gt_cls, at::kLong));
+  const at::Tensor correct = std::apply([&](const auto&... a) { return match_predictions_yolov7(a..., thresholds); }, args);
+  const at::Tensor per_threshold = std::apply([&](const auto&... a) { return match_predictions(a..., thresholds); }, args);
+  int64_t matched = 0;
+  for (int64_t i = 0; i < correct.size(0); ++i)
+    for (int t = 0; t < 10; ++t) {
+      EXPECT_EQ(correct[i][t].item<bool>(), expected[i][t].get<bool>()) << i << "," << t;
+      matched += correct[i][t].item<bool>();
+    }
+  EXPECT_GT(matched, 50);  // of at most 30 gts x 10 thresholds: the case exercises matching at most thresholds
+  EXPECT_FALSE(correct.equal(per_threshold)) << "the case should tell YOLOv7's rule from val.py's";
+}
+
+// The whole YOLOv7 metric (NMS at test.py's conf 0.001 / IoU 0.65, matching, AP, P and R) against YOLOv7's
+// own test.test(), fed the same raw predictions through a stand-in model and a list of batches (test.py's
+// "called from train.py" path), with and without --v5-metric. Needs KESTREL_UPSTREAM_PYTHON (numpy, torch,
+// torchvision, opencv, yaml, tqdm, matplotlib, seaborn, pandas, scipy) and KESTREL_YOLOV7_DIR.
+TEST(ApMetrics, Yolov7StyleMatchesUpstreamTestPy) {
+  const char* python = std::getenv("KESTREL_UPSTREAM_PYTHON");
+  const char* checkout = std::getenv("KESTREL_YOLOV7_DIR");
+  if (!python || !checkout) GTEST_SKIP() << "set KESTREL_UPSTREAM_PYTHON and KESTREL_YOLOV7_DIR to compare with upstream";
+  constexpr int64_t kBatches = 3, kBatch = 4, kCandidates = 300, kClasses = 3, kSize = 320;
+  std::mt19937 rng(21);
+  // Per image: 0-7 labels; candidates are jittered labels (some with another class's score highest) and
+  // noise, with objectness and class scores that make the ranking imperfect.
+  at::Tensor raw = at::zeros({kBatches * kBatch, kCandidates, 5 + kClasses});  // cx, cy, w, h (pixels), obj, cls
+  std::vector<std::vector<std::vector<double>>> labels(kBatches * kBatch);    // cls, cx, cy, w, h (normalised)
+  for (int64_t image = 0; image < kBatches * kBatch; ++image) {
+    const int n = static_cast<int>(uniform(rng) * 8);
+    for (int k = 0; k < n; ++k) {
+      const double w = 0.05 + uniform(rng) * 0.4, h = 0.05 + uniform(rng) * 0.4;
+      const double cx = w / 2 + uniform(rng) * (1 - w), cy = h / 2 + uniform(rng) * (1 - h);
+      labels[image].push_back({static_cast<double>(static_cast<int>(uniform(rng) * kClasses)), cx, cy, w, h});
+    }
+    for (int64_t c = 0; c < kCandidates; ++c) {
+      const bool near = !labels[image].empty() && uniform(rng) < 0.7;
+      std::vector<double> box(4);
+      int cls = static_cast<int>(uniform(rng) * kClasses);
+      if (near) {
+        const auto& l = labels[image][static_cast<size_t>(uniform(rng) * labels[image].size())];
+        for (int k = 0; k < 4; ++k) box[k] = l[1 + k] * kSize * (1 + (uniform(rng) - 0.5) * (k < 2 ? 0.2 : 0.5));
+        if (uniform(rng) < 0.8) cls = static_cast<int>(l[0]);
+      } else {
+        box = {uniform(rng) * kSize, uniform(rng) * kSize, 10 + uniform(rng) * 100, 10 + uniform(rng) * 100};
+      }
+      for (int k = 0; k < 4; ++k) raw[image][c][k] = box[k];
+      raw[image][c][4] = uniform(rng) * (near ? 1.0 : 0.5);
+      for (int k = 0; k < kClasses; ++k) raw[image][c][5 + k] = uniform(rng) * (k == cls ? 1.0 : 0.3);
+    }
+  }
+  test::TempDir dir;
+  json targets = json::array();
+  for (int64_t b = 0; b < kBatches; ++b) {
+    json rows = json::array();
+    for (int64_t i = 0; i < kBatch; ++i)
+      for (const auto& l : labels[b * kBatch + i]) rows.push_back({i, l[0], l[1], l[2], l[3], l[4]});
+    targets.push_back(rows);
+  }
+  test::write_file(dir.file("targets.json"), targets.dump());
+  {
+    const at::Tensor c = raw.contiguous();
+    test::write_file(dir.file("raw.bin"), std::string(static_cast<const char*>(c.data_ptr()), c.nbytes()));
+  }
+  test::write_file(dir.file("run.py"), "import sys, json, numpy as np, torch\nsys.path.insert(0, '" + std::string(checkout) + "')\n" +
+      "if not hasattr(np, 'trapz'): np.trapz = np.trapezoid  # numpy 2 removed the name YOLOv7 uses\n"
+      "import test as yolov7_test\n"
+      "raw = torch.from_numpy(np.fromfile('" + dir.file("raw.bin") + "', np.float32).reshape(" +
+      std::to_string(kBatches) + ", " + std::to_string(kBatch) + ", " + std::to_string(kCandidates) + ", " +
+      std::to_string(5 + kClasses) + "))\n"
+      "targets = json.load(open('" + dir.file("targets.json") + "'))\n"
+      "class Stand(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__(); self.p = torch.nn.Parameter(torch.zeros(1)); self.names = ['a', 'b', 'c']; self.k = 0\n"
+      "    def forward(self, img, augment=False):\n"
+      "        self.k += 1\n"
+      "        return raw[self.k - 1].clone(), None\n"
+      "S = " + std::to_string(kSize) + "\n"
+      "make_batches = lambda: [(torch.zeros(" + std::to_string(kBatch) + ", 3, S, S, dtype=torch.uint8), torch.tensor(t, dtype=torch.float32).view(-1, 6),\n"
+      "                         ['%d.jpg' % i for i in range(" + std::to_string(kBatch) + ")], [((S, S), ((1.0, 1.0), (0.0, 0.0)))] * " +
+      std::to_string(kBatch) + ") for t in targets]\n"
+      "for v5 in (False, True):  # fresh batches each time: test.py scales the targets in place\n"
+      "    m = Stand()\n"
+      "    (mp, mr, map50, map_, *_), maps, _ = yolov7_test.test({'nc': 3, 'val': '" + dir.path() + "'}, batch_size=" +
+      std::to_string(kBatch) + ", imgsz=S, conf_thres=0.001, iou_thres=0.65, model=m, dataloader=make_batches(), plots=False, v5_metric=v5)\n"
+      "    print('RESULT', json.dumps([mp, mr, map50, map_, maps.tolist()]))\n");
+  const auto run = test::run_command(std::string(python) + " " + dir.file("run.py") + " 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::vector<json> upstream;
+  for (size_t at = run.output.find("RESULT "); at != std::string::npos; at = run.output.find("RESULT ", at + 1))
+    upstream.push_back(json::parse(run.output.substr(at + 7, run.output.find('\n', at) - at - 7)));
+  ASSERT_EQ(upstream.size(), 2u) << run.output;
+
+  NmsOptions nms;
+  nms.conf_thres = 0.001;
+  nms.iou_thres = 0.65;
+  nms.multi_label = true;
+  nms.objectness_only_single_class = true;  // YOLOv7's NMS (no effect with 3 classes)
+  const std::vector<at::Tensor> kept = non_max_suppression(raw, nms);
+  for (int v5 = 0; v5 < 2; ++v5) {
+    std::vector<at::Tensor> correct, conf, pred_cls, target_cls;
+    for (size_t image = 0; image < kept.size(); ++image) {
+      at::Tensor gt = at::zeros({static_cast<int64_t>(labels[image].size()), 4});
+      at::Tensor gt_cls = at::zeros({gt.size(0)});
+      for (int64_t k = 0; k < gt.size(0); ++k) {
+        const auto& l = labels[image][static_cast<size_t>(k)];
+        gt_cls[k] = l[0];
+        for (int e = 0; e < 4; ++e) gt[k][e] = (l[1 + e % 2] + (e < 2 ? -0.5 : 0.5) * l[3 + e % 2]) * kSize;
+      }
+      const at::Tensor pred = kept[image];
+      if (pred.size(0) == 0 && gt.size(0) == 0) continue;  // test.py: nothing to count
+      const at::Tensor pred_boxes = pred.slice(1, 0, 4).clamp(0, kSize);  // scale_coords clips to the image
+      correct.push_back(match_predictions_yolov7(pred_boxes, pred.select(1, 5), gt.clamp(0, kSize), gt_cls,
+                                                 default_iou_thresholds()));
+      conf.push_back(pred.select(1, 4));
+      pred_cls.push_back(pred.select(1, 5));
+      target_cls.push_back(gt_cls);
+    }
+    const ApPerClass r = ap_per_class(at::cat(correct), at::cat(conf), at::cat(pred_cls), at::cat(target_cls),
+                                      v5 ? MetricStyle::yolov7_v5_metric : MetricStyle::yolov7);
+    const json& u = upstream[static_cast<size_t>(v5)];
+    SCOPED_TRACE(v5 ? "--v5-metric" : "default");
+    EXPECT_NEAR(r.mp, u[0].get<double>(), 1e-6);
+    EXPECT_NEAR(r.mr, u[1].get<double>(), 1e-6);
+    EXPECT_NEAR(r.map50, u[2].get<double>(), 1e-6);
+    EXPECT_NEAR(r.map, u[3].get<double>(), 1e-6);
+    for (int64_t c = 0; c < kClasses; ++c) EXPECT_NEAR(r.ap[c].mean().item<double>(), u[4][c].get<double>(), 1e-6) << c;
+    EXPECT_GT(r.map50, 0.05);  // not a degenerate case
+  }
 }
 
 }  // namespace

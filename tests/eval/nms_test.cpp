@@ -191,6 +191,21 @@ TEST(NonMaxSuppression, ConvertsBoxesAndFiltersByConfidence) {
   }
 }
 
+TEST(NonMaxSuppression, Yolov7OneClassConfidenceIsObjectness) {
+  // One class: obj 0.8, cls 0.5. YOLOv5 (the default): conf 0.4; YOLOv7's rule: conf 0.8. With two classes
+  // the rule changes nothing: obj 0.8 x best cls 0.5 = 0.4 either way.
+  const at::Tensor one = image_of({{50, 50, 10, 10, 0.8, 0.5}});
+  const at::Tensor two = image_of({{50, 50, 10, 10, 0.8, 0.5, 0.25}});
+  NmsOptions yolov7;
+  yolov7.objectness_only_single_class = true;
+  EXPECT_FALSE(NmsOptions{}.objectness_only_single_class);
+  for (const at::Device d : devices()) {
+    expect_rows(run(one, NmsOptions{}, d)[0], {{45, 45, 55, 55, 0.4, 0}}, "one class, YOLOv5");
+    expect_rows(run(one, yolov7, d)[0], {{45, 45, 55, 55, 0.8, 0}}, "one class, YOLOv7");
+    expect_rows(run(two, yolov7, d)[0], {{45, 45, 55, 55, 0.4, 0}}, "two classes, YOLOv7");
+  }
+}
+
 TEST(NonMaxSuppression, ClassAwareUnlessAgnostic) {
   // Box 0 (class 0, conf 0.9) and box 1 (class 1, conf 0.8, shifted 0.5 px in x) have IoU 95/105 = 0.90;
   // box 2 (class 0, conf 0.7, shifted in y) has IoU 0.90 with box 0 and is suppressed by it in both modes.

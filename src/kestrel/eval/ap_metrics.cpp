@@ -10,14 +10,14 @@
 namespace kestrel::eval {
 namespace {
 
-// [M, 4] x [N, 4] xyxy -> [M, N], with upstream's 1e-7 in the denominator.
-at::Tensor box_iou(const at::Tensor& a, const at::Tensor& b) {
+// [M, 4] x [N, 4] xyxy -> [M, N]; eps: YOLOv5's 1e-7 in the denominator (YOLOv7's box_iou has none).
+at::Tensor box_iou(const at::Tensor& a, const at::Tensor& b, double eps = 1e-7) {
   const at::Tensor lt = at::max(a.slice(1, 0, 2).unsqueeze(1), b.slice(1, 0, 2).unsqueeze(0));  // [M, N, 2]
   const at::Tensor rb = at::min(a.slice(1, 2, 4).unsqueeze(1), b.slice(1, 2, 4).unsqueeze(0));
   const at::Tensor inter = (rb - lt).clamp_min(0).prod(2);                                      // [M, N]
   const at::Tensor area_a = (a.slice(1, 2, 4) - a.slice(1, 0, 2)).prod(1);                      // [M]
   const at::Tensor area_b = (b.slice(1, 2, 4) - b.slice(1, 0, 2)).prod(1);                      // [N]
-  return inter / (area_a.unsqueeze(1) + area_b.unsqueeze(0) - inter + 1e-7);
+  return inter / (area_a.unsqueeze(1) + area_b.unsqueeze(0) - inter + eps);
 }
 
 void check_shape(const at::Tensor& t, int64_t dims, int64_t last, const char* name) {
@@ -51,14 +51,15 @@ double interp(double x, const std::vector<double>& xp, const std::vector<double>
 }
 
 // YOLOv5's compute_ap: sentinels (recall 0 -> precision 1, recall 1 -> precision 0), precision envelope,
-// trapezoid rule over the envelope sampled at 101 recall points.
+// trapezoid rule over the envelope sampled at 101 recall points. YOLOv7's default puts the last sentinel
+// at the last recall + 0.01 instead of 1 (`v7_sentinel`): the curve drops to 0 just after the last point.
 // With `envelope`, also upstream's py row: the envelope interpolated at recall `px` (for PR_curve.png).
-double compute_ap(const std::vector<double>& recall, const std::vector<double>& precision,
+double compute_ap(const std::vector<double>& recall, const std::vector<double>& precision, bool v7_sentinel,
                   const std::vector<double>* px = nullptr, double* envelope = nullptr) {
   std::vector<double> mrec{0.0}, mpre{1.0};
   mrec.insert(mrec.end(), recall.begin(), recall.end());
   mpre.insert(mpre.end(), precision.begin(), precision.end());
-  mrec.push_back(1.0);
+  mrec.push_back(v7_sentinel ? recall.back() + 0.01 : 1.0);
   mpre.push_back(0.0);
   for (size_t i = mpre.size() - 1; i-- > 0;) mpre[i] = std::max(mpre[i], mpre[i + 1]);
   if (px && envelope)
@@ -102,7 +103,7 @@ constexpr int kCurvePoints = 1000;  // confidence axis of the P, R, F1 curves
 // One class's predictions, in descending confidence: AP per threshold, and P and R as functions of the
 // confidence threshold px (interpolated between predictions, as upstream).
 void class_curves(const std::vector<int64_t>& rows, const std::vector<uint8_t>& correct, int64_t T,
-                  const std::vector<double>& conf, double targets, const std::vector<double>& px,
+                  const std::vector<double>& conf, double targets, const std::vector<double>& px, bool v7_sentinel,
                   double* ap, double* p_curve, double* r_curve, double* pr_curve) {
   const size_t n = rows.size();
   std::vector<double> neg_conf(n);
@@ -115,7 +116,7 @@ void class_curves(const std::vector<int64_t>& rows, const std::vector<uint8_t>& 
       recall[i] = tp / (targets + 1e-16);
       precision[i] = tp / (tp + fp);
     }
-    ap[t] = t == 0 ? compute_ap(recall, precision, &px, pr_curve) : compute_ap(recall, precision);
+    ap[t] = t == 0 ? compute_ap(recall, precision, v7_sentinel, &px, pr_curve) : compute_ap(recall, precision, v7_sentinel);
     if (t != 0) continue;
     for (int k = 0; k < kCurvePoints; ++k) {
       r_curve[k] = interp(-px[k], neg_conf, recall, 0.0, recall.back());
@@ -165,12 +166,42 @@ at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pre
   return correct;
 }
 
+at::Tensor match_predictions_yolov7(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
+                                    const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
+                                    const at::Tensor& iou_thresholds) {
+  check_shape(pred_boxes, 2, 4, "pred_boxes");
+  check_shape(gt_boxes, 2, 4, "gt_boxes");
+  check_shape(pred_classes, 1, pred_boxes.size(0), "pred_classes");
+  check_shape(gt_classes, 1, gt_boxes.size(0), "gt_classes");
+  check_shape(iou_thresholds, 1, -1, "iou_thresholds");
+  const int64_t N = pred_boxes.size(0), M = gt_boxes.size(0), T = iou_thresholds.size(0);
+  at::Tensor correct = at::zeros({N, T}, pred_boxes.options().dtype(at::kBool));
+  if (N == 0 || M == 0 || T == 0) return correct;
+
+  const at::Tensor iou = box_iou(pred_boxes, gt_boxes.to(pred_boxes.options()), /*eps=*/0.0);      // [N, M]
+  const at::Tensor same_class =
+      pred_classes.to(at::kLong).unsqueeze(1) == gt_classes.to(pred_boxes.device(), at::kLong).unsqueeze(0);
+  // Each prediction's best gt of its own class: the first maximum, as test.py's ious.max(1) over the
+  // class's gts in index order.
+  const auto [best_iou, best_gt] = at::where(same_class, iou, -1.0).max(1);                     // [N], [N]
+  const at::Tensor thresholds = iou_thresholds.to(iou.options());
+  const at::Tensor eligible = best_iou > thresholds[0];
+  // Claims in prediction order: each gt goes to the lowest-index eligible prediction that chose it.
+  const at::Tensor pred_index = at::arange(N, best_gt.options());
+  at::Tensor winner = at::full({M}, N, best_gt.options());
+  winner.scatter_reduce_(0, best_gt.masked_select(eligible), pred_index.masked_select(eligible), "amin");
+  const at::Tensor claimed = winner.masked_select(winner < N);                                     // [K] pred indices
+  correct.index_put_({claimed}, best_iou.index({claimed}).unsqueeze(1) > thresholds.unsqueeze(0));
+  return correct;
+}
+
 namespace {
 
-// P, R and F1 of every class where the smoothed mean F1 over classes peaks along the confidence axis.
+// P, R and F1 of every class where the mean F1 over classes peaks along the confidence axis (the first
+// peak; of the box-filtered curve when `smoothed`, as YOLOv5; of the raw one, as YOLOv7).
 //   p, r: [nc, kCurvePoints] curves; counts: [nc] targets per class.
 void take_operating_point(const std::vector<double>& p, const std::vector<double>& r,
-                          const std::vector<int64_t>& counts, ApPerClass& out) {
+                          const std::vector<int64_t>& counts, bool smoothed, ApPerClass& out) {
   const int64_t nc = static_cast<int64_t>(counts.size());
   std::vector<double> f1(nc * kCurvePoints), mean_f1(kCurvePoints, 0.0);
   for (int64_t c = 0; c < nc; ++c)
@@ -180,8 +211,8 @@ void take_operating_point(const std::vector<double>& p, const std::vector<double
       mean_f1[k] += f1[at];
     }
   for (double& v : mean_f1) v /= static_cast<double>(nc);
-  const std::vector<double> smoothed = smooth(mean_f1, 0.1);
-  const int64_t best = std::max_element(smoothed.begin(), smoothed.end()) - smoothed.begin();  // first peak
+  const std::vector<double> peaked = smoothed ? smooth(mean_f1, 0.1) : mean_f1;
+  const int64_t best = std::max_element(peaked.begin(), peaked.end()) - peaked.begin();  // first peak
   out.best_confidence = unit_linspace(kCurvePoints)[best];
   std::copy(f1.begin(), f1.end(), out.f1_curve.data_ptr<double>());
   for (int64_t c = 0; c < nc; ++c) {
@@ -198,7 +229,7 @@ void take_operating_point(const std::vector<double>& p, const std::vector<double
 }  // namespace
 
 ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const at::Tensor& pred_cls,
-                        const at::Tensor& target_cls) {
+                        const at::Tensor& target_cls, MetricStyle style) {
   check_shape(correct, 2, -1, "correct");
   check_shape(conf, 1, correct.size(0), "conf");
   check_shape(pred_cls, 1, correct.size(0), "pred_cls");
@@ -234,10 +265,11 @@ ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const
     for (int64_t i : ranked)
       if (predicted[i] == classes[c]) rows.push_back(i);
     if (!rows.empty())
-      class_curves(rows, hits, T, confidence, static_cast<double>(counts[c]), px, out.ap.data_ptr<double>() + c * T,
+      class_curves(rows, hits, T, confidence, static_cast<double>(counts[c]), px, style == MetricStyle::yolov7,
+                   out.ap.data_ptr<double>() + c * T,
                    &p[c * kCurvePoints], &r[c * kCurvePoints], out.pr_curve.data_ptr<double>() + c * kCurvePoints);
   }
-  take_operating_point(p, r, counts, out);
+  take_operating_point(p, r, counts, /*smoothed=*/style == MetricStyle::yolov5, out);
   std::copy(p.begin(), p.end(), out.precision_curve.data_ptr<double>());
   std::copy(r.begin(), r.end(), out.recall_curve.data_ptr<double>());
   out.mp = out.precision.mean().item<double>();

@@ -3,10 +3,19 @@
 // from COCO's (eval/coco_eval.h): one pooled ranking per class over the whole set, no area ranges, no
 // crowd handling, no maxDets, and AP integrates the 101-point interpolated curve with the trapezoid rule,
 // recall running to a sentinel of 1.0 with precision 0 (so a perfect detector scores 0.995).
+// YOLOv7's test.py computes the same quantities with three differences (MetricStyle below).
 #pragma once
 #include <ATen/ATen.h>
 
 namespace kestrel::eval {
+
+// Whose validation metric. kestrel's default is each model family's own (docs/design.md):
+//   yolov5: val.py v7.0 (match_predictions; AP recall sentinel 1.0; P and R where the smoothed mean F1
+//           peaks).
+//   yolov7: YOLOv7's test.py (match_predictions_yolov7; AP recall sentinel = last recall + 0.01, the "old
+//           YOLOv5 metric"; P and R where the unsmoothed mean F1 peaks).
+//   yolov7_v5_metric: test.py --v5-metric, i.e. yolov7 with the recall sentinel 1.0.
+enum class MetricStyle { yolov5, yolov7, yolov7_v5_metric };
 
 // val.py's process_batch for one image: which predictions are correct at each IoU threshold.
 //   pred_boxes [N, 4] xyxy, pred_classes [N], gt_boxes [M, 4] xyxy, gt_classes [M], iou_thresholds [T]
@@ -22,12 +31,22 @@ at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pre
                              const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
                              const at::Tensor& iou_thresholds);
 
+// YOLOv7 test.py's rule for one image, same arguments and result. Per class, each prediction takes its
+// highest-IoU gt of that class (lowest gt index among equals); in prediction order (descending confidence,
+// as NMS returns them) a prediction whose IoU with that gt is > iou_thresholds[0] claims it unless an
+// earlier prediction did, and is then correct at every threshold its IoU exceeds (strictly). One claim
+// serves all thresholds: a later, tighter prediction of a claimed gt stays wrong even at 0.95, where
+// val.py's per-threshold matching would give it the gt.
+at::Tensor match_predictions_yolov7(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
+                                    const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
+                                    const at::Tensor& iou_thresholds);
+
 // The ten thresholds val.py uses: linspace(0.5, 0.95, 10), float32.
 at::Tensor default_iou_thresholds();
 
 struct ApPerClass {
   at::Tensor classes;          // [nc] int64: classes that have targets, ascending
-  at::Tensor precision;        // [nc] double, at the confidence that maximises the smoothed mean F1
+  at::Tensor precision;        // [nc] double, at the confidence that maximises the (smoothed) mean F1
   at::Tensor recall;           // [nc] double, same confidence
   at::Tensor f1;               // [nc] double, same confidence
   at::Tensor true_positives;   // [nc] double: round(recall * targets), as upstream
@@ -51,7 +70,8 @@ struct ApPerClass {
 // order among equal confidences is unspecified). Classes with targets but no predictions count with AP,
 // P and R of 0. With no targets, or no correct prediction at all, everything is zero: val.py skips
 // ap_per_class then and reports zeros.
+// `style` chooses the recall sentinel and the F1 smoothing (MetricStyle); yolov5 is val.py's.
 ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const at::Tensor& pred_cls,
-                        const at::Tensor& target_cls);
+                        const at::Tensor& target_cls, MetricStyle style = MetricStyle::yolov5);
 
 }  // namespace kestrel::eval

@@ -75,7 +75,8 @@ void check_options(const at::Tensor& prediction, const NmsOptions& o) {
 // in x's dtype and then widened, as upstream computes them before torch.cat promotes to float32.
 at::Tensor candidate_rows(const at::Tensor& x, const NmsOptions& o) {
   const at::ScalarType row_type = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor cls_conf = x.slice(1, 5) * x.slice(1, 4, 5);                  // [n, nc]: obj * cls
+  const bool objectness_only = o.objectness_only_single_class && x.size(1) == 6;
+  const at::Tensor cls_conf = objectness_only ? x.slice(1, 4, 5) : x.slice(1, 5) * x.slice(1, 4, 5);  // [n, nc]: obj * cls
   const at::Tensor center = x.slice(1, 0, 2), half_size = x.slice(1, 2, 4) / 2;  // [n, 2] each
   const at::Tensor box = at::cat({center - half_size, center + half_size}, 1).to(row_type);  // [n, 4]
   if (o.multi_label && cls_conf.size(1) > 1) {

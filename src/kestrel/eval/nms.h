@@ -41,6 +41,9 @@ struct NmsOptions {
   int64_t max_det = 300;       // kept rows per image, the most confident
   int64_t max_nms = 30000;     // rows per image entering NMS, the most confident (upstream max_nms)
   std::vector<int> classes;    // keep only these classes; empty: all
+  // YOLOv7's NMS: a one-class model's confidence is its objectness alone (YOLOv7 skips the class score,
+  // which its loss never trains for nc = 1); YOLOv5 multiplies as for any nc.
+  bool objectness_only_single_class = false;
 };
 
 // prediction [B, N, 5 + nc] as the Detect head returns it at inference: cx, cy, w, h (pixels), obj, class

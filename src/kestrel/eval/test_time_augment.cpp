@@ -4,22 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#include "kestrel/models/model_family.h"
 #include "kestrel/models/yolo_model.h"
 
 namespace kestrel::eval {
-namespace {
-
-// YOLOv7's models: an IDetect head, or (its deploy configs end in a plain Detect) any of the layers only
-// YOLOv7 uses.
-bool yolov7_family(const models::YoloModel& model) {
-  if (model.head().implicit()) return true;
-  for (const auto& layer : model.layer_info())
-    for (const char* module : {"MP", "SP", "SPPCSPC", "RepConv", "ReOrg"})
-      if (layer.module == module) return true;
-  return false;
-}
-
-}  // namespace
 
 at::Tensor scale_images(const at::Tensor& images, double ratio, int64_t stride) {
   if (ratio == 1.0) return images;
@@ -44,7 +32,7 @@ at::Tensor predict_augmented(models::YoloModel& model, const at::Tensor& images)
   const double ratios[] = {1.0, 0.83, 0.67};
   const bool flips[] = {false, true, false};
   const int64_t stride = model.max_stride();
-  const bool trim = !yolov7_family(model);
+  const bool trim = !models::is_yolov7_family(model);
   std::vector<at::Tensor> parts;
   for (int k = 0; k < 3; ++k) {
     const at::Tensor input = scale_images(flips[k] ? images.flip({3}) : images, ratios[k], stride);

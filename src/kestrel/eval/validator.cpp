@@ -17,6 +17,7 @@
 #include "kestrel/eval/detector.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/test_time_augment.h"
+#include "kestrel/models/model_family.h"
 
 namespace kestrel::eval {
 namespace {
@@ -107,6 +108,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     t = Clock::now();
     NmsOptions nms = options.nms;
     nms.agnostic = nms.agnostic || options.single_cls;
+    nms.objectness_only_single_class = options.metric != MetricStyle::yolov5;  // YOLOv7's test.py uses YOLOv7's NMS
     std::vector<at::Tensor> kept = non_max_suppression(predictions, nms);
     for (auto& k : kept) k = k.to(at::kCPU);
     r.ms_per_image[2] += ms_since(t);
@@ -143,7 +145,8 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
       const at::Tensor cxcy = labels.slice(1, 1, 3) * at::tensor({w, h}, at::kFloat);
       const at::Tensor half_wh = labels.slice(1, 3, 5) * at::tensor({w / 2, h / 2}, at::kFloat);
       const at::Tensor gt_boxes = to_original(at::cat({cxcy - half_wh, cxcy + half_wh}, 1), meta);
-      correct.push_back(match_predictions(pred_boxes, pred.select(1, 5), gt_boxes, tcls.to(at::kFloat), iou_thresholds));
+      const auto match = options.metric == MetricStyle::yolov5 ? match_predictions : match_predictions_yolov7;
+      correct.push_back(match(pred_boxes, pred.select(1, 5), gt_boxes, tcls.to(at::kFloat), iou_thresholds));
       // val.py's predn [n, 6]: x1, y1, x2, y2 in original pixels, conf, cls.
       const at::Tensor predn = at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1);
       if (options.confusion && labels.size(0) > 0)  // val.py: only images with labels
@@ -185,11 +188,17 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
   if (r.images > 0)
     for (double& ms : r.ms_per_image) ms /= static_cast<double>(r.images);
   if (correct.empty()) {
-    r.metrics = ap_per_class(at::zeros({0, iou_thresholds.size(0)}, at::kBool), at::zeros({0}), at::zeros({0}), at::zeros({0}));
+    r.metrics = ap_per_class(at::zeros({0, iou_thresholds.size(0)}, at::kBool), at::zeros({0}), at::zeros({0}),
+                             at::zeros({0}), options.metric);
   } else {
-    r.metrics = ap_per_class(at::cat(correct), at::cat(conf), at::cat(pred_cls), at::cat(target_cls));
+    r.metrics = ap_per_class(at::cat(correct), at::cat(conf), at::cat(pred_cls), at::cat(target_cls), options.metric);
   }
   return r;
+}
+
+MetricStyle metric_style_for(const models::YoloModel& model, bool v5_metric) {
+  if (!models::is_yolov7_family(model)) return MetricStyle::yolov5;
+  return v5_metric ? MetricStyle::yolov7_v5_metric : MetricStyle::yolov7;
 }
 
 std::string format_validation_table(const ValidationResult& r, const std::vector<std::string>& names, bool per_class) {

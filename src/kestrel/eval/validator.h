@@ -31,6 +31,8 @@ struct ValidationOptions {
     o.max_det = 300;
     return o;
   }();
+  // Whose metric (ap_metrics.h): val.py's, or YOLOv7 test.py's (callers pick by model family).
+  MetricStyle metric = MetricStyle::yolov5;
   bool single_cls = false;
   bool half = false;                    // fp16 autocast on CUDA (val.py --half; training validates in fp16)
   bool augment = false;                 // val.py --augment: test-time augmentation (test_time_augment.h), no loss
@@ -50,6 +52,10 @@ struct ValidationOptions {
   std::string plot_dir;
   std::vector<std::string> names;
 };
+
+// The metric a user of the model's upstream sees: YOLOv7 test.py's for YOLOv7 models (with --v5-metric's
+// recall sentinel when `v5_metric`), val.py's for the others (v5_metric changes nothing there).
+MetricStyle metric_style_for(const models::YoloModel& model, bool v5_metric);
 
 // The loss to report on the validation set: raw levels, targets, mask -> [3] (box, obj, cls) items.
 using LossItemsFn = std::function<at::Tensor(const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&)>;

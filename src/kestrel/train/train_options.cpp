@@ -28,6 +28,7 @@ void for_each_saved_option(Options& o, Visit&& visit) {
   visit("noval", o.noval, true);
   visit("noautoanchor", o.noautoanchor, false);
   visit("noplots", o.noplots, false);
+  visit("v5_metric", o.v5_metric, false);
   visit("cache", o.cache, true);
   visit("device", o.device, true);
   visit("multi_scale", o.multi_scale, true);

@@ -233,6 +233,7 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
 
 void TrainingRun::validate_epoch() {
   eval::ValidationOptions v;
+  v.metric = eval::metric_style_for(ema->model(), o.v5_metric);
   v.single_cls = o.single_cls;
   v.half = amp == "fp16";
   const auto val_loss = [&](const std::vector<at::Tensor>& levels, const at::Tensor& t, const at::Tensor& m) {
@@ -307,6 +308,7 @@ void TrainingRun::validate_best() {
   models::LoadedModel best = models::load_model_weights(result.best);
   best.model->to(device);
   eval::ValidationOptions v;
+  v.metric = eval::metric_style_for(*best.model, o.v5_metric);
   v.single_cls = o.single_cls;
   eval::ConfusionMatrix confusion(nc);
   if (!o.noplots) {
