@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build an upstream YOLOv5 checkpoint (.pt) from a state dict exported by tools/export_state_dict.py.
+"""Build an upstream YOLOv5 or YOLOv7 checkpoint (.pt) from a state dict exported by tools/export_state_dict.py.
 
 Measurement only, for bench/val_vs_upstream.sh: run with the upstream venv's Python; this file IMPORTS
 upstream's models.yolo.Model from --upstream-dir and copies none of its code. The checkpoint is laid out
@@ -47,7 +47,9 @@ def main():
     model = Model(args.yaml, ch=3, nc=nc)
     sd = torch.load(args.state_dict, map_location='cpu', weights_only=True)
     model.load_state_dict(sd, strict=True)  # every key and shape, as kestrel loads
-    model.names = names
+    # YOLOv7 (no utils/dataloaders.py) indexes a list of names; YOLOv5 v7.0 keeps the dict.
+    yolov7 = not (Path(args.upstream_dir) / 'utils' / 'dataloaders.py').exists()
+    model.names = [names[i] for i in range(nc)] if yolov7 else names
     model.nc = nc
     model.float()
     ckpt = {'epoch': -1, 'best_fitness': None, 'model': model, 'ema': None, 'updates': None,

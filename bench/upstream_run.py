@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Run an upstream YOLOv5 v7.0 script (val.py, detect.py) under current numpy and Pillow.
+"""Run an upstream YOLOv5 v7.0 or YOLOv7 script (val.py, test.py, detect.py) under current numpy and Pillow.
 
 Measurement only, for bench/val_vs_upstream.sh; run with the upstream venv's Python from the upstream tree:
 
     cd /tmp/yolov5 && python /path/to/kestrel/bench/upstream_run.py val.py --weights ... --data ...
+    cd /tmp/yolov7 && python /path/to/kestrel/bench/upstream_run.py test.py --weights ... --data ...
 
 v7.0 (Nov 2022) calls two functions that were removed later: numpy.trapz (numpy 2.0: numpy.trapezoid,
 the same trapezoidal rule under a new name; utils/metrics.py compute_ap integrates the PR curve with it)
@@ -11,8 +12,8 @@ and PIL's FreeTypeFont.getsize (Pillow 10: getbbox; utils/plots.py Annotator lab
 aliases before the script runs as __main__ with the remaining arguments; upstream's code is not changed.
 
 With KESTREL_PREPROCESS=1 (to explain differences, not to measure upstream) two preprocessing choices of
-upstream's validation loader (utils/dataloaders.py LoadImagesAndLabels) are replaced by kestrel's, by wrapping
-its methods from outside:
+upstream's validation loader (LoadImagesAndLabels: utils/dataloaders.py in YOLOv5, utils/datasets.py in
+YOLOv7, whose load_image is a module function) are replaced by kestrel's, by wrapping them from outside:
   - load_image's first resize to --img on the long side: (int(w0 * r), int(h0 * r)) in v7.0, (ceil(w0 * r),
     ceil(h0 * r)) in kestrel (src/kestrel/data/augment.cpp resize_long_side; upstream master after v7.0 also
     rounds up). The wrapper hands load_image a cv2 whose resize rounds the requested size up to that.
@@ -48,11 +49,21 @@ def _kestrel_preprocess(resize=True, sort=True):
     import math
     import types
 
-    import utils.dataloaders as dl  # upstream, imported from the working directory
+    try:
+        import utils.dataloaders as dl  # upstream YOLOv5, imported from the working directory
+        yolov7 = False
+    except ImportError:
+        import utils.datasets as dl  # YOLOv7
+        yolov7 = True
 
     cls = dl.LoadImagesAndLabels
-    orig_init, orig_load = cls.__init__, cls.load_image
+    orig_init = cls.__init__
+    orig_load = dl.load_image if yolov7 else cls.load_image
     real_cv2 = dl.cv2
+    files = 'img_files' if yolov7 else 'im_files'
+    # The per-image lists each upstream reorders in its own rect sort.
+    reordered = (('img_files', 'label_files', 'labels') if yolov7 else
+                 ('im_files', 'label_files', 'labels', 'segments', 'npy_files', 'ims', 'im_hw0', 'im_hw'))
 
     def init(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
@@ -62,8 +73,8 @@ def _kestrel_preprocess(resize=True, sort=True):
         a.apply_defaults()
         img_size, stride, pad = a.arguments['img_size'], a.arguments['stride'], a.arguments['pad']
         ar = self.shapes[:, 1] / self.shapes[:, 0]
-        order = sorted(range(len(ar)), key=lambda i: (ar[i], self.im_files[i]))  # ratio, then file order
-        for name in ('im_files', 'label_files', 'labels', 'segments', 'npy_files', 'ims', 'im_hw0', 'im_hw'):
+        order = sorted(range(len(ar)), key=lambda i: (ar[i], getattr(self, files)[i]))  # ratio, then file order
+        for name in reordered:
             v = getattr(self, name, None)
             if isinstance(v, list) and len(v) == len(order):
                 setattr(self, name, [v[i] for i in order])
@@ -99,7 +110,9 @@ def _kestrel_preprocess(resize=True, sort=True):
 
     if sort:
         cls.__init__ = init
-    if resize:
+    if resize and yolov7:
+        dl.load_image = load_image  # __getitem__ looks the module function up at each call
+    elif resize:
         cls.load_image = load_image
 
 

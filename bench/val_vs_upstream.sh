@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Accuracy parity, same weights, same data: upstream YOLOv5 v7.0's val.py and detect.py (run as external
-# programs, for comparison only) against `kestrel val` and `kestrel detect`. See docs/parity.md.
+# Accuracy parity, same weights, same data: upstream YOLOv5 v7.0's val.py and detect.py, or with
+# FAMILY=yolov7 YOLOv7's test.py and detect.py (run as external programs, for comparison only), against
+# `kestrel val` and `kestrel detect`. See docs/parity.md.
 # Manual check: not part of the build, CI or tests.
 #
 # What it does:
@@ -21,6 +22,9 @@
 #   4. detect on the train images: upstream detect.py --img 320 --conf-thres $DETECT_CONF --save-txt
 #      --save-conf --nosave vs kestrel detect with the same flags; label files compared per image, as they
 #      are and with kestrel's boxes rounded to whole pixels as detect.py v7.0 rounds them.
+# FAMILY=yolov7: yolov7-tiny trained with hyp.scratch.tiny (its OTA loss) under the same overrides (mixup and
+# paste_in 0 as well); test.py with --iou-thres 0.65 (its CLI default; kestrel val gets the same) and
+# --no-trace, once as it is and once with --v5-metric (kestrel val --v5-metric beside it).
 # Upstream v7.0 runs through bench/upstream_run.py, which aliases numpy.trapz and PIL's getsize (removed
 # by numpy 2 and Pillow 10) and changes nothing else. Every upstream and kestrel run gets OMP_NUM_THREADS=1.
 #
@@ -31,7 +35,9 @@
 #   bench/val_vs_upstream.sh
 #   WEIGHTS=runs/train/exp/weights/best.safetensors bench/val_vs_upstream.sh
 # Environment (defaults in brackets):
+#   FAMILY          yolov5 or yolov7 [yolov5]
 #   UPSTREAM_DIR, UPSTREAM_PYTHON, UPSTREAM_COMMIT, KESTREL_BIN   as in train_cpu_vs_upstream.sh
+#                   (UPSTREAM_DIR defaults to /tmp/yolov7 with FAMILY=yolov7)
 #   KESTREL_PYTHON  Python with torch and safetensors for tools/export_state_dict.py [~/.cache/kestrel/venv/bin/python]
 #   WEIGHTS         kestrel weights to compare [unset: train them, EPOCHS epochs]
 #   EPOCHS          [500]
@@ -43,7 +49,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
-UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov5}
+FAMILY=${FAMILY:-yolov5}
+case $FAMILY in
+  yolov5) CFG=yolov5n HYP=configs/hyps/hyp.scratch-low.yaml VAL_PY=val.py IOU=0.6 METRICS=default
+          UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov5} ;;
+  yolov7) CFG=yolov7-tiny HYP=configs/hyps/hyp.scratch.tiny.yaml VAL_PY=test.py IOU=0.65 METRICS="default v5"
+          UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov7} ;;
+  *) echo "FAMILY=$FAMILY: expected yolov5 or yolov7" >&2; exit 2 ;;
+esac
 UPSTREAM_PYTHON=${UPSTREAM_PYTHON:-/tmp/upstream-venv/bin/python}
 KESTREL_BIN=${KESTREL_BIN:-build/kestrel}
 KESTREL_PYTHON=${KESTREL_PYTHON:-$HOME/.cache/kestrel/venv/bin/python}
@@ -52,7 +65,7 @@ TASKS=${TASKS:-train val}
 DETECT_CONF=${DETECT_CONF:-0.25}
 SIDES="upstream kestrel"
 . "$REPO/bench/lib/compare.sh"
-compare_setup kestrel-parity val.py detect.py models/yolo.py
+compare_setup kestrel-parity $VAL_PY detect.py models/yolo.py
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 IMG=320 BATCH=16
 
@@ -60,7 +73,9 @@ IMG=320 BATCH=16
 rm -rf "$WORK/demo"
 cp -r data/demo "$WORK/demo"
 rm -f "$WORK"/demo/labels/*.cache
-{ printf 'path: %s\ntrain: images/train\nval: images/val\n' "$WORK/demo"; sed -n '/^nc:/,$p' data/demo/demo.yaml; } >"$WORK/demo-abs.yaml"
+# (absolute split paths: YOLOv7 has no `path:` key and reads them relative to its working directory)
+{ printf 'path: %s\ntrain: %s/images/train\nval: %s/images/val\n' "$WORK/demo" "$WORK/demo" "$WORK/demo"
+  sed -n '/^nc:/,$p' data/demo/demo.yaml; } >"$WORK/demo-abs.yaml"
 
 # ---- upstream quirks (see train_cpu_vs_upstream.sh): no auto-install, a local font, whole-model pickles ----
 mkdir -p "$WORK/ultralytics"
@@ -84,10 +99,10 @@ run_ks() {  # LOG args...
 if [ -z "${WEIGHTS:-}" ]; then
   sed -e 's/^lr0:.*/lr0: 0.002/' -e 's/^lrf:.*/lrf: 1.0/' -e 's/^weight_decay:.*/weight_decay: 0.0/' \
       -e 's/^warmup_epochs:.*/warmup_epochs: 1.0/' -e 's/^warmup_bias_lr:.*/warmup_bias_lr: 0.01/' \
-      -e 's/^\(hsv_[hsv]\|translate\|scale\|fliplr\|mosaic\):.*/\1: 0.0/' \
-      configs/hyps/hyp.scratch-low.yaml >"$WORK/hyp.overfit.yaml"
-  say "kestrel: training yolov5n for $EPOCHS epochs on the demo train split (augmentation off)"
-  (unset OMP_NUM_THREADS MKL_NUM_THREADS; run_ks "$WORK/logs/train.log" train --cfg yolov5n --hyp "$WORK/hyp.overfit.yaml" \
+      -e 's/^\(hsv_[hsv]\|translate\|scale\|fliplr\|mosaic\|mixup\|paste_in\):.*/\1: 0.0/' \
+      "$HYP" >"$WORK/hyp.overfit.yaml"
+  say "kestrel: training $CFG for $EPOCHS epochs on the demo train split (augmentation off)"
+  (unset OMP_NUM_THREADS MKL_NUM_THREADS; run_ks "$WORK/logs/train.log" train --cfg $CFG --hyp "$WORK/hyp.overfit.yaml" \
      --optimizer Adam --data "$WORK/demo/demo.yaml" --img $IMG --batch-size 8 --epochs "$EPOCHS" --device cpu \
      --noval --workers 2 --quiet --min-warmup-iters 8 --project "$WORK/runs" --name train --exist-ok)
   WEIGHTS=$WORK/runs/train/weights/best.safetensors
@@ -117,30 +132,38 @@ fi
 cmp_line() { "$UPSTREAM_PYTHON" bench/compare_detections.py "$@" 2>&1 | tail -n 1 || true; }
 allrow() { { grep -a -E '^ +all +[0-9]+' "$1" || echo '? ? ? ? ? ? ?'; } | tail -n 1 | awk '{ printf "%-8s %-8s %-8s %-8s", $4, $5, $6, $7 }'; }
 report=()
+up_only=(--workers 2)
+[ "$FAMILY" = yolov7 ] && up_only=(--no-trace)  # test.py has no --workers; no TorchScript trace file in its tree
 for task in $TASKS; do
-  say "val --task $task: upstream, upstream with kestrel's preprocessing, kestrel"
-  common=(--img $IMG --batch-size $BATCH --device cpu --task "$task" --workers 2 --save-json --verbose --exist-ok)
-  run_up "$WORK/logs/up-val-$task.log" -- val.py --weights "$WORK/best.pt" --data "$WORK/demo-abs.yaml" "${common[@]}" \
-    --project "$WORK/up" --name "val-$task"
-  run_up "$WORK/logs/upk-val-$task.log" KESTREL_PREPROCESS=1 -- val.py --weights "$WORK/best.pt" --data "$WORK/demo-abs.yaml" \
-    "${common[@]}" --project "$WORK/upk" --name "val-$task"
-  run_ks "$WORK/logs/ks-val-$task.log" val --weights "$WEIGHTS" --data "$WORK/demo/demo.yaml" "${common[@]}" \
-    --project "$WORK/ks" --name "val-$task"
-  stem=$(basename "$WEIGHTS" .safetensors)
-  report+=("val --task $task         P        R        mAP50    mAP50-95"
-           "  upstream v7.0          $(allrow "$WORK/logs/up-val-$task.log")"
-           "  upstream, kestrel prep $(allrow "$WORK/logs/upk-val-$task.log")"
-           "  kestrel                $(allrow "$WORK/logs/ks-val-$task.log")"
-           "  predictions, upstream v7.0 vs kestrel:       $(cmp_line json \
-              "$WORK/up/val-$task/best_predictions.json" "$WORK/ks/val-$task/${stem}_predictions.json")"
-           "  predictions, upstream kestrel-prep vs kestrel: $(cmp_line json \
-              "$WORK/upk/val-$task/best_predictions.json" "$WORK/ks/val-$task/${stem}_predictions.json")")
+  for metric in $METRICS; do
+    flag=() tag=$task label="$FAMILY"
+    [ "$metric" = v5 ] && flag=(--v5-metric) tag=$task-v5 label="$FAMILY --v5-metric"
+    say "$VAL_PY / val --task $task ${flag[*]}: upstream, upstream with kestrel's preprocessing, kestrel"
+    common=(--img $IMG --batch-size $BATCH --device cpu --task "$task" --iou-thres $IOU --save-json --verbose --exist-ok "${flag[@]}")
+    run_up "$WORK/logs/up-val-$tag.log" -- $VAL_PY --weights "$WORK/best.pt" --data "$WORK/demo-abs.yaml" "${common[@]}" \
+      "${up_only[@]}" --project "$WORK/up" --name "val-$tag"
+    run_up "$WORK/logs/upk-val-$tag.log" KESTREL_PREPROCESS=1 -- $VAL_PY --weights "$WORK/best.pt" --data "$WORK/demo-abs.yaml" \
+      "${common[@]}" "${up_only[@]}" --project "$WORK/upk" --name "val-$tag"
+    run_ks "$WORK/logs/ks-val-$tag.log" val --weights "$WEIGHTS" --data "$WORK/demo/demo.yaml" "${common[@]}" --workers 2 \
+      --project "$WORK/ks" --name "val-$tag"
+    stem=$(basename "$WEIGHTS" .safetensors)
+    report+=("val --task $task, $label metric   P        R        mAP50    mAP50-95"
+             "  upstream               $(allrow "$WORK/logs/up-val-$tag.log")"
+             "  upstream, kestrel prep $(allrow "$WORK/logs/upk-val-$tag.log")"
+             "  kestrel                $(allrow "$WORK/logs/ks-val-$tag.log")"
+             "  predictions, upstream vs kestrel:              $(cmp_line json \
+                "$WORK/up/val-$tag/best_predictions.json" "$WORK/ks/val-$tag/${stem}_predictions.json")"
+             "  predictions, upstream kestrel-prep vs kestrel: $(cmp_line json \
+                "$WORK/upk/val-$tag/best_predictions.json" "$WORK/ks/val-$tag/${stem}_predictions.json")")
+  done
 done
 
 # ---- 4. detect ----
 say "detect on the train images, conf $DETECT_CONF"
 dcommon=(--source "$WORK/demo/images/train" --img $IMG --conf-thres "$DETECT_CONF" --save-txt --save-conf --nosave --device cpu --exist-ok)
-run_up "$WORK/logs/up-detect.log" -- detect.py --weights "$WORK/best.pt" "${dcommon[@]}" --project "$WORK/up" --name detect
+dup_only=()
+[ "$FAMILY" = yolov7 ] && dup_only=(--no-trace)
+run_up "$WORK/logs/up-detect.log" -- detect.py --weights "$WORK/best.pt" "${dcommon[@]}" "${dup_only[@]}" --project "$WORK/up" --name detect
 run_ks "$WORK/logs/ks-detect.log" detect --weights "$WEIGHTS" "${dcommon[@]}" --project "$WORK/ks" --name detect
 mkdir -p "$WORK/up/detect/labels" "$WORK/ks/detect/labels"
 report+=("detect --conf-thres $DETECT_CONF (train images), label files:"
@@ -152,10 +175,10 @@ report+=("detect --conf-thres $DETECT_CONF (train images), label files:"
 
 # ---- report ----
 echo
-echo "val/detect parity: yolov5n, demo dataset, ${IMG} px, CPU"
+echo "val/detect parity: $CFG, demo dataset, ${IMG} px, CPU"
 echo "date      $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "cpu       $(cpu_line)"
-echo "upstream  yolov5 $(upstream_commit)"
+echo "upstream  $FAMILY $(upstream_commit)"
 echo "kestrel   $(kestrel_versions)"
 echo "weights   $WEIGHTS"
 [ -n "${RAW_BIN:-}" ] && grep -E 'max abs diff' "$WORK/logs/checkpoint.log" | sed 's/^/model     /'
