@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <random>
 #include <string>
-#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -328,8 +327,15 @@ for t, th in enumerate(ths):
 print('RESULT ' + json.dumps(out.tolist()))
 )PY";
 
-TEST(ApMetrics, MatchPredictionsMatchesNumpy) {
-  std::mt19937 rng(3);
+// 30 gts in 3 classes and 120 predictions, jittered copies of them (some with another class), as the
+// numpy readings' input and as tensors (double).
+struct MatchCase {
+  json data;
+  at::Tensor pred_boxes, pred_cls, gt_boxes, gt_cls, thresholds;
+};
+
+MatchCase random_match_case(uint32_t seed) {
+  std::mt19937 rng(seed);
   std::vector<double> gt_boxes, pred_boxes;
   std::vector<int64_t> gt_cls, pred_cls;
   for (int j = 0; j < 30; ++j) {
@@ -337,19 +343,26 @@ TEST(ApMetrics, MatchPredictionsMatchesNumpy) {
     gt_boxes.insert(gt_boxes.end(), {x, y, x + w, y + h});
     gt_cls.push_back(static_cast<int64_t>(uniform(rng) * 3));
   }
-  for (int i = 0; i < 120; ++i) {  // jittered copies of gts, some with another class
+  for (int i = 0; i < 120; ++i) {
     const int j = static_cast<int>(uniform(rng) * 30);
     for (int k = 0; k < 4; ++k) pred_boxes.push_back(gt_boxes[4 * j + k] + (uniform(rng) - 0.5) * 12);
     pred_cls.push_back(uniform(rng) < 0.85 ? gt_cls[j] : static_cast<int64_t>(uniform(rng) * 3));
   }
-  const at::Tensor thresholds = at::linspace(0.5, 0.95, 10, at::kDouble);
-  const json data = {{"pred_boxes", pred_boxes}, {"pred_cls", pred_cls}, {"gt_boxes", gt_boxes},
-                     {"gt_cls", gt_cls}, {"thresholds", std::vector<double>(thresholds.data_ptr<double>(),
-                                                                             thresholds.data_ptr<double>() + 10)}};
-  const json expected = run_numpy(kNumpyMatch, data);
-  const at::Tensor correct =
-      match_predictions(at::tensor(pred_boxes, at::kDouble).view({-1, 4}), at::tensor(pred_cls, at::kLong),
-                        at::tensor(gt_boxes, at::kDouble).view({-1, 4}), at::tensor(gt_cls, at::kLong), thresholds);
+  MatchCase c;
+  c.thresholds = at::linspace(0.5, 0.95, 10, at::kDouble);
+  c.data = {{"pred_boxes", pred_boxes}, {"pred_cls", pred_cls}, {"gt_boxes", gt_boxes}, {"gt_cls", gt_cls},
+            {"thresholds", std::vector<double>(c.thresholds.data_ptr<double>(), c.thresholds.data_ptr<double>() + 10)}};
+  c.pred_boxes = at::tensor(pred_boxes, at::kDouble).view({-1, 4});
+  c.pred_cls = at::tensor(pred_cls, at::kLong);
+  c.gt_boxes = at::tensor(gt_boxes, at::kDouble).view({-1, 4});
+  c.gt_cls = at::tensor(gt_cls, at::kLong);
+  return c;
+}
+
+TEST(ApMetrics, MatchPredictionsMatchesNumpy) {
+  const MatchCase c = random_match_case(3);
+  const json expected = run_numpy(kNumpyMatch, c.data);
+  const at::Tensor correct = match_predictions(c.pred_boxes, c.pred_cls, c.gt_boxes, c.gt_cls, c.thresholds);
   int64_t matched = 0;
   for (int64_t i = 0; i < correct.size(0); ++i)
     for (int t = 0; t < 10; ++t) {
@@ -404,28 +417,10 @@ print('RESULT ' + json.dumps(out.tolist()))
 )PY";
 
 TEST(ApMetrics, MatchPredictionsYolov7MatchesNumpy) {
-  std::mt19937 rng(4);
-  std::vector<double> gt_boxes, pred_boxes;
-  std::vector<int64_t> gt_cls, pred_cls;
-  for (int j = 0; j < 30; ++j) {
-    const double x = uniform(rng) * 200, y = uniform(rng) * 200, w = 5 + uniform(rng) * 40, h = 5 + uniform(rng) * 40;
-    gt_boxes.insert(gt_boxes.end(), {x, y, x + w, y + h});
-    gt_cls.push_back(static_cast<int64_t>(uniform(rng) * 3));
-  }
-  for (int i = 0; i < 120; ++i) {  // jittered copies of gts, some with another class
-    const int j = static_cast<int>(uniform(rng) * 30);
-    for (int k = 0; k < 4; ++k) pred_boxes.push_back(gt_boxes[4 * j + k] + (uniform(rng) - 0.5) * 12);
-    pred_cls.push_back(uniform(rng) < 0.85 ? gt_cls[j] : static_cast<int64_t>(uniform(rng) * 3));
-  }
-  const at::Tensor thresholds = at::linspace(0.5, 0.95, 10, at::kDouble);
-  const json data = {{"pred_boxes", pred_boxes}, {"pred_cls", pred_cls}, {"gt_boxes", gt_boxes},
-                     {"gt_cls", gt_cls}, {"thresholds", std::vector<double>(thresholds.data_ptr<double>(),
-                                                                             thresholds.data_ptr<double>() + 10)}};
-  const json expected = run_numpy(kNumpyMatchYolov7, data);
-  const auto args = std::make_tuple(at::tensor(pred_boxes, at::kDouble).view({-1, 4}), at::tensor(pred_cls, at::kLong),
-                                    at::tensor(gt_boxes, at::kDouble).view({-1, 4}), at::tensor(gt_cls, at::kLong));
-  const at::Tensor correct = std::apply([&](const auto&... a) { return match_predictions_yolov7(a..., thresholds); }, args);
-  const at::Tensor per_threshold = std::apply([&](const auto&... a) { return match_predictions(a..., thresholds); }, args);
+  const MatchCase c = random_match_case(4);
+  const json expected = run_numpy(kNumpyMatchYolov7, c.data);
+  const at::Tensor correct = match_predictions_yolov7(c.pred_boxes, c.pred_cls, c.gt_boxes, c.gt_cls, c.thresholds);
+  const at::Tensor per_threshold = match_predictions(c.pred_boxes, c.pred_cls, c.gt_boxes, c.gt_cls, c.thresholds);
   int64_t matched = 0;
   for (int64_t i = 0; i < correct.size(0); ++i)
     for (int t = 0; t < 10; ++t) {

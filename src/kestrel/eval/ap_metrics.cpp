@@ -26,6 +26,15 @@ void check_shape(const at::Tensor& t, int64_t dims, int64_t last, const char* na
          last >= 0 ? cat(" ending in ", last) : std::string());
 }
 
+void check_match_arguments(const at::Tensor& pred_boxes, const at::Tensor& pred_classes, const at::Tensor& gt_boxes,
+                           const at::Tensor& gt_classes, const at::Tensor& iou_thresholds) {
+  check_shape(pred_boxes, 2, 4, "pred_boxes");
+  check_shape(gt_boxes, 2, 4, "gt_boxes");
+  check_shape(pred_classes, 1, pred_boxes.size(0), "pred_classes");
+  check_shape(gt_classes, 1, gt_boxes.size(0), "gt_classes");
+  check_shape(iou_thresholds, 1, -1, "iou_thresholds");
+}
+
 // numpy.linspace(0, 1, n): i * (1 / (n - 1)), the last one exactly 1 (see coco_eval.cpp).
 std::vector<double> unit_linspace(int n) {
   std::vector<double> out(n);
@@ -132,11 +141,7 @@ at::Tensor default_iou_thresholds() { return at::linspace(0.5, 0.95, 10, at::kFl
 at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
                              const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
                              const at::Tensor& iou_thresholds) {
-  check_shape(pred_boxes, 2, 4, "pred_boxes");
-  check_shape(gt_boxes, 2, 4, "gt_boxes");
-  check_shape(pred_classes, 1, pred_boxes.size(0), "pred_classes");
-  check_shape(gt_classes, 1, gt_boxes.size(0), "gt_classes");
-  check_shape(iou_thresholds, 1, -1, "iou_thresholds");
+  check_match_arguments(pred_boxes, pred_classes, gt_boxes, gt_classes, iou_thresholds);
   const int64_t N = pred_boxes.size(0), M = gt_boxes.size(0), T = iou_thresholds.size(0);
   const auto device = pred_boxes.device();
   at::Tensor correct = at::zeros({N, T}, pred_boxes.options().dtype(at::kBool));
@@ -169,11 +174,7 @@ at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pre
 at::Tensor match_predictions_yolov7(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
                                     const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
                                     const at::Tensor& iou_thresholds) {
-  check_shape(pred_boxes, 2, 4, "pred_boxes");
-  check_shape(gt_boxes, 2, 4, "gt_boxes");
-  check_shape(pred_classes, 1, pred_boxes.size(0), "pred_classes");
-  check_shape(gt_classes, 1, gt_boxes.size(0), "gt_classes");
-  check_shape(iou_thresholds, 1, -1, "iou_thresholds");
+  check_match_arguments(pred_boxes, pred_classes, gt_boxes, gt_classes, iou_thresholds);
   const int64_t N = pred_boxes.size(0), M = gt_boxes.size(0), T = iou_thresholds.size(0);
   at::Tensor correct = at::zeros({N, T}, pred_boxes.options().dtype(at::kBool));
   if (N == 0 || M == 0 || T == 0) return correct;
