@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <string>
 
 #include "export/onnx_check.h"
 #include "kestrel/core/error.h"
@@ -78,6 +81,41 @@ head:
   auto model = models::build_model(models::parse_model_config(yaml, "v7blocks.yaml"));
   test_onnx::randomize_batch_norm(*model);
   check_against_onnxruntime(*model, "v7blocks", 64, 2);
+}
+
+// The P6 models' blocks: DownC (default and explicit pool size) and an IAuxDetect head, whose auxiliary
+// maps (layers 4 and 5, used only by the training loss) are left out of the graph.
+TEST(OnnxExport, Yolov7P6BlocksMatchOnnxRuntime) {
+  const char* yaml = R"(
+nc: 3
+depth_multiple: 1.0
+width_multiple: 1.0
+anchors: [[10,13, 16,30], [30,61, 62,45]]
+backbone:
+  [[-1, 1, Conv, [16, 3, 2]],         # 0  /2
+   [-1, 1, DownC, [32]],              # 1  /4
+   [-1, 1, DownC, [48, 2]],           # 2  /8
+   [-1, 1, Conv, [32, 3, 2]],         # 3  /16
+  ]
+head:
+  [[2, 1, Conv, [24, 1, 1]],          # 4  auxiliary /8
+   [3, 1, Conv, [24, 1, 1]],          # 5  auxiliary /16
+   [[2, 3, 4, 5], 1, IAuxDetect, [nc, anchors]]]  # 6
+)";
+  at::manual_seed(6);
+  auto model = models::build_model(models::parse_model_config(yaml, "p6blocks.yaml"));
+  ASSERT_TRUE(model->head().aux());
+  test_onnx::randomize_batch_norm(*model);
+  check_against_onnxruntime(*model, "p6blocks", 64, 2);
+  test::TempDir dir;
+  OnnxExportOptions o;
+  o.img = 64;
+  export_onnx(*model, dir.file("p6.onnx"), o);
+  std::ifstream file(dir.file("p6.onnx"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(file)), {});
+  EXPECT_EQ(bytes.find("model.4."), std::string::npos) << "an auxiliary branch was exported";
+  EXPECT_EQ(bytes.find("model.6.m2"), std::string::npos);
+  EXPECT_NE(bytes.find("model.3."), std::string::npos);
 }
 
 // A layer type the exporter does not know (here a stand-in for nn.Upsample) stops the export with

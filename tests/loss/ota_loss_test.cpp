@@ -357,6 +357,110 @@ TEST(OtaLoss, MatchesUpstreamComputeLossOta) {
   test::cross_check(RandomCase(23, focal_smoothing_weights(), kSquare, false), defines, kPythonUpstream, 1e-4);
 }
 
+// ---- IAuxDetect heads (ComputeLossAuxOTA) ----------------------------------------------------------------
+
+// A head like make_head's, but IAuxDetect: implicit, with auxiliary convs (input widths are irrelevant here).
+std::shared_ptr<models::Detect> aux_head(int64_t nc, const std::vector<std::vector<double>>& anchors_px,
+                                         const std::vector<double>& strides) {
+  auto head = std::make_shared<models::Detect>(nc, anchors_px, std::vector<int64_t>(2 * anchors_px.size(), 4), true, true);
+  head->initialize(strides);
+  return head;
+}
+
+TEST(OtaLoss, AuxHeadAddsAQuarterOfTheAuxiliaryLevelsTerms) {
+  // One level of 1 x 1 cells (input 32, stride 32): no target has a neighbour cell under either rule (a
+  // neighbour needs the centre more than one cell from the border), so the lead and the auxiliary
+  // assignments both reduce to the own cell, and top-20 and top-10 IoU sums agree (one candidate per
+  // anchor). With the auxiliary level equal to the lead one, every term is 1.25 times the plain OTA loss's,
+  // and the gradient reaching the auxiliary level is 0.25 times the lead level's.
+  at::manual_seed(31);
+  const std::vector<std::vector<double>> anchors = {{10, 13, 16, 30, 33, 23}};
+  const auto plain_head = make_head(4, anchors, {32});
+  const auto head = aux_head(4, anchors, {32});
+  const OtaLoss plain(*plain_head, LossOptions{}, 32), aux(*head, LossOptions{}, 32);
+  ASSERT_TRUE(aux.aux());
+  const at::Tensor level = at::randn({2, 3, 1, 1, 9}) * 1.5;
+  // 3 targets an image share its one cell: at most 9 candidates, below either top-k.
+  at::Tensor t = at::rand({2, 3, 5});
+  t.select(2, 0).copy_(at::randint(0, 4, {2, 3}));
+  t.narrow(2, 3, 2).mul_(0.8).add_(0.1);
+  const at::Tensor mask = all_real(t);
+  const Evaluated p = evaluate(plain, {level}, t, mask);
+  const Evaluated a = evaluate(aux, {level, level}, t, mask);
+  EXPECT_GT(p.items[0].item<double>(), 0.0);  // the case has positives
+  EXPECT_NEAR(a.total.item<double>(), 1.25 * p.total.item<double>(), 1e-5 * p.total.item<double>());
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(item_at(a.items, k), 1.25 * item_at(p.items, k), 1e-6) << k;
+  EXPECT_TRUE(at::allclose(a.grads[0], p.grads[0], 1e-5, 1e-8));
+  EXPECT_TRUE(at::allclose(a.grads[1], 0.25 * p.grads[0], 1e-5, 1e-8));
+  // The lead-only level list of an aux head, or an aux list for a plain head, is an error.
+  EXPECT_THROW(aux({level}, t, mask), Error);
+  EXPECT_THROW(plain({level, level}, t, mask), Error);
+}
+
+TEST(OtaLoss, AuxAssignmentUsesAllFourNeighbours) {
+  // Grid4's target A at (1.25, 1.25): the lead rule's candidates are the own, left and upper cells; the
+  // auxiliary rule (g = 1) adds the right and lower ones. Make the right cell the only good prediction
+  // (centre (1.6, 1.25) = 2 s - 0.5 + 2 with s = 0.05, one-cell box: IoU 0.65 / 1.35 with A) and spoil the
+  // left one: the auxiliary assignment takes the right cell, which the lead one cannot.
+  Grid4 s;
+  s.place(0, 1, 0.0, 1.5);   // the left cell's box far from A
+  s.level[0][0][1][2][0] = logit(0.05);
+  s.level[0][0][1][2][1] = logit((1.25 - 1 + 0.5) / 2);
+  const auto head = aux_head(2, {{16, 16}}, {16});
+  const OtaLoss loss(*head, LossOptions{}, 64);
+  const at::Tensor t = batch_of({kTargetA});
+  const OtaLoss::Assignment lead = loss.assign({s.level, s.level}, t, all_real(t));
+  const OtaLoss::Assignment auxiliary = loss.assign({s.level, s.level}, t, all_real(t), /*auxiliary=*/true);
+  EXPECT_FALSE(lead.matched[0][0][0][0][3].item<bool>());
+  EXPECT_TRUE(auxiliary.matched[0][0][0][0][3].item<bool>());  // offset 3: the right neighbour
+  EXPECT_THROW(s.loss.assign({s.level}, t, all_real(t), /*auxiliary=*/true), Error);  // not an aux head
+}
+
+// Upstream's ComputeLossAuxOTA on the three-level case with an auxiliary copy of every level (other values).
+const char* kPythonUpstreamAux = R"PY(
+import sys, json, types
+from unittest import mock
+sys.path.insert(0, YOLOV7)
+for name in ['cv2', 'pandas', 'torchvision', 'yaml', 'utils.google_utils', 'utils.metrics', 'utils.torch_utils']:
+    sys.modules[name] = mock.MagicMock()
+sys.modules['utils.torch_utils'].is_parallel = lambda m: False
+import numpy as np, torch
+from utils.loss import ComputeLossAuxOTA
+meta = json.load(open(DIR + '/meta.json'))
+B, M, nc, na, img, shapes, strides = [meta[k] for k in ['B', 'M', 'nc', 'na', 'img_size', 'shapes', 'strides']]
+nl, f32, h = len(shapes), np.float32, dict(meta['hyp'])
+levels = [torch.from_numpy(np.fromfile(f'{DIR}/level{i}.bin', dtype=f32).reshape(B, na, ny, nx, nc + 5)).requires_grad_()
+          for i, (ny, nx) in enumerate(shapes + shapes)]
+targets = np.fromfile(DIR + '/targets.bin', dtype=f32).reshape(B, M, 5)
+mask = np.fromfile(DIR + '/mask.bin', dtype=np.uint8).reshape(B, M).astype(bool)
+anchors = torch.from_numpy(np.fromfile(DIR + '/anchors.bin', dtype=f32).reshape(nl, na, 2))
+labels = torch.tensor([[b] + targets[b, m].tolist() for b in range(B) for m in range(M) if mask[b, m]]).view(-1, 6)
+h['box'] *= 3 / nl; h['cls'] *= nc / 80 * 3 / nl; h['obj'] *= (img / 640) ** 2 * 3 / nl  # as train_aux.py
+det = types.SimpleNamespace(na=na, nc=nc, nl=nl, anchors=anchors, stride=torch.tensor(strides, dtype=torch.float32))
+model = types.SimpleNamespace(hyp=h, gr=1.0, model=[det], parameters=lambda: iter([torch.zeros(1)]))
+imgs = torch.zeros(B, 3, shapes[0][0] * strides[0], shapes[0][1] * strides[0])
+loss, items = ComputeLossAuxOTA(model)(levels, labels, imgs)
+loss.backward()
+np.array([loss.item()] + items[:3].tolist(), dtype=np.float64).tofile(DIR + '/result.bin')
+for i, p in enumerate(levels): p.grad.numpy().astype(np.float64).tofile(f'{DIR}/grad{i}.bin')
+print('upstream', loss.item(), items[:3].tolist())
+)PY";
+
+TEST(OtaLoss, AuxHeadMatchesUpstreamComputeLossAuxOta) {
+  const char* checkout = std::getenv("KESTREL_YOLOV7_DIR");
+  if (checkout == nullptr) GTEST_SKIP() << "set KESTREL_YOLOV7_DIR to a checkout of WongKinYiu/yolov7";
+  const std::string defines = std::string("YOLOV7 = '") + checkout + "'\n";
+  for (uint64_t seed : {41, 42}) {
+    // The random case's head, levels and targets, its head made IAuxDetect and its levels followed by
+    // auxiliary ones; square inputs and no shared cells, as for ComputeLossOTA above.
+    test::RandomInputs c(seed, seed == 42 ? focal_smoothing_weights() : LossOptions{}, kSquare, false);
+    c.head = aux_head(4, {{2, 3, 3, 6, 6, 4}, {6, 12, 12, 9, 12, 24}, {23, 18, 31, 40, 75, 65}}, {8, 16, 32});
+    for (const at::Tensor& l : test::random_levels(3, c.shapes)) c.levels.push_back(l);
+    const OtaLoss loss(*c.head, c.hyp, test::RandomInputs::kImgSize);
+    test::expect_matches_script(c, evaluate(loss, c.levels, c.t, c.mask), defines, kPythonUpstreamAux, 1e-4);
+  }
+}
+
 TEST(OtaLoss, CudaMatchesCpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   test::expect_cuda_matches_cpu(RandomCase(6));

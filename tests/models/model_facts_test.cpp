@@ -1,5 +1,6 @@
 // Every shipped config against ../shared/reference/model_facts.md (counted with the upstream PyTorch
-// code): parameters, buffer elements and state keys exactly, layers, strides, and conv GFLOPs within 1 %.
+// code; the P6 ones counted the same way here): parameters, buffer elements and state keys exactly, layers,
+// strides, and conv GFLOPs within 1 %.
 #include <gtest/gtest.h>
 
 #include "kestrel/models/model_summary.h"
@@ -26,6 +27,14 @@ const std::vector<Fact> kFacts = {
     {"yolov7", 37622682, 49856, 566, 106, {8, 16, 32}, 105.77},
     {"yolov7-tiny", 6228762, 14875, 344, 78, {8, 16, 32}, 13.70},
     {"yolov7x", 71347394, 65437, 644, 122, {8, 16, 32}, 189.67},
+    // The P6 training configs (IAuxDetect) are not in model_facts.md: counted with upstream's models/yolo.py
+    // Model (WongKinYiu/yolov7 a207844, nc 80, 2026-11-30), GFLOPs from its Conv2d outputs at 640 without the
+    // auxiliary convs m2, which kestrel's inference skips (upstream's eval forward runs and discards them:
+    // 105.03, 147.02, 201.52, 228.96 with them).
+    {"yolov7-w6", 82312436, 70427, 668, 123, {8, 16, 32, 64}, 103.20},
+    {"yolov7-e6", 111898292, 94017, 896, 145, {8, 16, 32, 64}, 145.20},
+    {"yolov7-d6", 154709364, 113879, 1028, 167, {8, 16, 32, 64}, 199.32},
+    {"yolov7-e6e", 166408884, 146340, 1490, 266, {8, 16, 32, 64}, 227.13},
 };
 
 class ModelFacts : public ::testing::TestWithParam<Fact> {};

@@ -67,6 +67,28 @@ TEST_P(OutputShapes, RawLevelsAndDecoded) {
   EXPECT_TRUE((decoded.narrow(2, 2, 2) > 0).all().item<bool>());
 }
 
+// An IAuxDetect model (yolov7-w6: P3-P6) gives the 4 lead levels and then 4 auxiliary ones of the same
+// shapes in training, and only the lead ones in eval; the auxiliary ones come from their own convs.
+TEST(YoloModel, AuxHeadGivesAuxiliaryLevelsOnlyInTraining) {
+  auto model = shipped("yolov7-w6", 2);
+  ASSERT_TRUE(model->head().aux());
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = at::rand({1, 3, 128, 128});
+  model->train();
+  const auto train_levels = model->forward(x);
+  model->eval();
+  const auto eval_levels = model->forward(x);
+  ASSERT_EQ(train_levels.size(), 8u);
+  ASSERT_EQ(eval_levels.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const int64_t g = 128 / (8 << i);
+    EXPECT_EQ(eval_levels[i].sizes().vec(), (std::vector<int64_t>{1, 3, g, g, 7})) << i;
+    EXPECT_EQ(train_levels[4 + i].sizes(), eval_levels[i].sizes()) << i;
+    EXPECT_FALSE(at::allclose(train_levels[4 + i], train_levels[i])) << i;
+  }
+  EXPECT_EQ(model->predict(x).size(1), 3 * (16 * 16 + 8 * 8 + 4 * 4 + 2 * 2));
+}
+
 INSTANTIATE_TEST_SUITE_P(Sizes, OutputShapes,
                          ::testing::Values(ShapeCase{"yolov5n", 1, 64}, ShapeCase{"yolov5n", 2, 160},
                                            ShapeCase{"yolov5n", 3, 96}, ShapeCase{"yolov3-tiny", 2, 128},

@@ -46,13 +46,23 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
   if (o.dynamic) g.add_input(input, {"batch", ch, "height", "width"});
   else g.add_input(input, {o.batch, ch, o.img, o.img});
 
-  // The body, in layer order; outputs are kept by index for later `from` references.
+  // The body, in layer order; outputs are kept by index for later `from` references. Only the layers the
+  // head's lead maps depend on: an IAuxDetect model's auxiliary branches feed the training loss alone.
   const auto& info = model.layer_info();
   const size_t body = model.layers().size() - 1;
+  const int64_t lead_maps = model.head().num_levels();
+  std::vector<bool> needed(body, false);
+  for (int64_t k = 0; k < lead_maps; ++k)
+    if (info[body].from[static_cast<size_t>(k)] >= 0) needed[static_cast<size_t>(info[body].from[static_cast<size_t>(k)])] = true;
+  for (size_t i = body; i-- > 0;)
+    if (needed[i])
+      for (int f : info[i].from)
+        if (f >= 0) needed[static_cast<size_t>(f)] = true;
   std::vector<std::string> outs(body + 1);
   std::string previous = input;
   auto source = [&](int f, size_t i) { return f < 0 || f == static_cast<int>(i) - 1 ? previous : outs.at(f); };
   for (size_t i = 0; i < body; ++i) {
+    if (!needed[i]) continue;
     std::vector<std::string> xs;
     for (int f : info[i].from) xs.push_back(source(f, i));
     outs[i] = layers.layer(*model.layers()[i], xs, "model." + std::to_string(i), info[i].module);
@@ -63,7 +73,7 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
   const auto& head = model.head();
   const std::string prefix = "model." + std::to_string(body);
   std::vector<std::string> raw;
-  for (size_t i = 0; i < info[body].from.size(); ++i) {
+  for (size_t i = 0; i < static_cast<size_t>(lead_maps); ++i) {
     const std::string x = source(info[body].from[i], body);
     raw.push_back(layers.conv2d(*head.output_convs().at(i), x, prefix + ".m." + std::to_string(i)));
   }

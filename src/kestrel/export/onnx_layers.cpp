@@ -121,7 +121,7 @@ std::string OnnxLayers::layer(models::Layer& l, const std::vector<std::string>& 
   if (y.empty())
     fail("module ", module, " (", prefix, ") is not supported by the ONNX exporter yet (supported: Conv, C3, "
          "Bottleneck, SPP, SPPF, Focus, Concat, nn.Upsample, MaxPool2d/MP/SP, ZeroPad2d, SPPCSPC, RepConv, "
-         "Shortcut, ReOrg, Detect, IDetect)");
+         "DownC, Shortcut, ReOrg, Detect, IDetect)");
   return y;
 }
 
@@ -145,6 +145,12 @@ std::string OnnxLayers::yolov7_layer(models::Layer& l, const std::vector<std::st
     if (rep->reparam_conv().is_empty())
       fail(prefix, ": RepConv not re-parameterised (the exporter expects YoloModel::fuse() first)");
     return activation(rep->activation(), conv2d(*rep->reparam_conv(), x, prefix + ".rbr_reparam"));
+  }
+  if (auto* down = dynamic_cast<DownC*>(&l)) {
+    // cat(cv2(cv1(x)), cv3(maxpool_k(x))).
+    auto cv = [&](int i, const std::string& in) { return conv(down->conv(i), in, prefix + ".cv" + std::to_string(i)); };
+    const int64_t k = down->kernel();
+    return concat({cv(2, cv(1, x)), cv(3, maxpool(x, k, k, 0))});
   }
   if (dynamic_cast<Shortcut*>(&l) != nullptr) return g_.node("Add", {xs.at(0), xs.at(1)});
   if (dynamic_cast<ReOrg*>(&l) != nullptr) return space_to_depth(x);

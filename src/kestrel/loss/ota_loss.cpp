@@ -9,6 +9,9 @@ namespace kestrel::loss {
 namespace {
 
 constexpr int64_t kTopIous = 10;       // dynamic k: the sum of a target's 10 largest IoUs
+constexpr int64_t kAuxTopIous = 20;    // ... 20 in ComputeLossAuxOTA
+constexpr double kLeadOffsetBias = 0.5, kAuxOffsetBias = 1.0;  // find_3_positive's and find_5_positive's g
+constexpr double kAuxWeight = 0.25;    // the auxiliary levels' share of every term
 constexpr double kIouCostWeight = 3.0;
 constexpr double kLogEps = 1e-8;       // -log(IoU + eps)
 constexpr double kCostCap = 1e30;      // stands in for a non-finite cost of a real pair
@@ -47,7 +50,8 @@ at::Tensor from_image_order(const at::Tensor& t, int64_t M, int64_t na) {  // [B
 }  // namespace
 
 OtaLoss::OtaLoss(const models::Detect& head, LossOptions options, int64_t img_size)
-    : nc_(head.nc()), nl_(head.num_levels()), na_(head.num_anchors()), strides_(head.strides()) {
+    : nc_(head.nc()), nl_(head.num_levels()), na_(head.num_anchors()), aux_(head.aux()),
+      top_ious_(head.aux() ? kAuxTopIous : kTopIous), strides_(head.strides()) {
   check_loss_setup(head, options);
   options_ = scale_gains(options, nl_, nc_, img_size);
   balance_ = level_balance(nl_);
@@ -59,8 +63,22 @@ const at::Tensor& OtaLoss::anchors_on(const at::Device& device) const {
   return anchors_;
 }
 
+void OtaLoss::check_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
+                           const at::Tensor& mask) const {
+  if (!aux_) return check_loss_inputs(levels, targets, mask, nl_, na_, nc_);
+  if (static_cast<int64_t>(levels.size()) != 2 * nl_)
+    fail("loss: an IAuxDetect head gives ", 2 * nl_, " levels in training (lead, then auxiliary), got ", levels.size());
+  const std::vector<at::Tensor> lead(levels.begin(), levels.begin() + nl_), auxiliary(levels.begin() + nl_, levels.end());
+  check_loss_inputs(lead, targets, mask, nl_, na_, nc_);
+  check_loss_inputs(auxiliary, targets, mask, nl_, na_, nc_);
+  for (int64_t i = 0; i < nl_; ++i)
+    if (lead[i].sizes() != auxiliary[i].sizes())
+      fail("loss: auxiliary level ", i, " is ", auxiliary[i].sizes(), ", unlike its lead level ", lead[i].sizes());
+}
+
 std::vector<OtaLoss::LevelCandidates> OtaLoss::candidates(const std::vector<at::Tensor>& levels,
-                                                          const at::Tensor& targets, const at::Tensor& mask) const {
+                                                          const at::Tensor& targets, const at::Tensor& mask,
+                                                          double g) const {
   const at::Tensor& anchors = anchors_on(targets.device());
   const int64_t B = targets.size(0), M = targets.size(1);
   std::vector<LevelCandidates> out;
@@ -68,7 +86,7 @@ std::vector<OtaLoss::LevelCandidates> OtaLoss::candidates(const std::vector<at::
     const at::Tensor& level = levels[i];
     const int64_t ny = level.size(2), nx = level.size(3), no = level.size(4);
     LevelCandidates c;
-    c.lt = build_targets(targets, mask, anchors[i], ny, nx, options_.anchor_t);
+    c.lt = build_targets(targets, mask, anchors[i], ny, nx, options_.anchor_t, g);
     c.rows = level.reshape({-1, no}).index_select(0, c.lt.cell.view(-1)).to(at::kFloat)
                  .view({B, M, na_, kCellOffsets, no});
     c.gi = c.lt.cell.remainder(nx);  // cell = ((b na + a) ny + gj) nx + gi
@@ -127,7 +145,7 @@ OtaLoss::Assignment OtaLoss::assign(const std::vector<LevelCandidates>& cands, c
   // IoU of every (target, candidate) pair of an image; 0 where either is not real. [B, M, N]
   const at::Tensor pair_valid = mask.unsqueeze(2) & cand_valid.unsqueeze(1);
   const at::Tensor iou = at::where(pair_valid, pairwise_iou(gt_box, pred_box), 0).gather(2, first);
-  const int64_t k = std::min(kTopIous, N);
+  const int64_t k = std::min(top_ious_, N);
   const at::Tensor dynamic_k = std::get<0>(iou.topk(k, -1)).sum(-1).to(at::kLong).clamp(1, k);  // [B, M]
 
   // Class cost: sum over classes of BCE(logit(y), onehot), y = sqrt(sigmoid(cls) sigmoid(obj)), that is
@@ -167,72 +185,93 @@ OtaLoss::Assignment OtaLoss::assign(const std::vector<LevelCandidates>& cands, c
 }
 
 OtaLoss::Assignment OtaLoss::assign(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
-                                    const at::Tensor& target_mask) const {
-  check_loss_inputs(levels, targets, target_mask, nl_, na_, nc_);
+                                    const at::Tensor& target_mask, bool auxiliary) const {
+  if (auxiliary && !aux_) fail("loss: an auxiliary assignment needs an IAuxDetect head");
+  const std::vector<at::Tensor> lead(levels.begin(), levels.begin() + std::min<int64_t>(nl_, levels.size()));
+  check_loss_inputs(lead, targets, target_mask, nl_, na_, nc_);
   at::NoGradGuard no_grad;
-  return assign(candidates(levels, targets, target_mask), levels, targets, target_mask);
+  return assign(candidates(lead, targets, target_mask, auxiliary ? kAuxOffsetBias : kLeadOffsetBias), lead, targets,
+                target_mask);
 }
 
 OtaLoss::Result OtaLoss::operator()(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
                                     const at::Tensor& target_mask) const {
-  check_loss_inputs(levels, targets, target_mask, nl_, na_, nc_);
-  const at::Tensor& anchors = anchors_on(targets.device());
-  const std::vector<LevelCandidates> cands = candidates(levels, targets, target_mask);
-  const Assignment assigned = assign(cands, levels, targets, target_mask);
-  const int64_t B = targets.size(0), M = targets.size(1);
+  check_inputs(levels, targets, target_mask);
+  const std::vector<at::Tensor> lead(levels.begin(), levels.begin() + nl_);
+  const std::vector<LevelCandidates> cands = candidates(lead, targets, target_mask, kLeadOffsetBias);
+  const Assignment assigned = assign(cands, lead, targets, target_mask);
+  // ComputeLossAuxOTA: the auxiliary assignment also reads the lead predictions; its candidates' rows for the
+  // loss come from the auxiliary levels.
+  std::vector<LevelCandidates> aux_cands;
+  Assignment aux_assigned;
+  if (aux_) {
+    aux_cands = candidates(lead, targets, target_mask, kAuxOffsetBias);
+    aux_assigned = assign(aux_cands, lead, targets, target_mask);
+  }
+  const int64_t B = targets.size(0);
   const at::Tensor t = targets.to(at::kFloat).masked_fill(target_mask.logical_not().unsqueeze(-1), 0);  // [B, M, 5]
 
   at::Tensor lbox, lobj, lcls;
   for (int64_t i = 0; i < nl_; ++i) {
-    const LevelCandidates& c = cands[i];
-    const at::Tensor& matched = assigned.matched[i];  // [B, M, na, 5]
-    const int64_t ny = levels[i].size(2), nx = levels[i].size(3);
-    const at::Tensor n = matched.sum().to(at::kFloat);  // positives of this level (device scalar)
-
-    // The assigned target of every candidate, in this level's grid units relative to the candidate's cell.
-    const int64_t slots = M * na_ * kCellOffsets;
-    const at::Tensor tgt = t.gather(1, assigned.owner[i].reshape({B, slots, 1}).expand({B, slots, 5}))
-                               .view({B, M, na_, kCellOffsets, 5});
-    const at::Tensor tbox = at::stack({tgt.select(-1, 1) * nx - c.gi.to(at::kFloat),
-                                       tgt.select(-1, 2) * ny - c.gj.to(at::kFloat), tgt.select(-1, 3) * nx,
-                                       tgt.select(-1, 4) * ny}, -1);  // [B, M, na, 5, 4]
-    const at::Tensor matched4 = matched.unsqueeze(-1);
-
-    // Box: 1 - CIoU, mean over positives (an unmatched slot gets a harmless unit box and weight 0).
-    const at::Tensor pxy = c.rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5;
-    const at::Tensor pwh = (c.rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors[i].view({1, 1, na_, 1, 2});
-    const at::Tensor ciou = bbox_ciou(at::cat({pxy, pwh}, -1), at::where(matched4, tbox, 1.0));  // [B, M, na, 5]
-    const at::Tensor box = at::where(matched, 1 - ciou, 0).sum() / n.clamp_min(1);
-
-    // Objectness: detached CIoU clamped at 0 at positive cells (the largest where a cell is assigned twice).
-    const at::Tensor obj_logits = levels[i].select(-1, 4).to(at::kFloat);  // [B, na, ny, nx]
-    const at::Tensor score = at::where(matched, ciou.detach().clamp_min(0), 0);
-    const at::Tensor tobj = at::zeros({obj_logits.numel()}, obj_logits.options())
-                                .scatter_reduce(0, c.lt.cell.view(-1), score.reshape(-1), "amax", /*include_self=*/true)
-                                .view_as(obj_logits);
-    const at::Tensor obj = bce_elementwise(obj_logits, tobj, options_.obj_pw, options_.fl_gamma).mean() * balance_[i];
-
-    // Classes (only with more than one): smoothed one-hot of the assigned target's class.
-    at::Tensor cls;
-    if (nc_ > 1) {
-      const at::Tensor logits = c.rows.narrow(-1, 5, nc_);  // [B, M, na, 5, nc]
-      const double cp = 1.0 - 0.5 * options_.label_smoothing, cn = 0.5 * options_.label_smoothing;
-      const at::Tensor hot = at::arange(nc_, targets.options().dtype(at::kLong)) ==
-                             tgt.select(-1, 0).to(at::kLong).unsqueeze(-1);
-      const at::Tensor loss =
-          bce_elementwise(logits, at::where(hot, cp, cn).to(at::kFloat), options_.cls_pw, options_.fl_gamma);
-      cls = at::where(matched4, loss, 0).sum() / (n * nc_).clamp_min(1);
-    } else {
-      cls = at::zeros({}, obj_logits.options());
+    Terms sum = level_terms(i, cands[i], cands[i].rows, assigned.matched[i], assigned.owner[i], levels[i], t);
+    if (aux_) {
+      const at::Tensor& aux_level = levels[nl_ + i];  // [B, na, ny, nx, no], the lead level's shape
+      const at::Tensor aux_rows = aux_level.reshape({-1, aux_level.size(-1)}).index_select(0, aux_cands[i].lt.cell.view(-1))
+                                      .to(at::kFloat).view_as(aux_cands[i].rows);
+      const Terms a = level_terms(i, aux_cands[i], aux_rows, aux_assigned.matched[i], aux_assigned.owner[i], aux_level, t);
+      sum = {sum.box + kAuxWeight * a.box, sum.obj + kAuxWeight * a.obj, sum.cls + kAuxWeight * a.cls};
     }
-    lbox = i == 0 ? box : lbox + box;
-    lobj = i == 0 ? obj : lobj + obj;
-    lcls = i == 0 ? cls : lcls + cls;
+    lbox = i == 0 ? sum.box : lbox + sum.box;
+    lobj = i == 0 ? sum.obj : lobj + sum.obj;
+    lcls = i == 0 ? sum.cls : lcls + sum.cls;
   }
   const at::Tensor items = at::stack({lbox * options_.box, lobj * options_.obj, lcls * options_.cls});  // [3]
   Result out;
   out.total = items.sum() * static_cast<double>(B);
   out.items = items.detach();
+  return out;
+}
+
+OtaLoss::Terms OtaLoss::level_terms(int64_t i, const LevelCandidates& c, const at::Tensor& rows,
+                                    const at::Tensor& matched, const at::Tensor& owner, const at::Tensor& level,
+                                    const at::Tensor& t) const {
+  const at::Tensor& anchors = anchors_on(t.device());
+  const int64_t B = t.size(0), M = t.size(1), ny = level.size(2), nx = level.size(3);
+  const at::Tensor n = matched.sum().to(at::kFloat);  // positives of this level (device scalar)
+
+  // The assigned target of every candidate, in this level's grid units relative to the candidate's cell.
+  const int64_t slots = M * na_ * kCellOffsets;
+  const at::Tensor tgt = t.gather(1, owner.reshape({B, slots, 1}).expand({B, slots, 5})).view({B, M, na_, kCellOffsets, 5});
+  const at::Tensor tbox = at::stack({tgt.select(-1, 1) * nx - c.gi.to(at::kFloat),
+                                     tgt.select(-1, 2) * ny - c.gj.to(at::kFloat), tgt.select(-1, 3) * nx,
+                                     tgt.select(-1, 4) * ny}, -1);  // [B, M, na, 5, 4]
+  const at::Tensor matched4 = matched.unsqueeze(-1);
+
+  // Box: 1 - CIoU, mean over positives (an unmatched slot gets a harmless unit box and weight 0).
+  const at::Tensor pxy = rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5;
+  const at::Tensor pwh = (rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors[i].view({1, 1, na_, 1, 2});
+  const at::Tensor ciou = bbox_ciou(at::cat({pxy, pwh}, -1), at::where(matched4, tbox, 1.0));  // [B, M, na, 5]
+  Terms out;
+  out.box = at::where(matched, 1 - ciou, 0).sum() / n.clamp_min(1);
+
+  // Objectness: detached CIoU clamped at 0 at positive cells (the largest where a cell is assigned twice).
+  const at::Tensor obj_logits = level.select(-1, 4).to(at::kFloat);  // [B, na, ny, nx]
+  const at::Tensor score = at::where(matched, ciou.detach().clamp_min(0), 0);
+  const at::Tensor tobj = at::zeros({obj_logits.numel()}, obj_logits.options())
+                              .scatter_reduce(0, c.lt.cell.view(-1), score.reshape(-1), "amax", /*include_self=*/true)
+                              .view_as(obj_logits);
+  out.obj = bce_elementwise(obj_logits, tobj, options_.obj_pw, options_.fl_gamma).mean() * balance_[i];
+
+  // Classes (only with more than one): smoothed one-hot of the assigned target's class.
+  if (nc_ > 1) {
+    const at::Tensor logits = rows.narrow(-1, 5, nc_);  // [B, M, na, 5, nc]
+    const double cp = 1.0 - 0.5 * options_.label_smoothing, cn = 0.5 * options_.label_smoothing;
+    const at::Tensor hot = at::arange(nc_, t.options().dtype(at::kLong)) == tgt.select(-1, 0).to(at::kLong).unsqueeze(-1);
+    const at::Tensor loss = bce_elementwise(logits, at::where(hot, cp, cn).to(at::kFloat), options_.cls_pw, options_.fl_gamma);
+    out.cls = at::where(matched4, loss, 0).sum() / (n * nc_).clamp_min(1);
+  } else {
+    out.cls = at::zeros({}, obj_logits.options());
+  }
   return out;
 }
 

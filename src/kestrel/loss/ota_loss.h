@@ -30,6 +30,13 @@
 //   upstream would get NaN there. A class id outside [0, nc) costs as class nc - 1 but, as in YoloLoss, gets no
 //   positive class target in the loss (upstream's one_hot would raise).
 // - autobalance is not supported (upstream's default is off); model.gr is 1 (upstream's value).
+//
+// With an IAuxDetect head (the P6 models; upstream ComputeLossAuxOTA, which train_aux.py always uses) the
+// levels are the nl lead levels and then the nl auxiliary ones. Two assignments are made, both from the lead
+// predictions and with a dynamic k from the 20 largest IoUs: the lead one from the 3-positive candidates as
+// above, the auxiliary one from find_5_positive's (own cell and all four neighbours, g = 1). The loss is
+// the lead levels' terms against the lead assignment plus 0.25 times the auxiliary levels' terms (box, objectness
+// and class, each with the same means, balance and gains) against the auxiliary assignment.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -45,12 +52,14 @@ class OtaLoss {
  public:
   // options: the hyp file's values; the constructor applies scale_gains for the head's nl, nc and img_size.
   // The head must be initialised (anchors in grid units, strides known). Its anchors are copied once.
+  // An aux head (head.aux()) makes this upstream's ComputeLossAuxOTA.
   OtaLoss(const models::Detect& head, LossOptions options, int64_t img_size);
 
   using Result = YoloLoss::Result;
   // levels[i] [B, na, ny_i, nx_i, nc + 5] raw head outputs (any float dtype; computed in float32), with the
-  // input size ny_0 * stride_0 x nx_0 * stride_0; targets [B, M, 5] (class, cx, cy, w, h normalised),
-  // target_mask [B, M] bool (false = padding, values ignored), on the levels' device.
+  // input size ny_0 * stride_0 x nx_0 * stride_0 (2 nl levels, lead then auxiliary, with an aux head);
+  // targets [B, M, 5] (class, cx, cy, w, h normalised), target_mask [B, M] bool (false = padding, values
+  // ignored), on the levels' device.
   Result operator()(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
                     const at::Tensor& target_mask) const;
 
@@ -60,9 +69,12 @@ class OtaLoss {
     std::vector<at::Tensor> owner;    // per level [B, M, na, 5] int64: the target row it is assigned to (0 if not)
     at::Tensor dynamic_k;             // [B, M] int64 (1 for padding rows)
   };
-  Assignment assign(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
-                    const at::Tensor& target_mask) const;
+  // `auxiliary`: an aux head's auxiliary assignment (5-positive candidates) instead of the lead one; either
+  // reads only the first nl levels.
+  Assignment assign(const std::vector<at::Tensor>& levels, const at::Tensor& targets, const at::Tensor& target_mask,
+                    bool auxiliary = false) const;
 
+  bool aux() const { return aux_; }
   const LossOptions& options() const { return options_; }  // after scale_gains
   const std::vector<double>& balance() const { return balance_; }
 
@@ -73,14 +85,26 @@ class OtaLoss {
     at::Tensor rows;          // [B, M, na, 5, no] float32 prediction rows (with grad)
     at::Tensor gi, gj;        // [B, M, na, 5] int64: the candidate's cell
   };
+  // g: the neighbour rule of build_targets (0.5: 3-positive, 1: 5-positive).
   std::vector<LevelCandidates> candidates(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
-                                          const at::Tensor& mask) const;
+                                          const at::Tensor& mask, double g) const;
   Assignment assign(const std::vector<LevelCandidates>& cands, const std::vector<at::Tensor>& levels,
                     const at::Tensor& targets, const at::Tensor& mask) const;
+  // Level i's box, objectness and class terms for the candidates' assignment, read from `level`
+  // ([B, na, ny, nx, no], the lead or the auxiliary level i) and `rows` (its [B, M, na, 5, no] float32 rows
+  // at the candidates' cells); t [B, M, 5] the targets with padding zeroed.
+  struct Terms {
+    at::Tensor box, obj, cls;  // scalars
+  };
+  Terms level_terms(int64_t i, const LevelCandidates& c, const at::Tensor& rows, const at::Tensor& matched,
+                    const at::Tensor& owner, const at::Tensor& level, const at::Tensor& t) const;
+  void check_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets, const at::Tensor& mask) const;
   const at::Tensor& anchors_on(const at::Device& device) const;
 
   LossOptions options_;
   int64_t nc_, nl_, na_;
+  bool aux_;
+  int64_t top_ious_;  // dynamic k: the sum of a target's largest IoUs, this many (10; 20 with an aux head)
   std::vector<double> strides_;
   std::vector<double> balance_;
   mutable at::Tensor anchors_;  // [nl, na, 2] float, grid units; moved once if the levels live elsewhere

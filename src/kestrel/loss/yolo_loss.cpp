@@ -7,21 +7,20 @@
 namespace kestrel::loss {
 namespace {
 
-constexpr double kOffsetBias = 0.5;   // upstream's g: a neighbour cell is used when the centre is within g of it
 constexpr double kFocalAlpha = 0.25;  // upstream FocalLoss default
 constexpr double kPi = 3.14159265358979323846;
 
 // True where v is less than g past a cell border and more than one cell from the low image edge:
 // upstream's (v % 1 < g) & (v > 1), with Python's % (remainder, not fmod).
-at::Tensor near_low_border(const at::Tensor& v) { return (at::remainder(v, 1.0) < kOffsetBias) & (v > 1.0); }
+at::Tensor near_low_border(const at::Tensor& v, double g) { return (at::remainder(v, 1.0) < g) & (v > 1.0); }
 
 // Candidate cell coordinate for each of the 5 offsets along one axis: own, the "low" neighbour for the
 // axis' own offset slot, the "high" neighbour for its far-side slot. v [B, M] -> [B, M, 5].
 // slots: x uses (own, low x, own, high x, own); y uses (own, own, low y, own, high y).
-at::Tensor offset_coords(const at::Tensor& v, int64_t low_slot, int64_t high_slot) {
+at::Tensor offset_coords(const at::Tensor& v, int64_t low_slot, int64_t high_slot, double g) {
   std::vector<at::Tensor> cols(kCellOffsets, v);
-  cols[low_slot] = v - kOffsetBias;   // centre moved half a cell towards the low neighbour
-  cols[high_slot] = v + kOffsetBias;  // ... towards the high neighbour
+  cols[low_slot] = v - g;   // centre moved g cells towards the low neighbour
+  cols[high_slot] = v + g;  // ... towards the high neighbour
   return at::stack(cols, -1);
 }
 
@@ -76,7 +75,7 @@ at::Tensor bbox_ciou(const at::Tensor& box1, const at::Tensor& box2, double eps)
 }
 
 LevelTargets build_targets(const at::Tensor& targets, const at::Tensor& mask, const at::Tensor& anchors, int64_t ny,
-                           int64_t nx, double anchor_t) {
+                           int64_t nx, double anchor_t, double g) {
   const int64_t B = targets.size(0), M = targets.size(1), na = anchors.size(0);
   // Padding rows become zeros whatever they hold (even NaN): w = h = 0 fails the ratio test below.
   const at::Tensor t = targets.to(at::kFloat).masked_fill(mask.logical_not().unsqueeze(-1), 0);  // [B, M, 5]
@@ -90,13 +89,13 @@ LevelTargets build_targets(const at::Tensor& targets, const at::Tensor& mask, co
   // Offsets (own, left, up, right, down) that apply; "far side" uses the distance to the high border. [B, M, 5]
   const at::Tensor gxi = nx - gx, gyi = ny - gy;
   const at::Tensor own = at::ones_like(match.select(2, 0));
-  const at::Tensor use = at::stack({own, near_low_border(gx), near_low_border(gy), near_low_border(gxi),
-                                    near_low_border(gyi)}, -1);
+  const at::Tensor use = at::stack({own, near_low_border(gx, g), near_low_border(gy, g), near_low_border(gxi, g),
+                                    near_low_border(gyi, g)}, -1);
 
   // Cells: truncate the shifted centre, clamp into the grid (a centre on the far border, cx = 1, falls on
   // the last cell). Target xy is relative to the clamped cell's corner. [B, M, 5]
-  const at::Tensor gi = at::trunc(offset_coords(gx, 1, 3)).clamp(0, nx - 1);
-  const at::Tensor gj = at::trunc(offset_coords(gy, 2, 4)).clamp(0, ny - 1);
+  const at::Tensor gi = at::trunc(offset_coords(gx, 1, 3, g)).clamp(0, nx - 1);
+  const at::Tensor gj = at::trunc(offset_coords(gy, 2, 4, g)).clamp(0, ny - 1);
   const at::Tensor box = at::stack({gx.unsqueeze(-1) - gi, gy.unsqueeze(-1) - gj,
                                     gw.unsqueeze(-1).expand_as(gi), gh.unsqueeze(-1).expand_as(gi)}, -1);
 

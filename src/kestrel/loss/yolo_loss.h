@@ -38,8 +38,9 @@ std::vector<double> level_balance(int64_t nl);
 at::Tensor bbox_ciou(const at::Tensor& box1, const at::Tensor& box2, double eps = 1e-7);
 
 // Number of cell offsets per (target, anchor): the own cell, then left, up, right, down neighbours
-// (upstream's j, k, l, m). A neighbour is used when the centre's fraction in the cell is < 0.5 towards
-// it and the centre is more than one cell away from that image border.
+// (upstream's j, k, l, m). A neighbour is used when the centre's fraction in the cell is < g towards
+// it and the centre is more than one cell away from that image border: g = 0.5 gives YOLOv5's 3 positive
+// cells per target and anchor (own and the two nearer neighbours), g = 1 YOLOv7's find_5_positive (all four).
 constexpr int64_t kCellOffsets = 5;
 
 // The candidates of one level: every (target m, anchor a, offset o) of every image b.
@@ -53,7 +54,7 @@ struct LevelTargets {
 // targets [B, M, 5] (class, cx, cy, w, h) normalised to the image, mask [B, M] bool (false = padding,
 // whose values are ignored, even NaN); anchors [na, 2] in grid units of this level; ny, nx its grid size.
 LevelTargets build_targets(const at::Tensor& targets, const at::Tensor& mask, const at::Tensor& anchors, int64_t ny,
-                           int64_t nx, double anchor_t);
+                           int64_t nx, double anchor_t, double g = 0.5);
 
 // Element-wise BCE with logits (pos_weight as nn.BCEWithLogitsLoss), focal when gamma > 0 (upstream FocalLoss,
 // alpha 0.25, before its reduction). logits and target have the same shape.

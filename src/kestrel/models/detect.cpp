@@ -33,11 +33,14 @@ bool anchors_in_reverse_stride_order(const at::Tensor& anchors, const std::vecto
 
 }  // namespace
 
-Detect::Detect(int64_t nc, const std::vector<std::vector<double>>& anchors, const std::vector<int64_t>& ch, bool implicit)
+Detect::Detect(int64_t nc, const std::vector<std::vector<double>>& anchors, const std::vector<int64_t>& ch, bool implicit,
+               bool aux)
     : nc_(nc), no_(nc + 5), nl_(static_cast<int64_t>(anchors.size())), implicit_(implicit) {
   if (anchors.empty()) fail("the detection head needs at least one anchor level");
-  if (static_cast<int64_t>(ch.size()) != nl_)
-    fail("the detection head reads ", ch.size(), " feature maps but has ", nl_, " anchor levels");
+  if (aux && !implicit) fail("an auxiliary head is an IDetect with auxiliary outputs (IAuxDetect)");
+  if (static_cast<int64_t>(ch.size()) != (aux ? 2 : 1) * nl_)
+    fail("the detection head reads ", ch.size(), " feature maps but has ", nl_, " anchor levels",
+         aux ? " (IAuxDetect reads a lead and an auxiliary map per level)" : "");
   na_ = static_cast<int64_t>(anchors[0].size() / 2);
   std::vector<double> flat;
   for (const auto& level : anchors) {
@@ -67,12 +70,24 @@ Detect::Detect(int64_t nc, const std::vector<std::vector<double>>& anchors, cons
       implicit_mul_.push_back(mul->implicit);
     }
   }
+  if (aux) {
+    auto m2 = register_module("m2", torch::nn::ModuleList());
+    for (int64_t i = 0; i < nl_; ++i) {
+      m2_.push_back(make_conv2d(torch::nn::Conv2dOptions(ch[nl_ + i], no_ * na_, 1)));
+      m2->push_back(m2_.back());
+    }
+  }
 }
 
 at::Tensor Detect::forward(const at::Tensor& x) { fail("Detect reads one feature map per level; use forward_levels"); }
 
 std::vector<at::Tensor> Detect::forward_levels(const std::vector<at::Tensor>& xs) {
-  if (static_cast<int64_t>(xs.size()) != nl_) fail("Detect: expected ", nl_, " feature maps, got ", xs.size());
+  const int64_t inputs = (aux() ? 2 : 1) * nl_;
+  if (static_cast<int64_t>(xs.size()) != inputs) fail("Detect: expected ", inputs, " feature maps, got ", xs.size());
+  // [b, na * no, ny, nx] -> [b, na, ny, nx, no]
+  const auto to_level = [&](const at::Tensor& x) {
+    return x.view({x.size(0), na_, no_, x.size(2), x.size(3)}).permute({0, 1, 3, 4, 2}).contiguous();
+  };
   std::vector<at::Tensor> out;
   out.reserve(xs.size());
   for (int64_t i = 0; i < nl_; ++i) {
@@ -80,15 +95,16 @@ std::vector<at::Tensor> Detect::forward_levels(const std::vector<at::Tensor>& xs
     if (!implicit_add_.empty()) x = x + implicit_add_[i];
     x = run_conv(*m_[i], x);
     if (!implicit_mul_.empty()) x = x * implicit_mul_[i];
-    const int64_t b = x.size(0), ny = x.size(2), nx = x.size(3);
-    // [b, na * no, ny, nx] -> [b, na, ny, nx, no]
-    out.push_back(x.view({b, na_, no_, ny, nx}).permute({0, 1, 3, 4, 2}).contiguous());
+    out.push_back(to_level(x));
   }
+  if (aux() && is_training())
+    for (int64_t i = 0; i < nl_; ++i) out.push_back(to_level(run_conv(*m2_[i], xs[nl_ + i])));
   return out;
 }
 
 at::Tensor Detect::decode(const std::vector<at::Tensor>& levels) const {
   if (strides_.empty()) fail("Detect::decode before initialize()");
+  if (static_cast<int64_t>(levels.size()) < nl_) fail("Detect::decode: expected ", nl_, " levels, got ", levels.size());
   std::vector<at::Tensor> out;
   for (int64_t i = 0; i < nl_; ++i) {
     const at::Tensor& p = levels[i];  // [b, na, ny, nx, no]
@@ -117,9 +133,13 @@ void Detect::initialize(const std::vector<double>& strides) {
     anchors_[i].div_(strides_[i]);
     // bias [na * no] viewed [na, no]: objectness prior ~8 objects per 640x640 image at this stride,
     // class prior 0.6 / nc (YOLOv7 writes nc - 0.99 where YOLOv5 writes nc - 0.99999).
-    at::Tensor bias = m_[i]->bias.view({na_, no_});
-    bias.select(1, 4).add_(std::log(8.0 / std::pow(640.0 / strides_[i], 2)));
-    bias.narrow(1, 5, nc_).add_(std::log(0.6 / (static_cast<double>(nc_) - (implicit_ ? 0.99 : 0.99999))));
+    // An aux head's auxiliary convs get the same priors (upstream _initialize_aux_biases).
+    for (auto* conv : {&m_[i], aux() ? &m2_[i] : nullptr}) {
+      if (conv == nullptr) continue;
+      at::Tensor bias = (*conv)->bias.view({na_, no_});
+      bias.select(1, 4).add_(std::log(8.0 / std::pow(640.0 / strides_[i], 2)));
+      bias.narrow(1, 5, nc_).add_(std::log(0.6 / (static_cast<double>(nc_) - (implicit_ ? 0.99 : 0.99999))));
+    }
   }
 }
 

@@ -194,6 +194,13 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                                                             a.int_list(4, {5, 9, 13}), act),
                                   c2, ""};
                    }, true}},
+      // YOLOv7's parser hands DownC the repeat count, which it ignores: [c2, k] after it.
+      {"DownC", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                   a.at_most(2, "[c2, k]");
+                   const int64_t k = a.integer(1, 2);
+                   if (k < 1) fail(a.where(), ": the pool size k must be >= 1");
+                   return Built{std::make_shared<DownC>(c1, c2, k, act), c2, ""};
+                 }, true}},
       {"RepConv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                      a.at_most(6, "[c2, k, s, p, g, act]");
                      return Built{std::make_shared<RepConv>(c1, c2, a.integer(1, 3), a.integer(2, 1), a.integer(3, -1),
@@ -241,8 +248,8 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
     return {std::make_shared<ReOrg>(), 4 * c1, ""};
   }
   fail(a.where(), ": unknown module '", module,
-       "' (kestrel knows Conv, Focus, Bottleneck, C3, SPP, SPPF, SPPCSPC, RepConv, Concat, Shortcut, nn.Upsample, "
-       "nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect)");
+       "' (kestrel knows Conv, Focus, Bottleneck, C3, SPP, SPPF, SPPCSPC, RepConv, DownC, Concat, Shortcut, "
+       "nn.Upsample, nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect, IAuxDetect)");
 }
 
 }  // namespace
@@ -306,7 +313,11 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
         if (spec.module == "Concat" && args.integer(0, 1) != 1) fail(args.where(), ": only channel concatenation (dimension 1) is supported");
         built = {spec.module == "Concat" ? std::shared_ptr<Layer>(std::make_shared<Concat>(1)) : std::make_shared<Shortcut>(), c2,
                  args.size() ? cat("[", args.integer(0, 1), "]") : "[]"};
-      } else if (spec.module == "Detect" || spec.module == "IDetect") {
+      } else if (spec.module == "Detect" || spec.module == "IDetect" || spec.module == "IAuxDetect") {
+        const bool aux = spec.module == "IAuxDetect";  // reads a lead and an auxiliary map per level
+        if (aux && row.from.size() % 2 != 0)
+          fail(args.where(), ": IAuxDetect reads a lead and an auxiliary feature map per level, but 'from' lists ",
+               row.from.size());
         if (i != count - 1) fail(args.where(), ": the detection head must be the last layer");
         args.at_least(2, "[nc, anchors]");
         args.at_most(2, "[nc, anchors]");
@@ -316,7 +327,8 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
         std::vector<int64_t> in_ch;
         for (int f : row.from) in_ch.push_back(channels_of(f));
         try {
-          head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, row.from.size(), args), in_ch, spec.module == "IDetect");
+          head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, row.from.size() / (aux ? 2 : 1), args), in_ch,
+                                          spec.module != "Detect", aux);
         } catch (const Error& e) {
           fail(args.where(), ": ", e.what());
         }
@@ -340,7 +352,7 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
     layers.push_back(built.layer);
     info.push_back(row);
   }
-  if (!head) fail(cfg.source, ": the last layer must be the detection head (Detect or IDetect)");
+  if (!head) fail(cfg.source, ": the last layer must be the detection head (Detect, IDetect or IAuxDetect)");
   try {
     return std::make_shared<YoloModel>(cfg.name(), cfg.ch, layers, info, head);  // runs a probe image through
   } catch (const c10::Error& e) {

@@ -8,7 +8,7 @@ namespace kestrel::models {
 class YoloModel;
 
 // A model with YOLOv7's IDetect head, or (its deploy configs end in a plain Detect) any of the layers only
-// YOLOv7 uses: MP, SP, SPPCSPC, RepConv, ReOrg.
+// YOLOv7 uses: MP, SP, SPPCSPC, RepConv, ReOrg, DownC.
 bool is_yolov7_family(const YoloModel& model);
 
 }  // namespace kestrel::models

@@ -43,6 +43,26 @@ void SPPCSPC::fuse() {
   for (auto* c : {cv1.get(), cv2.get(), cv3.get(), cv4.get(), cv5.get(), cv6.get(), cv7.get()}) c->fuse();
 }
 
+DownC::DownC(int64_t c1, int64_t c2, int64_t k, Activation act) : k_(k) {
+  cv1 = register_module("cv1", std::make_shared<Conv>(ConvOptions{c1, c1, 1, 1, -1, 1, 1, act}));
+  cv2 = register_module("cv2", std::make_shared<Conv>(ConvOptions{c1, c2 / 2, 3, k, -1, 1, 1, act}));
+  cv3 = register_module("cv3", std::make_shared<Conv>(ConvOptions{c1, c2 / 2, 1, 1, -1, 1, 1, act}));
+}
+
+at::Tensor DownC::forward(const at::Tensor& x) {
+  return at::cat({cv2->forward(cv1->forward(x)), cv3->forward(at::max_pool2d(x, {k_, k_}, {k_, k_}))}, 1);
+}
+
+const Conv& DownC::conv(int i) const {
+  const std::array<const std::shared_ptr<Conv>*, 3> convs{&cv1, &cv2, &cv3};
+  TORCH_CHECK(i >= 1 && i <= 3, "DownC::conv(", i, "): cv1 ... cv3");
+  return **convs[static_cast<size_t>(i - 1)];
+}
+
+void DownC::fuse() {
+  for (auto* c : {cv1.get(), cv2.get(), cv3.get()}) c->fuse();
+}
+
 RepConv::RepConv(int64_t c1, int64_t c2, int64_t k, int64_t s, int64_t p, int64_t g, Activation act)
     : act_(act), c1_(c1), c2_(c2), k_(k), g_(g) {
   using torch::nn::Conv2dOptions;

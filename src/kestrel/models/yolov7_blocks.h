@@ -1,4 +1,4 @@
-// YOLOv7 blocks beyond the YOLOv5 set: SPPCSPC, RepConv, Shortcut, ReOrg. (MP and SP are MaxPool layers,
+// YOLOv7 blocks beyond the YOLOv5 set: SPPCSPC, RepConv, Shortcut, ReOrg, DownC. (MP and SP are MaxPool layers,
 // ELAN is not a module: the YAML spells it out as Conv branches and a Concat.)
 #pragma once
 #include <torch/nn/modules/container/sequential.h>
@@ -43,6 +43,23 @@ class RepConv : public Layer {
   torch::nn::Conv2d rbr_reparam{nullptr};
   Activation act_;
   int64_t c1_, c2_, k_, g_;
+};
+
+// The P6 models' downsampling (yolov7-e6, -d6, -e6e): cat(cv2(cv1(x)), cv3(maxpool_k(x))), cv1 a 1x1
+// keeping c1 channels, cv2 a 3x3 with stride k to c2 / 2, cv3 a 1x1 to c2 / 2 after a k x k, stride-k pool.
+class DownC : public Layer {
+ public:
+  DownC(int64_t c1, int64_t c2, int64_t k = 2, Activation act = {});
+  at::Tensor forward(const at::Tensor& x) override;
+  void fuse() override;
+
+  // Read-only views for exporters: cv1 ... cv3 (i = 1 ... 3) and the pool's kernel (= stride).
+  const Conv& conv(int i) const;
+  int64_t kernel() const { return k_; }
+
+ private:
+  std::shared_ptr<Conv> cv1, cv2, cv3;
+  int64_t k_;
 };
 
 // x[0] + x[1].

@@ -9,8 +9,9 @@
 namespace kestrel::train {
 
 LossFn make_loss_fn(const models::Detect& head, const loss::LossOptions& options, int64_t img_size, bool ota) {
-  // Shared ownership: the returned function outlives this call.
-  if (ota) {
+  // Shared ownership: the returned function outlives this call. An IAuxDetect head always trains with
+  // ComputeLossAuxOTA (OtaLoss on an aux head), as upstream's train_aux.py, whatever loss_ota says.
+  if (ota || head.aux()) {
     const auto loss = std::make_shared<const loss::OtaLoss>(head, options, img_size);
     return [loss](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*loss)(l, t, m); };
   }

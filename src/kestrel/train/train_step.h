@@ -22,7 +22,8 @@ namespace kestrel::train {
 // levels, targets [B, M, 5], mask [B, M] -> total (with grad) and items [3].
 using LossFn = std::function<loss::YoloLoss::Result(const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&)>;
 
-// The training loss of a recipe: YOLOv7's OTA assignment when `ota` (hyp loss_ota: 1), else YOLOv5's.
+// The training loss of a recipe: YOLOv7's OTA assignment when `ota` (hyp loss_ota: 1), its auxiliary variant for an
+// IAuxDetect head (always), else YOLOv5's.
 LossFn make_loss_fn(const models::Detect& head, const loss::LossOptions& options, int64_t img_size, bool ota);
 
 struct StepOptions {

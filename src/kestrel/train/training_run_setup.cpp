@@ -222,7 +222,8 @@ void TrainingRun::choose_run_dir() {
 }
 
 void TrainingRun::build_step() {
-  // Training loss: YOLOv7's OTA assignment when the recipe asks for it (loss_ota: 1), else YOLOv5's.
+  // Training loss: YOLOv7's OTA assignment when the recipe asks for it (loss_ota: 1) or the head is an
+  // IAuxDetect (its auxiliary variant, as train_aux.py), else YOLOv5's.
   // Validation always reports the plain loss, as upstream's test.py/val.py. Built after AutoAnchor and
   // the resume: the losses copy the head's anchors.
   compute_loss.emplace(model->head(), hyp.loss, o.img_size);
