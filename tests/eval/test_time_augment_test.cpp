@@ -93,7 +93,8 @@ at::Tensor read_floats(const std::string& path, at::IntArrayRef shape) {
 // upstream's Model(cfg, nc=80) with kestrel's weights (through tools/export_state_dict.py), eval mode,
 // model(x, augment=True)[0]. Needs KESTREL_UPSTREAM_PYTHON (an interpreter with the upstream repository's
 // requirements: its models/ import cv2, pandas ...) and KESTREL_YOLOV5_DIR / KESTREL_YOLOV7_DIR.
-void expect_matches_upstream(const char* checkout_variable, const std::string& config, const std::string& upstream_cfg) {
+void expect_matches_upstream(const char* checkout_variable, const std::string& config, const std::string& upstream_cfg,
+                             int64_t height = 224, int64_t width = 288) {
   const char* python = std::getenv("KESTREL_UPSTREAM_PYTHON");
   const char* checkout = std::getenv(checkout_variable);
   if (!python || !checkout)
@@ -106,7 +107,7 @@ void expect_matches_upstream(const char* checkout_variable, const std::string& c
                                           dir.file("w.safetensors") + " " + dir.file("sd.pt"));
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   at::manual_seed(8);
-  const at::Tensor images = at::rand({2, 3, 224, 288});  // not square: flips and padding differ per side
+  const at::Tensor images = at::rand({2, 3, height, width});  // not square: flips and padding differ per side
   write_floats(dir.file("x.bin"), images);
   const at::Tensor ours = predict_augmented(*model, images);
   test::write_file(dir.file("run.py"), "import sys, numpy as np, torch\nsys.path.insert(0, '" + std::string(checkout) + "')\n" +
@@ -114,7 +115,7 @@ void expect_matches_upstream(const char* checkout_variable, const std::string& c
       "m = Model('" + std::string(checkout) + "/" + upstream_cfg + "', ch=3, nc=80)\n"
       "m.load_state_dict(torch.load('" + dir.file("sd.pt") + "', weights_only=True))\n"
       "m.eval()\n"
-      "x = torch.from_numpy(np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(2, 3, 224, 288))\n"
+      "x = torch.from_numpy(np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(2, 3, " + std::to_string(height) + ", " + std::to_string(width) + "))\n"
       "with torch.no_grad(): y = m(x, augment=True)[0]\n"
       "y.numpy().astype(np.float32).tofile('" + dir.file("y.bin") + "')\n"
       "print('SHAPE', *y.shape)\n");
@@ -132,6 +133,12 @@ TEST(TestTimeAugment, MatchesUpstreamYoloV5) { expect_matches_upstream("KESTREL_
 
 TEST(TestTimeAugment, MatchesUpstreamYoloV7) {
   expect_matches_upstream("KESTREL_YOLOV7_DIR", "yolov7-tiny", "cfg/training/yolov7-tiny.yaml");
+}
+
+// A P6 model: DownC, ReOrg, four levels and the IAuxDetect head (its weights, auxiliary convs included, load
+// into upstream's Model by name).
+TEST(TestTimeAugment, MatchesUpstreamYoloV7E6) {
+  expect_matches_upstream("KESTREL_YOLOV7_DIR", "yolov7-e6", "cfg/training/yolov7-e6.yaml", 256, 320);  // stride 64
 }
 
 }  // namespace
