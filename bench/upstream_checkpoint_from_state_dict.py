@@ -52,6 +52,8 @@ def main():
     model.names = [names[i] for i in range(nc)] if yolov7 else names
     model.nc = nc
     model.float()
+    for p in model.parameters():  # as train.py's EMA weights; YOLOv7's IDetect.fuse() updates them in place
+        p.requires_grad_(False)
     ckpt = {'epoch': -1, 'best_fitness': None, 'model': model, 'ema': None, 'updates': None,
             'optimizer': None, 'opt': None, 'git': None, 'date': None}
     torch.save(ckpt, args.out)
