@@ -60,7 +60,9 @@ std::array<double, 3> host_items(const at::Tensor& items) {
 
 void TrainingRun::start_epochs() {
   std::cout << "kestrel train: " << info.model_name << " (" << nc << " classes) on " << device << ", "
-            << optimizer_name(opt_options.kind) << (hyp.loss_ota ? ", OTA loss" : "") << ", " << nb << " batches of " << o.batch_size << " per epoch, amp "
+            << optimizer_name(opt_options.kind)
+            << (model->head().aux() ? ", auxiliary-head OTA loss" : hyp.loss_ota ? ", OTA loss" : "") << ", " << nb
+            << " batches of " << o.batch_size << " per epoch, amp "
             << amp << ", results to " << save_dir << "\n";
   g_stop_requested = false;
   previous_handler = std::signal(SIGINT, on_interrupt);
