@@ -31,6 +31,7 @@ struct DetectOptions {
   std::vector<int> imgsz{640};
   double conf_thres = 0.25, iou_thres = 0.45;
   int max_det = 1000, line_thickness = 3, vid_stride = 1;
+  bool max_det_given = false;
   std::vector<int> classes;
   bool agnostic_nms = false, save_txt = false, save_conf = false, nosave = false, exist_ok = false;
   bool hide_labels = false, hide_conf = false, half = false, augment = false, save_crop = false;
@@ -148,7 +149,9 @@ void run_detect(const DetectOptions& o) {
   d.nms.max_det = o.max_det;
   d.nms.classes = o.classes;
   d.nms.agnostic = o.agnostic_nms;
-  d.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's detect.py
+  // YOLOv7's detect.py: its NMS, and always at most 300 detections (it has no --max-det).
+  d.nms.yolov7 = models::is_yolov7_family(*loaded.model);
+  if (d.nms.yolov7 && !o.max_det_given) d.nms.max_det = 300;
   d.half = o.half;
   d.augment = o.augment;
   eval::Detector detector(loaded.model, device, d);
@@ -205,8 +208,8 @@ void add_detect_command(CLI::App& app) {
       ->expected(1, 2)->check(CLI::Range(32, 8192));
   cmd->add_option("--conf-thres", o->conf_thres, "confidence threshold")->capture_default_str();
   cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold")->capture_default_str();
-  cmd->add_option("--max-det", o->max_det, "maximum detections per image")->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
+  auto* max_det = cmd->add_option("--max-det", o->max_det, "maximum detections per image (YOLOv7 models: 300 unless given)")
+                       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
   cmd->add_option("--classes", o->classes, "keep only these classes: --classes 0, or --classes 0 2 3");
   cmd->add_flag("--agnostic-nms", o->agnostic_nms, "class-agnostic NMS");
@@ -225,7 +228,10 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->add_option("--vid-stride", o->vid_stride, "video frame-rate stride (detect every n-th frame)")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->callback([o] { run_detect(*o); });
+  cmd->callback([o, max_det] {
+    o->max_det_given = max_det->count() > 0;
+    run_detect(*o);
+  });
 }
 
 }  // namespace kestrel::app

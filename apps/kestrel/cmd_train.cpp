@@ -1,5 +1,7 @@
 // kestrel train: YOLOv5/YOLOv7 train.py's flags (same names and defaults where kestrel has them).
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "kestrel/dist/launcher.h"
@@ -17,7 +19,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--hyp", o->hyp, "hyperparameter YAML (default: hyp.scratch-low values)");
   cmd->add_option("--epochs", o->epochs, "total epochs")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
-  cmd->add_option("--img,--img-size,--imgsz", o->img_size, "train and val image size (pixels)")
+  // YOLOv7 writes --img-size TRAIN TEST (its README: --img 640 640); YOLOv5 one size for both.
+  auto img_sizes = std::make_shared<std::vector<int>>(1, o->img_size);
+  cmd->add_option("--img,--img-size,--imgsz", *img_sizes, "train and val image size (pixels); two values: train, val (YOLOv7)")
+      ->expected(1, 2)
       ->capture_default_str()->check(CLI::Range(32, 8192));
   cmd->add_flag("--rect", o->rect, "rectangular training (no mosaic shuffle)");
   cmd->add_option("--resume", o->resume, "continue a run: its folder or weights/last.state.safetensors");
@@ -35,6 +40,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--image-weights", o->image_weights, "each epoch, sample images favouring rare and poorly detected classes");
   cmd->add_flag("--sync-bn", o->sync_bn, "SyncBatchNorm: batch statistics over all ranks (data parallel only)");
   cmd->add_option("--optimizer", o->optimizer, "SGD, Adam or AdamW")->capture_default_str();
+  // YOLOv7's spellings of two of these: --adam (= --optimizer Adam), --cache-images (= --cache ram).
+  auto yolov7_flags = std::make_shared<std::pair<bool, bool>>(false, false);
+  cmd->add_flag("--adam", yolov7_flags->first, "YOLOv7's flag: --optimizer Adam");
+  cmd->add_flag("--cache-images", yolov7_flags->second, "YOLOv7's flag: --cache ram");
   cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_flag("--bind-cores", o->bind_cores,
                 "pin loader workers to CPU cores (with several processes per node, each its own slice)");
@@ -79,7 +88,11 @@ void add_train_command(CLI::App& app) {
   auto generations = std::make_shared<int>(0);
   cmd->add_option("--evolve", *generations, "evolve the hyperparameters for N generations (default 300) into runs/evolve")
       ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
-  cmd->callback([o, nproc, generations] {
+  cmd->callback([o, nproc, generations, img_sizes, yolov7_flags] {
+    o->img_size = img_sizes->at(0);
+    o->img_size_test = img_sizes->size() > 1 ? img_sizes->at(1) : 0;
+    if (yolov7_flags->first) o->optimizer = "Adam";
+    if (yolov7_flags->second) o->cache = "ram";
     if (*generations > 0) {
       if (*nproc > 1 || dist::launched_worker()) throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
       train::evolve(*o, *generations);

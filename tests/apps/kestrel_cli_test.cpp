@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "kestrel/data/image_io.h"
 #include "test_support.h"
@@ -121,6 +122,28 @@ TEST(CliTrain, TrainsThenValidatesItsWeights) {
   // 16 val images with 115 label rows (wc -l data/demo/labels/val/*.txt): every label counts, however small
   EXPECT_NE(r.output.find("                   all         16        115"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp/best_predictions.json"))) << r.output;
+}
+
+// YOLOv7's --img-size TRAIN TEST (its README trains with --img 640 640): the second size is the validation's;
+// and its --adam and --cache-images.
+TEST(CliTrain, Yolov7Flags) {
+  test::TempDir dir;
+  const std::string base = test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --epochs 1 --batch-size 16"
+                           " --workers 2 --device cpu --quiet --noplots --project " + dir.file("runs");
+  auto r = test::run_command(base + " --img 64 96 --adam --cache-images");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream opt(dir.file("runs/exp/opt.yaml"));
+  const std::string yaml((std::istreambuf_iterator<char>(opt)), {});
+  EXPECT_NE(yaml.find("imgsz: 64\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("imgsz_test: 96\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("optimizer: \"Adam\"\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("cache: \"ram\"\n"), std::string::npos) << yaml;
+  r = test::run_command(base + " --img 64 100");  // the validation size is checked against the stride too
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--img 64 100: the validation size must be a multiple of the model's stride 32"), std::string::npos)
+      << r.output;
+  r = test::run_command(base + " --img 64 96 128");
+  EXPECT_NE(r.exit_code, 0);
 }
 
 TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {

@@ -514,7 +514,7 @@ TEST(ApMetrics, Yolov7StyleMatchesUpstreamTestPy) {
   nms.conf_thres = 0.001;
   nms.iou_thres = 0.65;
   nms.multi_label = true;
-  nms.objectness_only_single_class = true;  // YOLOv7's NMS (no effect with 3 classes)
+  nms.yolov7 = true;  // YOLOv7's NMS
   const std::vector<at::Tensor> kept = non_max_suppression(raw, nms);
   for (int v5 = 0; v5 < 2; ++v5) {
     std::vector<at::Tensor> correct, conf, pred_cls, target_cls;

@@ -197,8 +197,8 @@ TEST(NonMaxSuppression, Yolov7OneClassConfidenceIsObjectness) {
   const at::Tensor one = image_of({{50, 50, 10, 10, 0.8, 0.5}});
   const at::Tensor two = image_of({{50, 50, 10, 10, 0.8, 0.5, 0.25}});
   NmsOptions yolov7;
-  yolov7.objectness_only_single_class = true;
-  EXPECT_FALSE(NmsOptions{}.objectness_only_single_class);
+  yolov7.yolov7 = true;
+  EXPECT_FALSE(NmsOptions{}.yolov7);
   for (const at::Device d : devices()) {
     expect_rows(run(one, NmsOptions{}, d)[0], {{45, 45, 55, 55, 0.4, 0}}, "one class, YOLOv5");
     expect_rows(run(one, yolov7, d)[0], {{45, 45, 55, 55, 0.8, 0}}, "one class, YOLOv7");

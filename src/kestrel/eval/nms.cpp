@@ -75,7 +75,7 @@ void check_options(const at::Tensor& prediction, const NmsOptions& o) {
 // in x's dtype and then widened, as upstream computes them before torch.cat promotes to float32.
 at::Tensor candidate_rows(const at::Tensor& x, const NmsOptions& o) {
   const at::ScalarType row_type = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const bool objectness_only = o.objectness_only_single_class && x.size(1) == 6;
+  const bool objectness_only = o.yolov7 && x.size(1) == 6;
   const at::Tensor cls_conf = objectness_only ? x.slice(1, 4, 5) : x.slice(1, 5) * x.slice(1, 4, 5);  // [n, nc]: obj * cls
   const at::Tensor center = x.slice(1, 0, 2), half_size = x.slice(1, 2, 4) / 2;  // [n, 2] each
   const at::Tensor box = at::cat({center - half_size, center + half_size}, 1).to(row_type);  // [n, 4]
@@ -110,7 +110,8 @@ at::Tensor suppress_image(const at::Tensor& x, const NmsOptions& o) {
   const at::Tensor order = std::get<1>(at::sort(rows.select(1, 4), /*stable=*/true, /*dim=*/0, /*descending=*/true));
   rows = rows.index_select(0, order.slice(0, 0, o.max_nms));                     // [min(m, max_nms), 6]
   // Per-class NMS in one call: each class lives in its own kMaxWh-wide tile.
-  const at::Tensor boxes = o.agnostic ? rows.slice(1, 0, 4) : rows.slice(1, 0, 4) + rows.slice(1, 5, 6) * kMaxWh;
+  const double tile = o.yolov7 ? kMaxWhYolov7 : kMaxWh;
+  const at::Tensor boxes = o.agnostic ? rows.slice(1, 0, 4) : rows.slice(1, 0, 4) + rows.slice(1, 5, 6) * tile;
   const at::Tensor keep = nms_indices(boxes, rows.select(1, 4), o.iou_thres);  // already descending conf
   return rows.index_select(0, keep.slice(0, 0, o.max_det));
 }

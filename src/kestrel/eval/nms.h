@@ -30,6 +30,7 @@ at::Tensor nms_indices(const at::Tensor& boxes, const at::Tensor& scores, double
 // The per-class offset of YOLOv5's batched NMS: boxes of class c move by c * kMaxWh pixels, so one
 // nms_indices call never lets two classes suppress each other (for images up to 7680 px).
 constexpr double kMaxWh = 7680;
+constexpr double kMaxWhYolov7 = 4096;  // YOLOv7's max_wh
 
 // non_max_suppression's arguments; defaults are upstream's (detect.py passes conf 0.25, iou 0.45;
 // val.py passes conf 0.001, iou 0.6 and multi_label true).
@@ -41,9 +42,10 @@ struct NmsOptions {
   int64_t max_det = 300;       // kept rows per image, the most confident
   int64_t max_nms = 30000;     // rows per image entering NMS, the most confident (upstream max_nms)
   std::vector<int> classes;    // keep only these classes; empty: all
-  // YOLOv7's NMS: a one-class model's confidence is its objectness alone (YOLOv7 skips the class score,
-  // which its loss never trains for nc = 1); YOLOv5 multiplies as for any nc.
-  bool objectness_only_single_class = false;
+  // YOLOv7's non_max_suppression: a one-class model's confidence is its objectness alone (YOLOv7 skips the
+  // class score, which its loss never trains for nc = 1; YOLOv5 multiplies as for any nc), and classes are
+  // shifted by kMaxWhYolov7 instead of kMaxWh (in float32 that decides IoUs within ~1e-4 of the threshold).
+  bool yolov7 = false;
 };
 
 // prediction [B, N, 5 + nc] as the Detect head returns it at inference: cx, cy, w, h (pixels), obj, class

@@ -108,7 +108,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     t = Clock::now();
     NmsOptions nms = options.nms;
     nms.agnostic = nms.agnostic || options.single_cls;
-    nms.objectness_only_single_class = options.metric != MetricStyle::yolov5;  // YOLOv7's test.py uses YOLOv7's NMS
+    nms.yolov7 = options.metric != MetricStyle::yolov5;  // YOLOv7's test.py runs YOLOv7's NMS
     std::vector<at::Tensor> kept = non_max_suppression(predictions, nms);
     for (auto& k : kept) k = k.to(at::kCPU);
     r.ms_per_image[2] += ms_since(t);

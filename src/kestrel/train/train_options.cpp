@@ -23,6 +23,7 @@ void for_each_saved_option(Options& o, Visit&& visit) {
   visit("epochs", o.epochs, true);
   visit("batch_size", o.batch_size, true);
   visit("imgsz", o.img_size, true);
+  visit("imgsz_test", o.img_size_test, false);
   visit("rect", o.rect, true);
   visit("nosave", o.nosave, true);
   visit("noval", o.noval, true);

@@ -17,6 +17,7 @@ struct TrainOptions {
   int epochs = 100;
   int batch_size = 16;
   int img_size = 640;
+  int img_size_test = 0;               // YOLOv7 --img-size TRAIN TEST: the validation size; 0 = img_size
   bool rect = false;
   std::string resume;                  // a run's weights/last.state.safetensors or its folder
   bool nosave = false;                 // only the final checkpoint

@@ -138,10 +138,13 @@ void TrainingRun::transfer_pretrained(const models::LoadedModel& pretrained) {
 void TrainingRun::build_data() {
   stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
   if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
+  const int val_img_size = o.img_size_test > 0 ? o.img_size_test : o.img_size;
+  if (val_img_size % stride != 0)
+    fail("--img ", o.img_size, " ", val_img_size, ": the validation size must be a multiple of the model's stride ", stride);
   const int nc = static_cast<int>(data_cfg.names.size());
   train_data = make_train_loader(data_cfg, o, hyp, stride, nc, dist_ctx.rank, dist_ctx.world_size);
   ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
-  v.img_size = o.img_size;
+  v.img_size = val_img_size;
   v.batch_size = o.batch_size * 2;
   v.stride = stride;
   v.workers = o.workers;
