@@ -27,6 +27,7 @@ struct ValOptions {
   int max_det = 300;
   bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false, noplots = false;
   bool augment = false, save_txt = false, save_conf = false, v5_metric = false;
+  bool iou_thres_given = false;
 };
 
 void run_val(const ValOptions& o) {
@@ -52,7 +53,8 @@ void run_val(const ValOptions& o) {
   eval::ValidationOptions v;
   v.metric = eval::metric_style_for(*loaded.model, o.v5_metric);
   v.nms.conf_thres = o.conf_thres;
-  v.nms.iou_thres = o.iou_thres;
+  // YOLOv7's test.py defaults to IoU 0.65 (its README's numbers), val.py to 0.6.
+  v.nms.iou_thres = v.metric != eval::MetricStyle::yolov5 && !o.iou_thres_given ? 0.65 : o.iou_thres;
   v.nms.max_det = o.max_det;
   v.single_cls = o.single_cls;
   v.half = o.half;
@@ -114,7 +116,8 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
   cmd->add_option("--img,--img-size,--imgsz", o->img_size, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
   cmd->add_option("--conf-thres", o->conf_thres, "confidence threshold")->capture_default_str();
-  cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold")->capture_default_str();
+  auto* iou = cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold (YOLOv7 models: 0.65 unless given)")
+                   ->capture_default_str();
   cmd->add_option("--max-det", o->max_det, "detections per image")->capture_default_str();
   cmd->add_option("--task", o->task, "split: train, val or test")->capture_default_str()
       ->check(CLI::IsMember({"train", "val", "test"}));
@@ -133,7 +136,10 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--name", o->name, "run name")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");
   cmd->add_flag("--noplots", o->noplots, "do not write confusion_matrix.png, the PR/F1/P/R curves and the val_batch images");
-  cmd->callback([o] { run_val(*o); });
+  cmd->callback([o, iou] {
+    o->iou_thres_given = iou->count() > 0;
+    run_val(*o);
+  });
 }
 
 }  // namespace kestrel::app

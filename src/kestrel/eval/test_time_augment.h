@@ -3,7 +3,7 @@
 // pixels, and the three concatenated for NMS. YOLOv5 (and YOLOv3, same code) then drops the full-scale
 // pass's coarsest level (large objects, which the smaller scales see better) and the 0.67 pass's finest
 // (small objects); YOLOv7's models/yolo.py keeps all three whole. kestrel does each for its own family:
-// a model with YOLOv7's IDetect head or layers (MP, SP, SPPCSPC, RepConv, ReOrg) keeps them whole.
+// a YOLOv7 model (models::is_yolov7_family: an IDetect/IAuxDetect head or YOLOv7-only layers) keeps them whole.
 #pragma once
 #include <vector>
 

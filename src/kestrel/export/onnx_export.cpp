@@ -51,13 +51,7 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
   const auto& info = model.layer_info();
   const size_t body = model.layers().size() - 1;
   const int64_t lead_maps = model.head().num_levels();
-  std::vector<bool> needed(body, false);
-  for (int64_t k = 0; k < lead_maps; ++k)
-    if (info[body].from[static_cast<size_t>(k)] >= 0) needed[static_cast<size_t>(info[body].from[static_cast<size_t>(k)])] = true;
-  for (size_t i = body; i-- > 0;)
-    if (needed[i])
-      for (int f : info[i].from)
-        if (f >= 0) needed[static_cast<size_t>(f)] = true;
+  const std::vector<bool>& needed = model.inference_layers();
   std::vector<std::string> outs(body + 1);
   std::string previous = input;
   auto source = [&](int f, size_t i) { return f < 0 || f == static_cast<int>(i) - 1 ? previous : outs.at(f); };

@@ -121,7 +121,7 @@ std::string OnnxLayers::layer(models::Layer& l, const std::vector<std::string>& 
   if (y.empty())
     fail("module ", module, " (", prefix, ") is not supported by the ONNX exporter yet (supported: Conv, C3, "
          "Bottleneck, SPP, SPPF, Focus, Concat, nn.Upsample, MaxPool2d/MP/SP, ZeroPad2d, SPPCSPC, RepConv, "
-         "DownC, Shortcut, ReOrg, Detect, IDetect)");
+         "DownC, Shortcut, ReOrg, Detect, IDetect, IAuxDetect)");
   return y;
 }
 

@@ -205,6 +205,7 @@ OtaLoss::Result OtaLoss::operator()(const std::vector<at::Tensor>& levels, const
   std::vector<LevelCandidates> aux_cands;
   Assignment aux_assigned;
   if (aux_) {
+    at::NoGradGuard no_grad;  // the auxiliary candidates' lead rows only feed the assignment
     aux_cands = candidates(lead, targets, target_mask, kAuxOffsetBias);
     aux_assigned = assign(aux_cands, lead, targets, target_mask);
   }

@@ -32,8 +32,10 @@ double conv_gflops(YoloModel& model, int64_t img) {
   torch::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
+  // A probe of twice the largest stride scaled by area, as upstream's model_info (exact for sizes that are
+  // multiples of the stride; any other size would not run through a P6 model's stride-64 layers).
   const int64_t stride = model.max_stride();
-  const int64_t probe = img % stride == 0 ? std::min<int64_t>(img, 2 * stride) : img;
+  const int64_t probe = 2 * stride;
   FlopCounter counter;
   auto param = model.parameters().front();
   model.forward(at::zeros({1, model.in_channels(), probe, probe}, param.options()));

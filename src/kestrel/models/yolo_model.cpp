@@ -21,6 +21,15 @@ YoloModel::YoloModel(std::string name, int64_t in_channels, std::vector<std::sha
   for (size_t i = 0; i < info_.size(); ++i)
     for (int f : info_[i].from)
       if (f >= 0 && f != static_cast<int>(i) - 1) keep_output_[f] = true;
+  // Backwards from the head's lead inputs (all its inputs but an IAuxDetect's auxiliary ones).
+  const size_t body = layers_.size() - 1;
+  inference_layers_.assign(body, false);
+  for (int64_t k = 0; k < head_->num_levels(); ++k)
+    if (const int f = info_[body].from.at(static_cast<size_t>(k)); f >= 0) inference_layers_[static_cast<size_t>(f)] = true;
+  for (size_t i = body; i-- > 0;)
+    if (inference_layers_[i])
+      for (int f : info_[i].from)
+        if (f >= 0) inference_layers_[static_cast<size_t>(f)] = true;
 
   // Probe the strides with a 256 x 256 image. Upstream probes in training mode, which nudges the
   // BN running statistics of a fresh model; kestrel probes in eval mode and leaves them untouched.
@@ -42,11 +51,13 @@ std::vector<at::Tensor> YoloModel::forward(const at::Tensor& images) {
     return f < 0 || f == static_cast<int>(i) - 1 ? previous : kept[f];
   };
   const size_t body = layers_.size() - 1;
+  const bool training = is_training();
   for (size_t i = 0; i < body; ++i) {
+    if (!training && !inference_layers_[i]) continue;  // an auxiliary branch: only the training loss reads it
     const auto& from = info_[i].from;
     at::Tensor y;
     if (from.size() == 1) {
-      const bool recompute = i < checkpointed_.size() && checkpointed_[i] && is_training();
+      const bool recompute = i < checkpointed_.size() && checkpointed_[i] && training;
       y = recompute ? checkpointed(*layers_[i], input(from[0], i)) : layers_[i]->forward(input(from[0], i));
     } else {
       std::vector<at::Tensor> xs;
@@ -56,8 +67,9 @@ std::vector<at::Tensor> YoloModel::forward(const at::Tensor& images) {
     if (keep_output_[i]) kept[i] = y;
     previous = std::move(y);
   }
-  std::vector<at::Tensor> features;
-  for (int f : info_[body].from) features.push_back(input(f, body));
+  std::vector<at::Tensor> features;  // skipped auxiliary maps stay undefined (the head does not read them in eval)
+  for (int f : info_[body].from)
+    features.push_back(training || f < 0 || inference_layers_[static_cast<size_t>(f)] ? input(f, body) : at::Tensor());
   return head_->forward_levels(features);
 }
 

@@ -28,7 +28,8 @@ class YoloModel : public torch::nn::Module {
             std::vector<LayerInfo> info, std::shared_ptr<Detect> head);
 
   // images [b, ch, h, w] (h, w multiples of the largest stride) -> raw head outputs per level,
-  // [b, na, h/stride, w/stride, nc + 5], as the loss wants them.
+  // [b, na, h/stride, w/stride, nc + 5], as the loss wants them (an IAuxDetect head's auxiliary levels
+  // follow in training mode; in eval mode the layers only they need are not run).
   std::vector<at::Tensor> forward(const at::Tensor& images);
   // Decoded predictions [b, N, nc + 5] (xywh pixels, objectness, class probabilities).
   at::Tensor predict(const at::Tensor& images);
@@ -49,6 +50,9 @@ class YoloModel : public torch::nn::Module {
   const std::string& name() const { return name_; }
   int64_t in_channels() const { return in_channels_; }
   int64_t max_stride() const;
+  // Per body layer (the head excluded): whether the head's lead maps depend on it. False only for an
+  // IAuxDetect model's auxiliary branches, which inference (eval mode, export) leaves out.
+  const std::vector<bool>& inference_layers() const { return inference_layers_; }
 
  private:
   std::string name_;
@@ -56,6 +60,7 @@ class YoloModel : public torch::nn::Module {
   std::vector<std::shared_ptr<Layer>> layers_;  // the ModuleList "model"; the head is the last entry
   std::vector<LayerInfo> info_;
   std::vector<bool> keep_output_;  // outputs read again by a later layer (upstream's save list)
+  std::vector<bool> inference_layers_;
   std::shared_ptr<Detect> head_;
   std::vector<bool> checkpointed_;  // per layer: activation checkpointing in training
   bool fused_ = false;

@@ -162,6 +162,7 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
 
   StepBenchResult r;
   r.label = label_of(o);
+  if (!o.ota && bench->model->head().aux()) r.label += " + OTA";  // an IAuxDetect model trains with it always
   std::vector<at::Tensor> totals;
   using Clock = std::chrono::steady_clock;
   Clock::time_point start;
