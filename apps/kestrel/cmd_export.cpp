@@ -1,5 +1,6 @@
 // kestrel export --weights W [--format onnx] [--img 640] [--batch-size 1] [--opset 17] [--dynamic] [--half]
-// [--out PATH]: writes the fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]).
+// [--end2end [--topk-all 100] [--iou-thres 0.45] [--conf-thres 0.25] [--max-wh 7680]] [--out PATH]: writes the
+// fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]), or also NMS ([K, 7]).
 #include <filesystem>
 #include <iostream>
 
@@ -8,6 +9,7 @@
 #include "commands.h"
 #include "kestrel/core/error.h"
 #include "kestrel/export/onnx_export.h"
+#include "kestrel/models/model_family.h"
 #include "kestrel/models/weights_file.h"
 
 namespace kestrel::app {
@@ -23,20 +25,30 @@ void run_export(const ExportOptions& o) {
   if (o.format != "onnx") fail("--format ", o.format, ": only onnx is supported");
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   loaded.model->eval();
+  exporting::OnnxExportOptions onnx = o.onnx;
+  onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
   std::string out = o.out;
   if (out.empty()) out = std::filesystem::path(o.weights).replace_extension(".onnx").string();
   std::map<std::string, std::string> metadata;
   metadata["names"] = nlohmann::json(loaded.info.names).dump();
   metadata["imgsz"] = nlohmann::json({o.onnx.img, o.onnx.img}).dump();
   metadata["batch"] = std::to_string(o.onnx.batch);
-  exporting::export_onnx(*loaded.model, out, o.onnx, metadata);
-  const auto& e = o.onnx;
+  if (onnx.end2end)
+    metadata["nms"] = nlohmann::json({{"topk", onnx.nms.topk}, {"iou_thres", onnx.nms.iou_thres},
+                                      {"conf_thres", onnx.nms.conf_thres}, {"max_wh", onnx.nms.max_wh}}).dump();
+  exporting::export_onnx(*loaded.model, out, onnx, metadata);
+  const auto& e = onnx;
   const std::string b = e.dynamic ? "batch" : std::to_string(e.batch);
   const std::string hw = e.dynamic ? "height, width" : std::to_string(e.img) + ", " + std::to_string(e.img);
   std::cout << "exported " << o.weights << " -> " << out << " (ONNX opset " << e.opset << ", "
             << (e.half ? "float16" : "float32") << ", input images [" << b << ", " << loaded.model->in_channels()
-            << ", " << hw << "], output output0 [" << b << ", " << (e.dynamic ? "anchors" : "N") << ", "
-            << loaded.model->head().num_outputs() << "])\n";
+            << ", " << hw << "], ";
+  if (e.end2end) {
+    std::cout << "output " << exporting::kEndToEndOutput << " [detections, 7]: image, x1, y1, x2, y2, class, score)\n";
+  } else {
+    std::cout << "output output0 [" << b << ", " << (e.dynamic ? "anchors" : "N") << ", "
+              << loaded.model->head().num_outputs() << "])\n";
+  }
 }
 
 }  // namespace
@@ -55,6 +67,14 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--dynamic", opts->onnx.dynamic,
                 "dynamic axes: batch, height and width chosen at run time (multiples of the largest stride)");
   cmd->add_flag("--half", opts->onnx.half, "float16 weights, input and output");
+  // YOLOv7's export.py names for NMS in the graph (its onnxruntime variant).
+  cmd->add_flag("--end2end", opts->onnx.end2end,
+                "NMS in the graph (ONNX NonMaxSuppression): output [detections, 7] = image, x1, y1, x2, y2, class, score");
+  cmd->add_option("--topk-all", opts->onnx.nms.topk, "--end2end: detections kept per image")->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--iou-thres", opts->onnx.nms.iou_thres, "--end2end: NMS IoU threshold")->capture_default_str();
+  cmd->add_option("--conf-thres", opts->onnx.nms.conf_thres, "--end2end: confidence threshold")->capture_default_str();
+  cmd->add_option("--max-wh", opts->onnx.nms.max_wh, "--end2end: per-class box offset (pixels)")->capture_default_str();
   cmd->add_option("--out,-o", opts->out, "output file (default: the weights path with .onnx)");
   cmd->callback([opts] { run_export(*opts); });
 }

@@ -13,6 +13,12 @@ namespace {
 void check_options(const models::YoloModel& model, const OnnxExportOptions& o) {
   if (o.opset < 11 || o.opset > 21) fail("--opset ", o.opset, ": kestrel writes opsets 11 to 21");
   if (o.batch < 1) fail("--batch-size ", o.batch, ": must be at least 1");
+  if (o.end2end) {
+    if (o.nms.topk < 1) fail("--topk-all ", o.nms.topk, ": must be at least 1");
+    if (!(o.nms.iou_thres >= 0 && o.nms.iou_thres <= 1)) fail("--iou-thres ", o.nms.iou_thres, ": must be in [0, 1]");
+    if (!(o.nms.conf_thres >= 0 && o.nms.conf_thres <= 1)) fail("--conf-thres ", o.nms.conf_thres, ": must be in [0, 1]");
+    if (!(o.nms.max_wh > 0)) fail("--max-wh ", o.nms.max_wh, ": must be positive");
+  }
   const int64_t s = model.max_stride();
   if (o.img <= 0 || o.img % s != 0) {
     const int64_t below = o.img / s * s, above = below + s;
@@ -71,9 +77,14 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
     const std::string x = source(info[body].from[i], body);
     raw.push_back(layers.conv2d(*head.output_convs().at(i), x, prefix + ".m." + std::to_string(i)));
   }
-  decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, output);
-  if (o.dynamic) g.add_output(output, {"batch", "anchors", no});
-  else g.add_output(output, {o.batch, num_predictions(head, o.img), no});
+  if (o.end2end) {
+    const std::string decoded = decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, g.fresh("decoded"));
+    g.add_output(append_nms(g, decoded, head.nc(), o.nms, kEndToEndOutput), {"detections", 7});
+  } else {
+    decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, output);
+    if (o.dynamic) g.add_output(output, {"batch", "anchors", no});
+    else g.add_output(output, {o.batch, num_predictions(head, o.img), no});
+  }
 
   std::map<std::string, std::string> props = metadata;
   props["stride"] = std::to_string(model.max_stride());

@@ -2,12 +2,13 @@
 // RepConv re-parameterised, IDetect's implicit layers folded) as an ONNX graph with the head's decode
 // included, like upstream's export: input "images" [batch, ch, height, width], output "output0"
 // [batch, N, nc + 5] (box centre x, y, w, h in input pixels, objectness, class probabilities), the
-// tensor YoloModel::predict returns. Graph building lives in onnx_graph (protobuf), onnx_layers (body)
-// and onnx_detect (decode).
+// tensor YoloModel::predict returns; with end2end, NMS follows in the graph (onnx_nms.h). Graph building
+// lives in onnx_graph (protobuf), onnx_layers (body), onnx_detect (decode) and onnx_nms.
 #pragma once
 #include <map>
 #include <string>
 
+#include "kestrel/export/onnx_nms.h"
 #include "kestrel/models/yolo_model.h"
 
 namespace kestrel::exporting {
@@ -20,7 +21,12 @@ struct OnnxExportOptions {
                          // the decode builds its grids from Shape ops (upstream's --dynamic)
   bool half = false;     // float16 weights, input and output (upstream's --half); written from fp32 on
                          // any device: the graph is the same, only its float type changes
+  bool end2end = false;  // NMS in the graph (YOLOv7's --end2end for onnxruntime): output [K, 7] (onnx_nms.h)
+  EndToEndOptions nms;   // its settings
 };
+
+// The output's name with --end2end (YOLOv7's); otherwise "output0" (YOLOv5's).
+inline constexpr const char* kEndToEndOutput = "output";
 
 // Fuses the model (in place) and writes the ONNX file to `path` (atomically).
 // metadata: extra metadata_props (e.g. "names"); "stride" and "model" are always written.

@@ -1,0 +1,49 @@
+#include "kestrel/export/onnx_nms.h"
+
+#include <cstdint>
+
+namespace kestrel::exporting {
+
+std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o,
+                       const std::string& output) {
+  constexpr int64_t kFloat = 1;  // onnx::TensorProto::FLOAT
+  constexpr int64_t kEnd = INT64_MAX;
+  const std::string x = g.half() ? g.node("Cast", {decoded}, {{"to", kFloat}}) : decoded;  // [B, N, no] float32
+
+  // Scores [B, N, nc]: objectness x class probability (objectness alone for YOLOv7's one-class rule).
+  const std::string obj = g.slice(x, {4}, {5}, {2});  // [B, N, 1]
+  const std::string scores = nc == 1 && o.objectness_only_single_class
+                                 ? obj
+                                 : g.node("Mul", {g.slice(x, {5}, {kEnd}, {2}), obj});
+  // Best class and its score (the first of equal maxima). [B, N, 1] each
+  const std::string cls = g.node("ArgMax", {scores}, {{"axis", int64_t{2}}, {"keepdims", int64_t{1}}});
+  const std::string score = g.node("GatherElements", {scores, cls}, {{"axis", int64_t{2}}});
+  const std::string cls_f = g.node("Cast", {cls}, {{"to", kFloat}});
+
+  // Corners: [cx, cy, w, h] @ [[1, 0, 1, 0], [0, 1, 0, 1], [-1/2, 0, 1/2, 0], [0, -1/2, 0, 1/2]]. [B, N, 4]
+  const std::string to_corners = g.node("Reshape", {g.float32s("to_corners", {1, 0, 1, 0, 0, 1, 0, 1, -0.5f, 0, 0.5f, 0,
+                                                                             0, -0.5f, 0, 0.5f}),
+                                                    g.int64s("shape", {4, 4})});
+  const std::string corners = g.node("MatMul", {g.slice(x, {0}, {4}, {2}), to_corners});
+
+  // One suppression over all classes, each class moved into its own max_wh-wide tile.
+  const std::string shifted = g.node("Add", {corners, g.node("Mul", {cls_f, g.float32s("max_wh", {static_cast<float>(o.max_wh)})})});
+  const std::string selected = g.node(
+      "NonMaxSuppression",
+      {shifted, g.node("Transpose", {score}, {{"perm", std::vector<int64_t>{0, 2, 1}}}), g.int64s("topk", {o.topk}),
+       g.float32s("iou_thres", {static_cast<float>(o.iou_thres)}),
+       g.float32s("conf_thres", {static_cast<float>(o.conf_thres)})});  // [K, 3]: image, 0, box
+
+  // Gather the kept rows: (image, box) pairs index the [B, N, ...] tensors. [K, 2]
+  const std::string image_box = g.node("Gather", {selected, g.int64s("image_box", {0, 2})}, {{"axis", int64_t{1}}});
+  const std::string image = g.node("Cast", {g.node("Gather", {selected, g.int64s("image", {0})}, {{"axis", int64_t{1}}})},
+                                   {{"to", kFloat}});  // [K, 1]
+  const std::string rows = g.node("Concat",
+                                  {image, g.node("GatherND", {corners, image_box}), g.node("GatherND", {cls_f, image_box}),
+                                   g.node("GatherND", {score, image_box})},
+                                  {{"axis", int64_t{1}}});  // [K, 7]
+  if (g.half()) return g.node("Cast", {rows}, {{"to", int64_t{10}}}, output);  // onnx::TensorProto::FLOAT16
+  return g.node("Identity", {rows}, {}, output);
+}
+
+}  // namespace kestrel::exporting

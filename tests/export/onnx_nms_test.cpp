@@ -1,0 +1,143 @@
+// `kestrel export --end2end`: NMS in the graph. onnxruntime's run of the exported file (the project's
+// Python) against kestrel's own detect-time NMS (eval::non_max_suppression, best class only) on the same
+// images: the same detections per image, in the same order, boxes and scores within float32 rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include "export/onnx_check.h"
+#include "kestrel/core/error.h"
+#include "kestrel/eval/nms.h"
+#include "kestrel/export/onnx_export.h"
+#include "kestrel/models/model_config.h"
+#include "test_support.h"
+
+namespace kestrel::exporting {
+namespace {
+
+void write_floats(const std::string& path, const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kFloat).contiguous();
+  std::ofstream(path, std::ios::binary).write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+}
+
+// Runs DIR/model.onnx on DIR/x.bin ([B, 3, S, S] float32) and writes its output to DIR/y.bin; returns K.
+int64_t run_onnxruntime(const test::TempDir& dir, int64_t batch, int64_t size) {
+  const test::CommandResult r = test::run_python(
+      "import numpy as np, onnx, onnxruntime as ort\n"
+      "m = onnx.load('" + dir.file("model.onnx") + "'); onnx.checker.check_model(m, full_check=True)\n"
+      "s = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])\n"
+      "assert [o.name for o in s.get_outputs()] == ['output'], s.get_outputs()\n"
+      "x = np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(" + std::to_string(batch) + ", 3, " +
+      std::to_string(size) + ", " + std::to_string(size) + ")\n"
+      "y = s.run(None, {'images': x})[0]\n"
+      "assert y.ndim == 2 and y.shape[1] == 7, y.shape\n"
+      "y.astype(np.float32).tofile('" + dir.file("y.bin") + "')\n"
+      "print('ROWS', y.shape[0])\n");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("ROWS ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(r.output.substr(at + 5));
+}
+
+// A model whose output biases are perturbed, so that a random image gives many candidates of several
+// classes with spread-out scores (a fresh model's priors make every score about 1e-3).
+std::shared_ptr<models::YoloModel> scored_model(int nc) {
+  at::manual_seed(11);
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), nc);
+  torch::NoGradGuard no_grad;
+  test_onnx::randomize_batch_norm(*model);  // features that vary with the image: no exact ties in the scores
+  const int64_t na = model->head().num_anchors(), no = model->head().num_outputs();
+  for (const auto& conv : model->head().output_convs()) {
+    conv->bias.add_(at::randn_like(conv->bias) * 2.5);
+    // A one-class model's class prior is 0.99998: move it well below 1, so that scoring by objectness alone
+    // and by objectness x class differ.
+    if (nc == 1) conv->bias.view({na, no}).narrow(1, 5, 1).sub_(12.0);
+  }
+  model->eval();
+  return model;
+}
+
+void expect_same_detections(int nc, bool dynamic, bool yolov7_rule) {
+  SCOPED_TRACE(testing::Message() << "nc " << nc << (dynamic ? ", dynamic" : ", static") << (yolov7_rule ? ", YOLOv7 rule" : ""));
+  auto model = scored_model(nc);
+  constexpr int64_t kBatch = 2, kSize = 128;
+  test::TempDir dir;
+  OnnxExportOptions o;
+  o.img = kSize;
+  o.batch = kBatch;
+  o.dynamic = dynamic;
+  o.end2end = true;
+  o.nms.topk = 40;
+  o.nms.conf_thres = 0.01;
+  o.nms.iou_thres = 0.45;
+  o.nms.objectness_only_single_class = yolov7_rule;
+  export_onnx(*model, dir.file("model.onnx"), o);  // fuses the model: the reference below uses the same weights
+
+  at::manual_seed(12);
+  // Smooth random images (a 8 x 8 grid of random colours, upsampled): objects of a sort at every scale.
+  const at::Tensor x = at::upsample_bilinear2d(at::rand({kBatch, 3, 8, 8}), {kSize, kSize}, false);
+  write_floats(dir.file("x.bin"), x);
+  eval::NmsOptions nms;
+  nms.conf_thres = o.nms.conf_thres;
+  nms.iou_thres = o.nms.iou_thres;
+  nms.max_det = o.nms.topk;
+  nms.yolov7 = yolov7_rule;  // (its 4096 class tiles only matter with several classes; used with nc 1 here)
+  torch::NoGradGuard no_grad;
+  const std::vector<at::Tensor> expected = eval::non_max_suppression(model->predict(x), nms);  // [n, 6] per image
+
+  const int64_t k = run_onnxruntime(dir, kBatch, kSize);
+  int64_t total = 0;
+  for (const auto& e : expected) total += e.size(0);
+  ASSERT_EQ(k, total);
+  ASSERT_GT(total, 10) << "the case should keep detections in both images";
+  at::Tensor y = at::empty({k, 7});
+  std::ifstream(dir.file("y.bin"), std::ios::binary).read(static_cast<char*>(y.data_ptr()), static_cast<std::streamsize>(y.nbytes()));
+  // Rows are grouped by image in order; within an image, near-equal scores may come in either order, so each
+  // of kestrel's detections is looked up among the image's rows.
+  int64_t first = 0;
+  for (int64_t b = 0; b < kBatch; ++b) {
+    const at::Tensor& e = expected[static_cast<size_t>(b)];
+    EXPECT_GT(e.size(0), 0) << "image " << b;
+    const at::Tensor rows = y.narrow(0, first, e.size(0));
+    EXPECT_TRUE((rows.select(1, 0) == static_cast<float>(b)).all().item<bool>()) << "image " << b;
+    std::vector<bool> used(static_cast<size_t>(e.size(0)), false);
+    for (int64_t j = 0; j < e.size(0); ++j) {
+      bool found = false;
+      for (int64_t r = 0; r < rows.size(0) && !found; ++r) {
+        if (used[static_cast<size_t>(r)]) continue;
+        found = (rows[r].narrow(0, 1, 4) - e[j].narrow(0, 0, 4)).abs().max().item<double>() < 1e-3 &&
+                rows[r][5].item<float>() == e[j][5].item<float>() &&
+                std::abs(rows[r][6].item<float>() - e[j][4].item<float>()) < 1e-5;
+        if (found) used[static_cast<size_t>(r)] = true;
+      }
+      EXPECT_TRUE(found) << "image " << b << ": kestrel's detection " << e[j] << " is not in onnxruntime's output";
+    }
+    first += e.size(0);
+  }
+}
+
+TEST(OnnxEndToEnd, MatchesDetectNms) { expect_same_detections(3, false, false); }
+TEST(OnnxEndToEnd, DynamicGraphMatchesDetectNms) { expect_same_detections(3, true, false); }
+TEST(OnnxEndToEnd, Yolov7OneClassScoresByObjectness) { expect_same_detections(1, false, true); }
+
+TEST(OnnxEndToEnd, BadSettingsAreErrors) {
+  auto model = scored_model(3);
+  test::TempDir dir;
+  OnnxExportOptions o;
+  o.img = 64;
+  o.end2end = true;
+  o.nms.topk = 0;
+  EXPECT_NE(test::error_message([&] { export_onnx(*model, dir.file("a.onnx"), o); }).find("--topk-all 0"), std::string::npos);
+  o.nms.topk = 10;
+  o.nms.iou_thres = 1.5;
+  EXPECT_NE(test::error_message([&] { export_onnx(*model, dir.file("a.onnx"), o); }).find("--iou-thres 1.5"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kestrel::exporting
