@@ -118,6 +118,30 @@ head:
   EXPECT_NE(bytes.find("model.3."), std::string::npos);
 }
 
+// YOLOv5's hub modules: GhostConv, GhostBottleneck (strides 1 and 2), C3Ghost, DWConv.
+TEST(OnnxExport, GhostBlocksMatchOnnxRuntime) {
+  const char* yaml = R"(
+nc: 3
+depth_multiple: 1.0
+width_multiple: 1.0
+anchors: [[10,13, 16,30], [30,61, 62,45]]
+backbone:
+  [[-1, 1, GhostConv, [16, 3, 2]],        # 0  /2
+   [-1, 1, DWConv, [32, 3, 2]],           # 1  /4
+   [-1, 1, C3Ghost, [32]],                # 2
+   [-1, 1, GhostBottleneck, [48, 3, 2]],  # 3  /8
+   [-1, 1, GhostBottleneck, [48, 3, 1]],  # 4
+   [-1, 1, GhostConv, [64, 3, 2]],        # 5  /16
+  ]
+head:
+  [[[4, 5], 1, Detect, [nc, anchors]]]    # 6
+)";
+  at::manual_seed(7);
+  auto model = models::build_model(models::parse_model_config(yaml, "ghost.yaml"));
+  test_onnx::randomize_batch_norm(*model);
+  check_against_onnxruntime(*model, "ghost", 64, 2);
+}
+
 // A layer type the exporter does not know (here a stand-in for nn.Upsample) stops the export with
 // the module's YAML name and its layer, and writes nothing.
 class TestUpsample : public models::Layer {

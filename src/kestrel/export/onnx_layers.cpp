@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/ghost_blocks.h"
 #include "kestrel/models/yolov7_blocks.h"
 
 namespace kestrel::exporting {
@@ -118,11 +119,39 @@ std::string OnnxLayers::layer(models::Layer& l, const std::vector<std::string>& 
     return y;
   }
   std::string y = yolov7_layer(l, xs, prefix);
+  if (y.empty()) y = ghost_layer(l, x, prefix);
   if (y.empty())
-    fail("module ", module, " (", prefix, ") is not supported by the ONNX exporter yet (supported: Conv, C3, "
-         "Bottleneck, SPP, SPPF, Focus, Concat, nn.Upsample, MaxPool2d/MP/SP, ZeroPad2d, SPPCSPC, RepConv, "
-         "DownC, Shortcut, ReOrg, Detect, IDetect, IAuxDetect)");
+    fail("module ", module, " (", prefix, ") is not supported by the ONNX exporter yet (supported: Conv, DWConv, C3, "
+         "Bottleneck, SPP, SPPF, Focus, GhostConv, GhostBottleneck, C3Ghost, Concat, nn.Upsample, MaxPool2d/MP/SP, "
+         "ZeroPad2d, SPPCSPC, RepConv, DownC, Shortcut, ReOrg, Detect, IDetect, IAuxDetect)");
   return y;
+}
+
+// YOLOv5's Ghost blocks (models/ghost_blocks.h); "" for any other layer.
+std::string OnnxLayers::ghost_layer(models::Layer& l, const std::string& x, const std::string& prefix) {
+  using namespace models;
+  const auto ghost = [&](const GhostConv& gc, const std::string& in, const std::string& p) {
+    const std::string y = conv(gc.conv1(), in, p + ".cv1");
+    return concat({y, conv(gc.conv2(), y, p + ".cv2")});
+  };
+  const auto bottleneck = [&](const GhostBottleneck& b, const std::string& in, const std::string& p) {
+    std::string y = ghost(b.ghost1(), in, p + ".conv.0");
+    if (b.depthwise()) y = conv(*b.depthwise(), y, p + ".conv.1");
+    y = ghost(b.ghost2(), y, p + ".conv.2");
+    const std::string skip = b.shortcut_conv()
+                                 ? conv(*b.shortcut_conv(), conv(*b.shortcut_depthwise(), in, p + ".shortcut.0"),
+                                        p + ".shortcut.1")
+                                 : in;
+    return g_.node("Add", {y, skip});
+  };
+  if (auto* gc = dynamic_cast<GhostConv*>(&l)) return ghost(*gc, x, prefix);
+  if (auto* gb = dynamic_cast<GhostBottleneck*>(&l)) return bottleneck(*gb, x, prefix);
+  if (auto* c3 = dynamic_cast<C3Ghost*>(&l)) {
+    std::string y = conv(c3->conv1(), x, prefix + ".cv1");
+    for (size_t i = 0; i < c3->bottlenecks().size(); ++i) y = bottleneck(*c3->bottlenecks()[i], y, prefix + ".m." + std::to_string(i));
+    return conv(c3->conv3(), concat({y, conv(c3->conv2(), x, prefix + ".cv2")}), prefix + ".cv3");
+  }
+  return "";
 }
 
 // YOLOv7's blocks; "" for any other layer.

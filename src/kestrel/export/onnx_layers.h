@@ -33,6 +33,7 @@ class OnnxLayers {
   std::string space_to_depth(const std::string& x);
   std::string bottleneck(const models::Bottleneck& b, const std::string& x, const std::string& prefix);
   std::string yolov7_layer(models::Layer& l, const std::vector<std::string>& xs, const std::string& prefix);
+  std::string ghost_layer(models::Layer& l, const std::string& x, const std::string& prefix);  // "" if not Ghost
 
   OnnxGraph& g_;
 };

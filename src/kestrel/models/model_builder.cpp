@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -10,6 +11,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/models/common.h"
+#include "kestrel/models/ghost_blocks.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/models/yolov7_blocks.h"
 
@@ -194,6 +196,29 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                                                             a.int_list(4, {5, 9, 13}), act),
                                   c2, ""};
                    }, true}},
+      // YOLOv5's hub modules: DWConv (a Conv with groups gcd(c1, c2)) and the Ghost blocks.
+      {"DWConv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                    a.at_most(5, "[c2, k, s, d, act]");
+                    ConvOptions o{c1, c2, a.integer(1, 1), a.integer(2, 1), -1, std::gcd(c1, c2), a.integer(3, 1),
+                                  a.activation(4, act)};
+                    return Built{std::make_shared<Conv>(o), c2, ""};
+                  }, false}},
+      {"GhostConv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                       a.at_most(5, "[c2, k, s, g, act]");
+                       return Built{std::make_shared<GhostConv>(c1, c2, a.integer(1, 1), a.integer(2, 1), a.integer(3, 1),
+                                                                a.activation(4, act)),
+                                    c2, ""};
+                     }, false}},
+      {"GhostBottleneck", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                             a.at_most(3, "[c2, k, s]");
+                             const int64_t s = a.integer(2, 1);
+                             if (s != 1 && s != 2) fail(a.where(), ": GhostBottleneck's stride is 1 or 2");
+                             return Built{std::make_shared<GhostBottleneck>(c1, c2, a.integer(1, 3), s, act), c2, ""};
+                           }, false}},
+      {"C3Ghost", {[](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
+                     a.at_most(4, "[c2, shortcut, g, e]");  // shortcut and g: unused, as upstream
+                     return Built{std::make_shared<C3Ghost>(c1, c2, n, a.real(3, 0.5), act), c2, ""};
+                   }, true}},
       // YOLOv7's parser hands DownC the repeat count, which it ignores: [c2, k] after it.
       {"DownC", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                    a.at_most(2, "[c2, k]");
@@ -248,8 +273,9 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
     return {std::make_shared<ReOrg>(), 4 * c1, ""};
   }
   fail(a.where(), ": unknown module '", module,
-       "' (kestrel knows Conv, Focus, Bottleneck, C3, SPP, SPPF, SPPCSPC, RepConv, DownC, Concat, Shortcut, "
-       "nn.Upsample, nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect, IAuxDetect)");
+       "' (kestrel knows Conv, DWConv, Focus, Bottleneck, C3, SPP, SPPF, GhostConv, GhostBottleneck, C3Ghost, SPPCSPC, "
+       "RepConv, DownC, Concat, Shortcut, nn.Upsample, nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect, "
+       "IAuxDetect)");
 }
 
 }  // namespace

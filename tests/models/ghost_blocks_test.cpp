@@ -1,0 +1,130 @@
+// YOLOv5's Ghost blocks: upstream's state-dict names for every variant, shapes through a small network of
+// all of them (GhostConv, GhostBottleneck with stride 1 and 2, C3Ghost, DWConv), and, with an upstream
+// YOLOv5 checkout (KESTREL_UPSTREAM_PYTHON, KESTREL_YOLOV5_DIR), the same network's outputs against
+// upstream's models/yolo.py Model with kestrel's weights loaded by name.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include "export/onnx_check.h"
+#include "kestrel/models/ghost_blocks.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/state_dict.h"
+#include "kestrel/models/weights_file.h"
+#include "test_support.h"
+
+namespace kestrel::models {
+namespace {
+
+std::set<std::string> keys_of(torch::nn::Module& m) {
+  std::set<std::string> out;
+  for (const auto& p : m.named_parameters()) out.insert(p.key());
+  for (const auto& b : m.named_buffers()) out.insert(b.key());
+  return out;
+}
+
+std::set<std::string> conv_keys(const std::string& prefix) {
+  std::set<std::string> out{prefix + ".conv.weight"};
+  for (const char* k : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"})
+    out.insert(prefix + ".bn." + k);
+  return out;
+}
+
+std::set<std::string> merged(std::initializer_list<std::set<std::string>> parts) {
+  std::set<std::string> out;
+  for (const auto& p : parts) out.insert(p.begin(), p.end());
+  return out;
+}
+
+// Upstream's attribute names: GhostBottleneck.conv = Sequential(GhostConv, DWConv or Identity, GhostConv),
+// .shortcut = Sequential(DWConv, Conv) or Identity; GhostConv.cv1/.cv2 are Convs.
+TEST(GhostBlocks, StateDictKeysAreUpstreams) {
+  GhostBottleneck s1(8, 8, 3, 1), s2(8, 16, 3, 2);
+  const auto ghost = [](const std::string& p) { return merged({conv_keys(p + ".cv1"), conv_keys(p + ".cv2")}); };
+  EXPECT_EQ(keys_of(s1), merged({ghost("conv.0"), ghost("conv.2")}));
+  EXPECT_EQ(keys_of(s2), merged({ghost("conv.0"), conv_keys("conv.1"), ghost("conv.2"), conv_keys("shortcut.0"),
+                                 conv_keys("shortcut.1")}));
+  C3Ghost c3(8, 16, 2);
+  EXPECT_EQ(keys_of(c3), merged({conv_keys("cv1"), conv_keys("cv2"), conv_keys("cv3"), ghost("m.0.conv.0"),
+                                 ghost("m.0.conv.2"), ghost("m.1.conv.0"), ghost("m.1.conv.2")}));
+}
+
+const char* kGhostYaml = R"(
+nc: 3
+depth_multiple: 1.0
+width_multiple: 1.0
+anchors: [[10,13, 16,30], [30,61, 62,45]]
+backbone:
+  [[-1, 1, Conv, [16, 3, 2]],             # 0  /2
+   [-1, 1, GhostConv, [32, 3, 2]],        # 1  /4
+   [-1, 2, C3Ghost, [32]],                # 2
+   [-1, 1, GhostBottleneck, [48, 3, 2]],  # 3  /8
+   [-1, 1, GhostBottleneck, [48, 5, 1]],  # 4
+   [-1, 1, DWConv, [64, 3, 2]],           # 5  /16
+  ]
+head:
+  [[-1, 1, GhostConv, [64, 1, 1, 1, False]],  # 6  no activation
+   [[4, 6], 1, Detect, [nc, anchors]]]    # 7
+)";
+
+std::shared_ptr<YoloModel> ghost_net() {
+  at::manual_seed(3);
+  auto model = build_model(parse_model_config(kGhostYaml, "ghost.yaml"));
+  exporting::test_onnx::randomize_batch_norm(*model);
+  model->eval();
+  return model;
+}
+
+TEST(GhostBlocks, SmallNetworkShapes) {
+  auto model = ghost_net();
+  EXPECT_EQ(model->head().strides(), (std::vector<double>{8, 16}));
+  torch::NoGradGuard no_grad;
+  // 2 anchors a level on 8 x 12 and 4 x 6 cells; 3 classes + 5
+  EXPECT_EQ(model->predict(at::rand({1, 3, 64, 96})).sizes(), (at::IntArrayRef{1, 2 * (8 * 12 + 4 * 6), 8}));
+}
+
+TEST(GhostBlocks, MatchUpstreamYoloV5) {
+  const char* python = std::getenv("KESTREL_UPSTREAM_PYTHON");
+  const char* checkout = std::getenv("KESTREL_YOLOV5_DIR");
+  if (!python || !checkout) GTEST_SKIP() << "set KESTREL_UPSTREAM_PYTHON and KESTREL_YOLOV5_DIR to compare with upstream";
+  auto model = ghost_net();
+  test::TempDir dir;
+  test::write_file(dir.file("ghost.yaml"), kGhostYaml);
+  save_model_weights(dir.file("w.safetensors"), *model, describe_config(dir.file("ghost.yaml"), {"a", "b", "c"}));
+  const auto exported = test::run_command(std::string(KESTREL_TEST_PYTHON) + " tools/export_state_dict.py " +
+                                          dir.file("w.safetensors") + " " + dir.file("sd.pt"));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  at::manual_seed(4);
+  const at::Tensor x = at::rand({2, 3, 64, 96});
+  {
+    const at::Tensor c = x.contiguous();
+    std::ofstream(dir.file("x.bin"), std::ios::binary).write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+  }
+  test::write_file(dir.file("run.py"), "import sys, numpy as np, torch\nsys.path.insert(0, '" + std::string(checkout) + "')\n"
+      "from models.yolo import Model\n"
+      "m = Model('" + dir.file("ghost.yaml") + "', ch=3, nc=3)\n"
+      "m.load_state_dict(torch.load('" + dir.file("sd.pt") + "', weights_only=True))\n"
+      "m.eval()\n"
+      "x = torch.from_numpy(np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(2, 3, 64, 96))\n"
+      "with torch.no_grad(): y = m(x)[0]\n"
+      "y.numpy().astype(np.float32).tofile('" + dir.file("y.bin") + "')\n"
+      "print('SHAPE', *y.shape)\n");
+  const auto run = test::run_command(std::string(python) + " " + dir.file("run.py"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  torch::NoGradGuard no_grad;
+  const at::Tensor ours = model->predict(x);
+  ASSERT_NE(run.output.find("SHAPE 2 " + std::to_string(ours.size(1)) + " 8"), std::string::npos) << run.output;
+  at::Tensor theirs = at::empty(ours.sizes(), at::kFloat);
+  std::ifstream(dir.file("y.bin"), std::ios::binary).read(static_cast<char*>(theirs.data_ptr()), static_cast<std::streamsize>(theirs.nbytes()));
+  EXPECT_LT((ours.narrow(2, 0, 4) - theirs.narrow(2, 0, 4)).abs().max().item<double>(), 1e-3);
+  EXPECT_LT((ours.narrow(2, 4, 4) - theirs.narrow(2, 4, 4)).abs().max().item<double>(), 1e-5);
+}
+
+}  // namespace
+}  // namespace kestrel::models
