@@ -12,6 +12,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/models/common.h"
 #include "kestrel/models/ghost_blocks.h"
+#include "kestrel/models/transformer_blocks.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/models/yolov7_blocks.h"
 
@@ -219,6 +220,10 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                      a.at_most(4, "[c2, shortcut, g, e]");  // shortcut and g: unused, as upstream
                      return Built{std::make_shared<C3Ghost>(c1, c2, n, a.real(3, 0.5), act), c2, ""};
                    }, true}},
+      {"C3TR", {[](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
+                  a.at_most(4, "[c2, shortcut, g, e]");  // shortcut and g: unused, as upstream
+                  return Built{std::make_shared<C3TR>(c1, c2, n, a.real(3, 0.5), act), c2, ""};
+                }, true}},
       // YOLOv7's parser hands DownC the repeat count, which it ignores: [c2, k] after it.
       {"DownC", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                    a.at_most(2, "[c2, k]");
@@ -273,7 +278,7 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
     return {std::make_shared<ReOrg>(), 4 * c1, ""};
   }
   fail(a.where(), ": unknown module '", module,
-       "' (kestrel knows Conv, DWConv, Focus, Bottleneck, C3, SPP, SPPF, GhostConv, GhostBottleneck, C3Ghost, SPPCSPC, "
+       "' (kestrel knows Conv, DWConv, Focus, Bottleneck, C3, C3TR, SPP, SPPF, GhostConv, GhostBottleneck, C3Ghost, SPPCSPC, "
        "RepConv, DownC, Concat, Shortcut, nn.Upsample, nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect, "
        "IAuxDetect)");
 }

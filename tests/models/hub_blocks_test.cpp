@@ -1,7 +1,8 @@
-// YOLOv5's Ghost blocks: upstream's state-dict names for every variant, shapes through a small network of
-// all of them (GhostConv, GhostBottleneck with stride 1 and 2, C3Ghost, DWConv), and, with an upstream
-// YOLOv5 checkout (KESTREL_UPSTREAM_PYTHON, KESTREL_YOLOV5_DIR), the same network's outputs against
-// upstream's models/yolo.py Model with kestrel's weights loaded by name.
+// YOLOv5's models/hub blocks (models/ghost_blocks.h, models/transformer_blocks.h): upstream's state-dict
+// names for every variant, shapes through a small network of all of them (GhostConv, GhostBottleneck with
+// stride 1 and 2, C3Ghost, DWConv, C3TR), and, with an upstream YOLOv5 checkout (KESTREL_UPSTREAM_PYTHON,
+// KESTREL_YOLOV5_DIR), the same network's outputs against upstream's models/yolo.py Model with kestrel's
+// weights loaded by name.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "export/onnx_check.h"
 #include "kestrel/models/ghost_blocks.h"
 #include "kestrel/models/model_config.h"
+#include "kestrel/models/transformer_blocks.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/models/weights_file.h"
 #include "test_support.h"
@@ -55,7 +57,20 @@ TEST(GhostBlocks, StateDictKeysAreUpstreams) {
                                  ghost("m.0.conv.2"), ghost("m.1.conv.0"), ghost("m.1.conv.2")}));
 }
 
-const char* kGhostYaml = R"(
+TEST(TransformerBlocks, StateDictKeysAreUpstreams) {
+  C3TR c3(16, 32, 2);  // c_ = 16, two layers of 4 heads
+  std::set<std::string> expected = merged({conv_keys("cv1"), conv_keys("cv2"), conv_keys("cv3")});
+  expected.insert({"m.linear.weight", "m.linear.bias"});
+  for (const char* layer : {"m.tr.0.", "m.tr.1."})
+    for (const char* k : {"q.weight", "k.weight", "v.weight", "ma.in_proj_weight", "ma.in_proj_bias", "ma.out_proj.weight",
+                          "ma.out_proj.bias", "fc1.weight", "fc2.weight"})
+      expected.insert(std::string(layer) + k);
+  EXPECT_EQ(keys_of(c3), expected);
+  TransformerBlock widening(8, 16, 4, 1);  // c1 != c2: a Conv first
+  EXPECT_EQ(keys_of(widening).count("conv.conv.weight"), 1u);
+}
+
+const char* kHubYaml = R"(
 nc: 3
 depth_multiple: 1.0
 width_multiple: 1.0
@@ -67,36 +82,37 @@ backbone:
    [-1, 1, GhostBottleneck, [48, 3, 2]],  # 3  /8
    [-1, 1, GhostBottleneck, [48, 5, 1]],  # 4
    [-1, 1, DWConv, [64, 3, 2]],           # 5  /16
+   [-1, 2, C3TR, [64]],                   # 6  two transformer layers on 4 x 6 positions
   ]
 head:
-  [[-1, 1, GhostConv, [64, 1, 1, 1, False]],  # 6  no activation
-   [[4, 6], 1, Detect, [nc, anchors]]]    # 7
+  [[-1, 1, GhostConv, [64, 1, 1, 1, False]],  # 7  no activation
+   [[4, 7], 1, Detect, [nc, anchors]]]    # 8
 )";
 
-std::shared_ptr<YoloModel> ghost_net() {
+std::shared_ptr<YoloModel> hub_net() {
   at::manual_seed(3);
-  auto model = build_model(parse_model_config(kGhostYaml, "ghost.yaml"));
+  auto model = build_model(parse_model_config(kHubYaml, "hub.yaml"));
   exporting::test_onnx::randomize_batch_norm(*model);
   model->eval();
   return model;
 }
 
-TEST(GhostBlocks, SmallNetworkShapes) {
-  auto model = ghost_net();
+TEST(HubBlocks, SmallNetworkShapes) {
+  auto model = hub_net();
   EXPECT_EQ(model->head().strides(), (std::vector<double>{8, 16}));
   torch::NoGradGuard no_grad;
   // 2 anchors a level on 8 x 12 and 4 x 6 cells; 3 classes + 5
   EXPECT_EQ(model->predict(at::rand({1, 3, 64, 96})).sizes(), (at::IntArrayRef{1, 2 * (8 * 12 + 4 * 6), 8}));
 }
 
-TEST(GhostBlocks, MatchUpstreamYoloV5) {
+TEST(HubBlocks, MatchUpstreamYoloV5) {
   const char* python = std::getenv("KESTREL_UPSTREAM_PYTHON");
   const char* checkout = std::getenv("KESTREL_YOLOV5_DIR");
   if (!python || !checkout) GTEST_SKIP() << "set KESTREL_UPSTREAM_PYTHON and KESTREL_YOLOV5_DIR to compare with upstream";
-  auto model = ghost_net();
+  auto model = hub_net();
   test::TempDir dir;
-  test::write_file(dir.file("ghost.yaml"), kGhostYaml);
-  save_model_weights(dir.file("w.safetensors"), *model, describe_config(dir.file("ghost.yaml"), {"a", "b", "c"}));
+  test::write_file(dir.file("hub.yaml"), kHubYaml);
+  save_model_weights(dir.file("w.safetensors"), *model, describe_config(dir.file("hub.yaml"), {"a", "b", "c"}));
   const auto exported = test::run_command(std::string(KESTREL_TEST_PYTHON) + " tools/export_state_dict.py " +
                                           dir.file("w.safetensors") + " " + dir.file("sd.pt"));
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
@@ -108,7 +124,7 @@ TEST(GhostBlocks, MatchUpstreamYoloV5) {
   }
   test::write_file(dir.file("run.py"), "import sys, numpy as np, torch\nsys.path.insert(0, '" + std::string(checkout) + "')\n"
       "from models.yolo import Model\n"
-      "m = Model('" + dir.file("ghost.yaml") + "', ch=3, nc=3)\n"
+      "m = Model('" + dir.file("hub.yaml") + "', ch=3, nc=3)\n"
       "m.load_state_dict(torch.load('" + dir.file("sd.pt") + "', weights_only=True))\n"
       "m.eval()\n"
       "x = torch.from_numpy(np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(2, 3, 64, 96))\n"
