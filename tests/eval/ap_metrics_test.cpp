@@ -300,8 +300,8 @@ TEST(ApMetrics, ApPerClassMatchesNumpy) {
   }
 }
 
-// An independent loop-by-loop reading of val.py v7.0's process_batch rule.
-const char* kNumpyMatch = R"PY(
+// The matching readings' inputs (DATA: a random_match_case) and their box IoU, with EPS in the union.
+const char* kNumpyMatchInputs = R"PY(
 import json
 import numpy as np
 d = json.load(open(DATA))
@@ -311,8 +311,12 @@ ths = np.array(d['thresholds'])
 def iou(g, p):
     w = max(0.0, min(g[2], p[2]) - max(g[0], p[0])); h = max(0.0, min(g[3], p[3]) - max(g[1], p[1]))
     inter = w * h
-    return inter / ((g[2] - g[0]) * (g[3] - g[1]) + (p[2] - p[0]) * (p[3] - p[1]) - inter + 1e-7)
+    return inter / ((g[2] - g[0]) * (g[3] - g[1]) + (p[2] - p[0]) * (p[3] - p[1]) - inter + EPS)
 out = np.zeros((len(pb), len(ths)), dtype=bool)
+)PY";
+
+// An independent loop-by-loop reading of val.py v7.0's process_batch rule (EPS 1e-7).
+const char* kNumpyMatch = R"PY(
 for t, th in enumerate(ths):
     best_gt = {}
     for i in range(len(pb)):
@@ -361,7 +365,7 @@ MatchCase random_match_case(uint32_t seed) {
 
 TEST(ApMetrics, MatchPredictionsMatchesNumpy) {
   const MatchCase c = random_match_case(3);
-  const json expected = run_numpy(kNumpyMatch, c.data);
+  const json expected = run_numpy(kNumpyMatch, c.data, std::string("EPS = 1e-7\n") + kNumpyMatchInputs);
   const at::Tensor correct = match_predictions(c.pred_boxes, c.pred_cls, c.gt_boxes, c.gt_cls, c.thresholds);
   int64_t matched = 0;
   for (int64_t i = 0; i < correct.size(0); ++i)
@@ -391,19 +395,8 @@ TEST(ApMetrics, Yolov7TakesTheRawF1Peak) {
 }
 
 // An independent loop-by-loop reading of YOLOv7 test.py's rule: per prediction in order, its best gt of its
-// class (lowest index among equal IoUs, no epsilon), claimed if IoU > the first threshold and still free.
+// class (lowest index among equal IoUs, no epsilon: EPS 0), claimed if IoU > the first threshold and still free.
 const char* kNumpyMatchYolov7 = R"PY(
-import json
-import numpy as np
-d = json.load(open(DATA))
-pb, pc = np.array(d['pred_boxes']).reshape(-1, 4), np.array(d['pred_cls'])
-gb, gc = np.array(d['gt_boxes']).reshape(-1, 4), np.array(d['gt_cls'])
-ths = np.array(d['thresholds'])
-def iou(g, p):
-    w = max(0.0, min(g[2], p[2]) - max(g[0], p[0])); h = max(0.0, min(g[3], p[3]) - max(g[1], p[1]))
-    inter = w * h
-    return inter / ((g[2] - g[0]) * (g[3] - g[1]) + (p[2] - p[0]) * (p[3] - p[1]) - inter)
-out = np.zeros((len(pb), len(ths)), dtype=bool)
 claimed = set()
 for i in range(len(pb)):
     scores = [(iou(gb[j], pb[i]), -j) for j in range(len(gb)) if gc[j] == pc[i]]
@@ -418,7 +411,7 @@ print('RESULT ' + json.dumps(out.tolist()))
 
 TEST(ApMetrics, MatchPredictionsYolov7MatchesNumpy) {
   const MatchCase c = random_match_case(4);
-  const json expected = run_numpy(kNumpyMatchYolov7, c.data);
+  const json expected = run_numpy(kNumpyMatchYolov7, c.data, std::string("EPS = 0.0\n") + kNumpyMatchInputs);
   const at::Tensor correct = match_predictions_yolov7(c.pred_boxes, c.pred_cls, c.gt_boxes, c.gt_cls, c.thresholds);
   const at::Tensor per_threshold = match_predictions(c.pred_boxes, c.pred_cls, c.gt_boxes, c.gt_cls, c.thresholds);
   int64_t matched = 0;

@@ -47,6 +47,15 @@ void check_config(const std::string& config, int64_t img, int64_t batch) {
   check_against_onnxruntime(*model, config, img, batch);
 }
 
+// A network written for the test (every block of a family), its BN statistics randomised, against onnxruntime.
+std::shared_ptr<models::YoloModel> check_yaml_network(const char* yaml, const std::string& what, uint64_t seed) {
+  at::manual_seed(seed);
+  auto model = models::build_model(models::parse_model_config(yaml, what + ".yaml"));
+  test_onnx::randomize_batch_norm(*model);
+  check_against_onnxruntime(*model, what, 64, 2);
+  return model;
+}
+
 TEST(OnnxExport, Yolov5nMatchesOnnxRuntime) { check_config("yolov5n", 128, 2); }
 TEST(OnnxExport, Yolov5sMatchesOnnxRuntime) { check_config("yolov5s", 160, 1); }
 TEST(OnnxExport, Yolov7TinyMatchesOnnxRuntime) { check_config("yolov7-tiny", 128, 1); }
@@ -77,10 +86,7 @@ head:
   [[-1, 1, Conv, [32, 3, 2]],                              # 9  /16
    [[8, 9], 1, IDetect, [nc, anchors]]]                    # 10
 )";
-  at::manual_seed(5);
-  auto model = models::build_model(models::parse_model_config(yaml, "v7blocks.yaml"));
-  test_onnx::randomize_batch_norm(*model);
-  check_against_onnxruntime(*model, "v7blocks", 64, 2);
+  check_yaml_network(yaml, "v7blocks", 5);
 }
 
 // The P6 models' blocks: DownC (default and explicit pool size) and an IAuxDetect head, whose auxiliary
@@ -102,11 +108,8 @@ head:
    [3, 1, Conv, [24, 1, 1]],          # 5  auxiliary /16
    [[2, 3, 4, 5], 1, IAuxDetect, [nc, anchors]]]  # 6
 )";
-  at::manual_seed(6);
-  auto model = models::build_model(models::parse_model_config(yaml, "p6blocks.yaml"));
+  auto model = check_yaml_network(yaml, "p6blocks", 6);
   ASSERT_TRUE(model->head().aux());
-  test_onnx::randomize_batch_norm(*model);
-  check_against_onnxruntime(*model, "p6blocks", 64, 2);
   test::TempDir dir;
   OnnxExportOptions o;
   o.img = 64;
@@ -136,10 +139,7 @@ backbone:
 head:
   [[[4, 5], 1, Detect, [nc, anchors]]]    # 6
 )";
-  at::manual_seed(7);
-  auto model = models::build_model(models::parse_model_config(yaml, "ghost.yaml"));
-  test_onnx::randomize_batch_norm(*model);
-  check_against_onnxruntime(*model, "ghost", 64, 2);
+  check_yaml_network(yaml, "ghost", 7);
 }
 
 // A layer type the exporter does not know (here a stand-in for nn.Upsample) stops the export with

@@ -300,7 +300,8 @@ for b in range(B):
 write_loss(positives)
 )PY";
 
-// Runs upstream's own ComputeLossOTA from the checkout YOLOV7 (imported with its heavy imports stubbed) on the
+// Runs upstream's own ComputeLossOTA (ComputeLossAuxOTA when AUX: the case's levels are then the lead ones
+// followed by as many auxiliary ones) from the checkout YOLOV7, imported with its heavy imports stubbed, on the
 // same files, in float32 as upstream trains; writes result.bin and grad<i>.bin like the reference.
 const char* kPythonUpstream = R"PY(
 import sys, json, types
@@ -310,12 +311,12 @@ for name in ['cv2', 'pandas', 'torchvision', 'yaml', 'utils.google_utils', 'util
     sys.modules[name] = mock.MagicMock()
 sys.modules['utils.torch_utils'].is_parallel = lambda m: False
 import numpy as np, torch
-from utils.loss import ComputeLossOTA
+from utils.loss import ComputeLossOTA, ComputeLossAuxOTA
 meta = json.load(open(DIR + '/meta.json'))
 B, M, nc, na, img, shapes, strides = [meta[k] for k in ['B', 'M', 'nc', 'na', 'img_size', 'shapes', 'strides']]
 nl, f32, h = len(shapes), np.float32, dict(meta['hyp'])
 levels = [torch.from_numpy(np.fromfile(f'{DIR}/level{i}.bin', dtype=f32).reshape(B, na, ny, nx, nc + 5)).requires_grad_()
-          for i, (ny, nx) in enumerate(shapes)]
+          for i, (ny, nx) in enumerate(shapes + shapes if AUX else shapes)]  # AUX: lead, then auxiliary levels
 targets = np.fromfile(DIR + '/targets.bin', dtype=f32).reshape(B, M, 5)
 mask = np.fromfile(DIR + '/mask.bin', dtype=np.uint8).reshape(B, M).astype(bool)
 anchors = torch.from_numpy(np.fromfile(DIR + '/anchors.bin', dtype=f32).reshape(nl, na, 2))
@@ -324,7 +325,7 @@ h['box'] *= 3 / nl; h['cls'] *= nc / 80 * 3 / nl; h['obj'] *= (img / 640) ** 2 *
 det = types.SimpleNamespace(na=na, nc=nc, nl=nl, anchors=anchors, stride=torch.tensor(strides, dtype=torch.float32))
 model = types.SimpleNamespace(hyp=h, gr=1.0, model=[det], parameters=lambda: iter([torch.zeros(1)]))
 imgs = torch.zeros(B, 3, shapes[0][0] * strides[0], shapes[0][1] * strides[0])
-loss, items = ComputeLossOTA(model)(levels, labels, imgs)
+loss, items = (ComputeLossAuxOTA if AUX else ComputeLossOTA)(model)(levels, labels, imgs)
 loss.backward()
 np.array([loss.item()] + items[:3].tolist(), dtype=np.float64).tofile(DIR + '/result.bin')
 for i, p in enumerate(levels): p.grad.numpy().astype(np.float64).tofile(f'{DIR}/grad{i}.bin')
@@ -351,7 +352,7 @@ TEST(OtaLoss, MatchesUpstreamComputeLossOta) {
   if (checkout == nullptr) GTEST_SKIP() << "set KESTREL_YOLOV7_DIR to a checkout of WongKinYiu/yolov7";
   // Square inputs (upstream scales x by the height) and no targets on grid-aligned centres or sharing cells
   // on purpose (upstream's tie order among equal costs is torch.topk's). Upstream computes in float32.
-  const std::string defines = std::string("YOLOV7 = '") + checkout + "'\n";
+  const std::string defines = std::string("YOLOV7 = '") + checkout + "'\nAUX = False\n";
   for (uint64_t seed : {21, 22})
     test::cross_check(RandomCase(seed, LossOptions{}, kSquare, false), defines, kPythonUpstream, 1e-4);
   test::cross_check(RandomCase(23, focal_smoothing_weights(), kSquare, false), defines, kPythonUpstream, 1e-4);
@@ -416,40 +417,10 @@ TEST(OtaLoss, AuxAssignmentUsesAllFourNeighbours) {
   EXPECT_THROW(s.loss.assign({s.level}, t, all_real(t), /*auxiliary=*/true), Error);  // not an aux head
 }
 
-// Upstream's ComputeLossAuxOTA on the three-level case with an auxiliary copy of every level (other values).
-const char* kPythonUpstreamAux = R"PY(
-import sys, json, types
-from unittest import mock
-sys.path.insert(0, YOLOV7)
-for name in ['cv2', 'pandas', 'torchvision', 'yaml', 'utils.google_utils', 'utils.metrics', 'utils.torch_utils']:
-    sys.modules[name] = mock.MagicMock()
-sys.modules['utils.torch_utils'].is_parallel = lambda m: False
-import numpy as np, torch
-from utils.loss import ComputeLossAuxOTA
-meta = json.load(open(DIR + '/meta.json'))
-B, M, nc, na, img, shapes, strides = [meta[k] for k in ['B', 'M', 'nc', 'na', 'img_size', 'shapes', 'strides']]
-nl, f32, h = len(shapes), np.float32, dict(meta['hyp'])
-levels = [torch.from_numpy(np.fromfile(f'{DIR}/level{i}.bin', dtype=f32).reshape(B, na, ny, nx, nc + 5)).requires_grad_()
-          for i, (ny, nx) in enumerate(shapes + shapes)]
-targets = np.fromfile(DIR + '/targets.bin', dtype=f32).reshape(B, M, 5)
-mask = np.fromfile(DIR + '/mask.bin', dtype=np.uint8).reshape(B, M).astype(bool)
-anchors = torch.from_numpy(np.fromfile(DIR + '/anchors.bin', dtype=f32).reshape(nl, na, 2))
-labels = torch.tensor([[b] + targets[b, m].tolist() for b in range(B) for m in range(M) if mask[b, m]]).view(-1, 6)
-h['box'] *= 3 / nl; h['cls'] *= nc / 80 * 3 / nl; h['obj'] *= (img / 640) ** 2 * 3 / nl  # as train_aux.py
-det = types.SimpleNamespace(na=na, nc=nc, nl=nl, anchors=anchors, stride=torch.tensor(strides, dtype=torch.float32))
-model = types.SimpleNamespace(hyp=h, gr=1.0, model=[det], parameters=lambda: iter([torch.zeros(1)]))
-imgs = torch.zeros(B, 3, shapes[0][0] * strides[0], shapes[0][1] * strides[0])
-loss, items = ComputeLossAuxOTA(model)(levels, labels, imgs)
-loss.backward()
-np.array([loss.item()] + items[:3].tolist(), dtype=np.float64).tofile(DIR + '/result.bin')
-for i, p in enumerate(levels): p.grad.numpy().astype(np.float64).tofile(f'{DIR}/grad{i}.bin')
-print('upstream', loss.item(), items[:3].tolist())
-)PY";
-
 TEST(OtaLoss, AuxHeadMatchesUpstreamComputeLossAuxOta) {
   const char* checkout = std::getenv("KESTREL_YOLOV7_DIR");
   if (checkout == nullptr) GTEST_SKIP() << "set KESTREL_YOLOV7_DIR to a checkout of WongKinYiu/yolov7";
-  const std::string defines = std::string("YOLOV7 = '") + checkout + "'\n";
+  const std::string defines = std::string("YOLOV7 = '") + checkout + "'\nAUX = True\n";
   for (uint64_t seed : {41, 42}) {
     // The random case's head, levels and targets, its head made IAuxDetect and its levels followed by
     // auxiliary ones; square inputs and no shared cells, as for ComputeLossOTA above.
@@ -457,7 +428,7 @@ TEST(OtaLoss, AuxHeadMatchesUpstreamComputeLossAuxOta) {
     c.head = aux_head(4, {{2, 3, 3, 6, 6, 4}, {6, 12, 12, 9, 12, 24}, {23, 18, 31, 40, 75, 65}}, {8, 16, 32});
     for (const at::Tensor& l : test::random_levels(3, c.shapes)) c.levels.push_back(l);
     const OtaLoss loss(*c.head, c.hyp, test::RandomInputs::kImgSize);
-    test::expect_matches_script(c, evaluate(loss, c.levels, c.t, c.mask), defines, kPythonUpstreamAux, 1e-4);
+    test::expect_matches_script(c, evaluate(loss, c.levels, c.t, c.mask), defines, kPythonUpstream, 1e-4);
   }
 }
 
