@@ -110,26 +110,33 @@ void Bottleneck::fuse() {
   cv2->fuse();
 }
 
-C3::C3(int64_t c1, int64_t c2, int64_t n, bool shortcut, int64_t g, double e, Activation act) {
-  const auto c_ = static_cast<int64_t>(c2 * e);
-  cv1 = register_module("cv1", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
-  cv2 = register_module("cv2", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
-  cv3 = register_module("cv3", std::make_shared<Conv>(ConvOptions{2 * c_, c2, 1, 1, -1, 1, 1, act}));
+C3Convs::C3Convs(torch::nn::Module& owner, int64_t c1, int64_t c2, int64_t c_, const Activation& act)
+    : cv1(owner.register_module("cv1", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}))),
+      cv2(owner.register_module("cv2", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}))),
+      cv3(owner.register_module("cv3", std::make_shared<Conv>(ConvOptions{2 * c_, c2, 1, 1, -1, 1, 1, act}))) {}
+
+void C3Convs::fuse() const {
+  for (auto* c : {cv1.get(), cv2.get(), cv3.get()}) c->fuse();
+}
+
+C3::C3(int64_t c1, int64_t c2, int64_t n, bool shortcut, int64_t g, double e, Activation act)
+    : convs_(*this, c1, c2, static_cast<int64_t>(c2 * e), act) {
+  const auto hidden = static_cast<int64_t>(c2 * e);
   auto list = register_module("m", torch::nn::ModuleList());
   for (int64_t i = 0; i < n; ++i) {
-    m_.push_back(std::make_shared<Bottleneck>(c_, c_, shortcut, g, 1.0, act));
+    m_.push_back(std::make_shared<Bottleneck>(hidden, hidden, shortcut, g, 1.0, act));
     list->push_back(m_.back());
   }
 }
 
 at::Tensor C3::forward(const at::Tensor& x) {
-  at::Tensor y = cv1->forward(x);
+  at::Tensor y = convs_.cv1->forward(x);
   for (auto& b : m_) y = b->forward(y);
-  return cv3->forward(at::cat({y, cv2->forward(x)}, 1));
+  return convs_.merge(y, x);
 }
 
 void C3::fuse() {
-  for (auto* c : {cv1.get(), cv2.get(), cv3.get()}) c->fuse();
+  convs_.fuse();
   for (auto& b : m_) b->fuse();
 }
 

@@ -74,6 +74,15 @@ class Bottleneck : public Layer {
   bool add_;
 };
 
+// C3's three convolutions, registered on their owner as cv1 and cv2 (1x1, c1 -> c_) and cv3 (1x1, 2 c_ -> c2).
+// C3 and its variants (C3Ghost, C3TR) differ only in the m that runs between cv1 and the concatenation.
+struct C3Convs {
+  C3Convs(torch::nn::Module& owner, int64_t c1, int64_t c2, int64_t c_, const Activation& act);
+  at::Tensor merge(const at::Tensor& m_out, const at::Tensor& x) const { return cv3->forward(at::cat({m_out, cv2->forward(x)}, 1)); }
+  void fuse() const;
+  std::shared_ptr<Conv> cv1, cv2, cv3;
+};
+
 // CSP bottleneck with 3 convolutions: cv3(cat(m(cv1(x)), cv2(x))), m = n Bottlenecks of width c2 * e.
 class C3 : public Layer {
  public:
@@ -81,13 +90,13 @@ class C3 : public Layer {
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
 
-  const Conv& conv1() const { return *cv1; }
-  const Conv& conv2() const { return *cv2; }
-  const Conv& conv3() const { return *cv3; }
+  const Conv& conv1() const { return *convs_.cv1; }
+  const Conv& conv2() const { return *convs_.cv2; }
+  const Conv& conv3() const { return *convs_.cv3; }
   const std::vector<std::shared_ptr<Bottleneck>>& bottlenecks() const { return m_; }
 
  private:
-  std::shared_ptr<Conv> cv1, cv2, cv3;
+  C3Convs convs_;
   std::vector<std::shared_ptr<Bottleneck>> m_;  // registered as the ModuleList "m"
 };
 

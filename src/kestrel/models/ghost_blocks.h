@@ -49,13 +49,13 @@ class C3Ghost : public Layer {
   C3Ghost(int64_t c1, int64_t c2, int64_t n = 1, double e = 0.5, Activation act = {});
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
-  const Conv& conv1() const { return *cv1; }
-  const Conv& conv2() const { return *cv2; }
-  const Conv& conv3() const { return *cv3; }
+  const Conv& conv1() const { return *convs_.cv1; }
+  const Conv& conv2() const { return *convs_.cv2; }
+  const Conv& conv3() const { return *convs_.cv3; }
   const std::vector<std::shared_ptr<GhostBottleneck>>& bottlenecks() const { return m_; }
 
  private:
-  std::shared_ptr<Conv> cv1, cv2, cv3;
+  C3Convs convs_;
   std::vector<std::shared_ptr<GhostBottleneck>> m_;  // registered as "m" (upstream's nn.Sequential)
 };
 

@@ -55,20 +55,16 @@ void TransformerBlock::fuse() {
   if (conv) conv->fuse();
 }
 
-C3TR::C3TR(int64_t c1, int64_t c2, int64_t n, double e, Activation act) {
-  const auto c_ = static_cast<int64_t>(c2 * e);
-  cv1 = register_module("cv1", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
-  cv2 = register_module("cv2", std::make_shared<Conv>(ConvOptions{c1, c_, 1, 1, -1, 1, 1, act}));
-  cv3 = register_module("cv3", std::make_shared<Conv>(ConvOptions{2 * c_, c2, 1, 1, -1, 1, 1, act}));
-  m = register_module("m", std::make_shared<TransformerBlock>(c_, c_, 4, n, act));
+C3TR::C3TR(int64_t c1, int64_t c2, int64_t n, double e, Activation act)
+    : convs_(*this, c1, c2, static_cast<int64_t>(c2 * e), act) {
+  const auto hidden = static_cast<int64_t>(c2 * e);
+  m = register_module("m", std::make_shared<TransformerBlock>(hidden, hidden, 4, n, act));
 }
 
-at::Tensor C3TR::forward(const at::Tensor& x) {
-  return cv3->forward(at::cat({m->forward(cv1->forward(x)), cv2->forward(x)}, 1));
-}
+at::Tensor C3TR::forward(const at::Tensor& x) { return convs_.merge(m->forward(convs_.cv1->forward(x)), x); }
 
 void C3TR::fuse() {
-  for (auto* c : {cv1.get(), cv2.get(), cv3.get()}) c->fuse();
+  convs_.fuse();
   m->fuse();
 }
 

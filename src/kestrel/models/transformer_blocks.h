@@ -44,7 +44,7 @@ class C3TR : public Layer {
   void fuse() override;
 
  private:
-  std::shared_ptr<Conv> cv1, cv2, cv3;
+  C3Convs convs_;
   std::shared_ptr<TransformerBlock> m;
 };
 
