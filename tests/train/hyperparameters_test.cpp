@@ -42,6 +42,18 @@ TEST(Hyperparameters, Yolov7RecipesAreRecognised) {
   EXPECT_FALSE(high.loss_ota);
 }
 
+// YOLOv7's train.py: `'loss_ota' not in hyp or hyp['loss_ota'] == 1` selects OTA, so a YOLOv7 file (paste_in)
+// without the key trains with OTA; loss_ota: 0 turns it off; a YOLOv5 file without it does not.
+TEST(Hyperparameters, Yolov7FileWithoutLossOtaMeansOta) {
+  test::TempDir dir;
+  test::write_file(dir.file("v7.yaml"), "lr0: 0.01\npaste_in: 0.1\n");
+  test::write_file(dir.file("v7off.yaml"), "lr0: 0.01\npaste_in: 0.1\nloss_ota: 0\n");
+  test::write_file(dir.file("v5.yaml"), "lr0: 0.01\nmosaic: 1.0\n");
+  EXPECT_TRUE(load_hyperparameters(dir.file("v7.yaml")).loss_ota);
+  EXPECT_FALSE(load_hyperparameters(dir.file("v7off.yaml")).loss_ota);
+  EXPECT_FALSE(load_hyperparameters(dir.file("v5.yaml")).loss_ota);
+}
+
 TEST(Hyperparameters, BadFilesNameTheFileAndKey) {
   const auto dir = std::filesystem::temp_directory_path() / "kestrel_hyp_test";
   std::filesystem::create_directories(dir);

@@ -82,6 +82,8 @@ Hyperparameters load_hyperparameters(const std::string& path) {
       h.unknown_keys.push_back(key);
     }
   }
+  // YOLOv7's train.py trains with OTA unless the file says loss_ota: 0 (a missing key means OTA).
+  if (h.yolov7_recipe && !root["loss_ota"]) h.loss_ota = true;
   if (h.lr0 <= 0) fail(path, ": 'lr0' must be > 0");
   if (h.lrf <= 0) fail(path, ": 'lrf' must be > 0");
   if (h.momentum < 0 || h.momentum >= 1) fail(path, ": 'momentum' must be in [0, 1)");
