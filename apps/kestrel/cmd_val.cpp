@@ -30,7 +30,19 @@ struct ValOptions {
   bool iou_thres_given = false;
 };
 
-void run_val(const ValOptions& o) {
+void run_val(const ValOptions& options) {
+  // val.py's --task speed: the val split at detect's thresholds (conf 0.25, IoU 0.45), for the timings;
+  // nothing is written.
+  ValOptions o = options;
+  if (o.task == "speed") {
+    o.task = "val";
+    o.conf_thres = 0.25;
+    o.iou_thres = 0.45;
+    o.iou_thres_given = true;
+    o.save_json = o.save_txt = false;
+    o.coco_ann.clear();
+    o.noplots = true;
+  }
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
   const c10::Device device = parse_device(o.device);
   models::LoadedModel loaded = models::load_model_weights(o.weights);
@@ -119,8 +131,8 @@ void add_val_command(CLI::App& app) {
   auto* iou = cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold (YOLOv7 models: 0.65 unless given)")
                    ->capture_default_str();
   cmd->add_option("--max-det", o->max_det, "detections per image")->capture_default_str();
-  cmd->add_option("--task", o->task, "split: train, val or test")->capture_default_str()
-      ->check(CLI::IsMember({"train", "val", "test"}));
+  cmd->add_option("--task", o->task, "split: train, val or test; speed: the val split at conf 0.25, IoU 0.45, for the timings")
+      ->capture_default_str()->check(CLI::IsMember({"train", "val", "test", "speed"}));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
   cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str();
   cmd->add_flag("--single-cls", o->single_cls, "treat as single-class dataset");

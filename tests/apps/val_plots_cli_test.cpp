@@ -61,6 +61,12 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
   r = test::run_command(val + " --noplots --augment");  // test-time augmentation through the whole validation
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("all"), std::string::npos) << r.output;
+  // val.py's --task speed: the val split timed at detect's thresholds; no charts, no JSON, no run folder.
+  r = test::run_command(val + " --task speed --save-json --name speed");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Speed: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("                   all         16        115"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("val/speed"))) << r.output;
 }
 
 // --save-txt --save-conf beside --save-json of the same pass: per image as many label lines as COCO
