@@ -16,6 +16,14 @@ constexpr double kIouCostWeight = 3.0;
 constexpr double kLogEps = 1e-8;       // -log(IoU + eps)
 constexpr double kCostCap = 1e30;      // stands in for a non-finite cost of a real pair
 
+// A level's prediction rows at the candidates' cells: level [B, na, ny, nx, no], cell [B, M, na, 5] flat
+// indices -> [B, M, na, 5, no] float32.
+at::Tensor rows_at(const at::Tensor& level, const at::Tensor& cell) {
+  std::vector<int64_t> shape = cell.sizes().vec();
+  shape.push_back(level.size(-1));
+  return level.reshape({-1, level.size(-1)}).index_select(0, cell.view(-1)).to(at::kFloat).view(shape);
+}
+
 // (cx, cy, w, h) -> (x1, y1, x2, y2) in the last dimension.
 at::Tensor xywh_to_xyxy(const at::Tensor& b) {
   const at::Tensor xy = b.narrow(-1, 0, 2), half = b.narrow(-1, 2, 2) / 2;
@@ -80,15 +88,13 @@ std::vector<OtaLoss::LevelCandidates> OtaLoss::candidates(const std::vector<at::
                                                           const at::Tensor& targets, const at::Tensor& mask,
                                                           double g) const {
   const at::Tensor& anchors = anchors_on(targets.device());
-  const int64_t B = targets.size(0), M = targets.size(1);
   std::vector<LevelCandidates> out;
   for (int64_t i = 0; i < nl_; ++i) {
     const at::Tensor& level = levels[i];
-    const int64_t ny = level.size(2), nx = level.size(3), no = level.size(4);
+    const int64_t ny = level.size(2), nx = level.size(3);
     LevelCandidates c;
     c.lt = build_targets(targets, mask, anchors[i], ny, nx, options_.anchor_t, g);
-    c.rows = level.reshape({-1, no}).index_select(0, c.lt.cell.view(-1)).to(at::kFloat)
-                 .view({B, M, na_, kCellOffsets, no});
+    c.rows = rows_at(level, c.lt.cell);
     c.gi = c.lt.cell.remainder(nx);  // cell = ((b na + a) ny + gj) nx + gi
     c.gj = at::div(c.lt.cell, nx, "floor").remainder(ny);
     out.push_back(std::move(c));
@@ -217,9 +223,8 @@ OtaLoss::Result OtaLoss::operator()(const std::vector<at::Tensor>& levels, const
     Terms sum = level_terms(i, cands[i], cands[i].rows, assigned.matched[i], assigned.owner[i], levels[i], t);
     if (aux_) {
       const at::Tensor& aux_level = levels[nl_ + i];  // [B, na, ny, nx, no], the lead level's shape
-      const at::Tensor aux_rows = aux_level.reshape({-1, aux_level.size(-1)}).index_select(0, aux_cands[i].lt.cell.view(-1))
-                                      .to(at::kFloat).view_as(aux_cands[i].rows);
-      const Terms a = level_terms(i, aux_cands[i], aux_rows, aux_assigned.matched[i], aux_assigned.owner[i], aux_level, t);
+      const Terms a = level_terms(i, aux_cands[i], rows_at(aux_level, aux_cands[i].lt.cell), aux_assigned.matched[i],
+                                  aux_assigned.owner[i], aux_level, t);
       sum = {sum.box + kAuxWeight * a.box, sum.obj + kAuxWeight * a.obj, sum.cls + kAuxWeight * a.cls};
     }
     lbox = i == 0 ? sum.box : lbox + sum.box;
