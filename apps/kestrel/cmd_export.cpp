@@ -1,6 +1,7 @@
-// kestrel export --weights W [--format onnx] [--img 640] [--batch-size 1] [--opset 17] [--dynamic] [--half]
-// [--end2end [--topk-all 100] [--iou-thres 0.45] [--conf-thres 0.25] [--max-wh 7680]] [--out PATH]: writes the
-// fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]), or also NMS ([K, 7]).
+// kestrel export --weights W [--format onnx] [--img 640] [--batch-size 1] [--opset 17] [--dynamic | --dynamic-batch]
+// [--half] [--end2end [--topk-all 100] [--iou-thres 0.45] [--conf-thres 0.25] [--max-wh N]] [--out PATH]: writes
+// the fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]), or also NMS: with
+// --max-wh for onnxruntime ([K, 7]), without it for TensorRT (EfficientNMS_TRT), as YOLOv7's export.py.
 #include <filesystem>
 #include <iostream>
 
@@ -18,6 +19,8 @@ namespace {
 struct ExportOptions {
   std::string weights, format = "onnx", out;
   exporting::OnnxExportOptions onnx;
+  double max_wh = 0;            // --max-wh, when given (then NMS for onnxruntime)
+  CLI::Option* max_wh_option = nullptr;
 };
 
 void run_export(const ExportOptions& o) {
@@ -26,6 +29,7 @@ void run_export(const ExportOptions& o) {
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   loaded.model->eval();
   exporting::OnnxExportOptions onnx = o.onnx;
+  if (o.max_wh_option->count() > 0) onnx.nms.max_wh = o.max_wh;
   onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
   std::string out = o.out;
   if (out.empty()) out = std::filesystem::path(o.weights).replace_extension(".onnx").string();
@@ -33,17 +37,24 @@ void run_export(const ExportOptions& o) {
   metadata["names"] = nlohmann::json(loaded.info.names).dump();
   metadata["imgsz"] = nlohmann::json({o.onnx.img, o.onnx.img}).dump();
   metadata["batch"] = std::to_string(o.onnx.batch);
-  if (onnx.end2end)
-    metadata["nms"] = nlohmann::json({{"topk", onnx.nms.topk}, {"iou_thres", onnx.nms.iou_thres},
-                                      {"conf_thres", onnx.nms.conf_thres}, {"max_wh", onnx.nms.max_wh}}).dump();
+  if (onnx.end2end) {
+    nlohmann::json nms = {{"backend", onnx.nms.tensorrt() ? "tensorrt" : "onnxruntime"}, {"topk", onnx.nms.topk},
+                          {"iou_thres", onnx.nms.iou_thres}, {"conf_thres", onnx.nms.conf_thres}};
+    if (onnx.nms.max_wh) nms["max_wh"] = *onnx.nms.max_wh;
+    metadata["nms"] = nms.dump();
+  }
   exporting::export_onnx(*loaded.model, out, onnx, metadata);
   const auto& e = onnx;
-  const std::string b = e.dynamic ? "batch" : std::to_string(e.batch);
+  const std::string b = e.dynamic || e.dynamic_batch ? "batch" : std::to_string(e.batch);
   const std::string hw = e.dynamic ? "height, width" : std::to_string(e.img) + ", " + std::to_string(e.img);
   std::cout << "exported " << o.weights << " -> " << out << " (ONNX opset " << e.opset << ", "
             << (e.half ? "float16" : "float32") << ", input images [" << b << ", " << loaded.model->in_channels()
             << ", " << hw << "], ";
-  if (e.end2end) {
+  if (e.end2end && e.nms.tensorrt()) {
+    std::cout << "TensorRT EfficientNMS_TRT outputs num_dets [" << b << ", 1], det_boxes [" << b << ", " << e.nms.topk
+              << ", 4], det_scores [" << b << ", " << e.nms.topk << "], det_classes [" << b << ", " << e.nms.topk
+              << "]; TensorRT runs this file, onnxruntime does not: --max-wh N exports NMS for onnxruntime)\n";
+  } else if (e.end2end) {
     std::cout << "output " << exporting::kEndToEndOutput << " [detections, 7]: image, x1, y1, x2, y2, class, score)\n";
   } else {
     std::cout << "output output0 [" << b << ", " << (e.dynamic ? "anchors" : "N") << ", "
@@ -66,15 +77,19 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--opset", opts->onnx.opset, "ONNX opset")->check(CLI::Range(11, 21));
   cmd->add_flag("--dynamic", opts->onnx.dynamic,
                 "dynamic axes: batch, height and width chosen at run time (multiples of the largest stride)");
+  cmd->add_flag("--dynamic-batch", opts->onnx.dynamic_batch, "dynamic batch axis only (YOLOv7's), image size fixed");
   cmd->add_flag("--half", opts->onnx.half, "float16 weights, input and output");
-  // YOLOv7's export.py names for NMS in the graph (its onnxruntime variant).
+  // YOLOv7's export.py names for NMS in the graph; --max-wh picks the variant as there.
   cmd->add_flag("--end2end", opts->onnx.end2end,
-                "NMS in the graph (ONNX NonMaxSuppression): output [detections, 7] = image, x1, y1, x2, y2, class, score");
+                "NMS in the graph: TensorRT's EfficientNMS_TRT (num_dets, det_boxes, det_scores, det_classes), or with "
+                "--max-wh ONNX NonMaxSuppression for onnxruntime: output [detections, 7] = image, x1, y1, x2, y2, class, score");
   cmd->add_option("--topk-all", opts->onnx.nms.topk, "--end2end: detections kept per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--iou-thres", opts->onnx.nms.iou_thres, "--end2end: NMS IoU threshold")->capture_default_str();
   cmd->add_option("--conf-thres", opts->onnx.nms.conf_thres, "--end2end: confidence threshold")->capture_default_str();
-  cmd->add_option("--max-wh", opts->onnx.nms.max_wh, "--end2end: per-class box offset (pixels)")->capture_default_str();
+  opts->max_wh_option = cmd->add_option("--max-wh", opts->max_wh,
+                                         "--end2end: NMS for onnxruntime with this per-class box offset in pixels (0: "
+                                         "class-agnostic); not given: NMS for TensorRT");
   cmd->add_option("--out,-o", opts->out, "output file (default: the weights path with .onnx)");
   cmd->callback([opts] { run_export(*opts); });
 }

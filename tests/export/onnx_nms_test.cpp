@@ -1,8 +1,10 @@
-// `kestrel export --end2end`: NMS in the graph. onnxruntime's run of the exported file (the project's
-// Python) against kestrel's own detect-time NMS (eval::non_max_suppression, best class only) on the same
-// images: the same detections per image, in the same order, boxes and scores within float32 rounding.
+// `kestrel export --end2end`: NMS in the graph. For onnxruntime (--max-wh): onnxruntime's run of the exported
+// file (the project's Python) against kestrel's own detect-time NMS (eval::non_max_suppression, best class only)
+// on the same images: the same detections per image, in the same order, boxes and scores within float32
+// rounding. For TensorRT: the plugin node, its outputs and its inputs (see expect_tensorrt_graph).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -77,6 +79,7 @@ void expect_same_detections(int nc, bool dynamic, bool yolov7_rule) {
   o.nms.conf_thres = 0.01;
   o.nms.iou_thres = 0.45;
   o.nms.objectness_only_single_class = yolov7_rule;
+  o.nms.max_wh = 7680;  // given: NMS for onnxruntime
   export_onnx(*model, dir.file("model.onnx"), o);  // fuses the model: the reference below uses the same weights
 
   at::manual_seed(12);
@@ -132,11 +135,128 @@ TEST(OnnxEndToEnd, BadSettingsAreErrors) {
   OnnxExportOptions o;
   o.img = 64;
   o.end2end = true;
+  o.nms.max_wh = 7680;
   o.nms.topk = 0;
   EXPECT_NE(test::error_message([&] { export_onnx(*model, dir.file("a.onnx"), o); }).find("--topk-all 0"), std::string::npos);
   o.nms.topk = 10;
   o.nms.iou_thres = 1.5;
   EXPECT_NE(test::error_message([&] { export_onnx(*model, dir.file("a.onnx"), o); }).find("--iou-thres 1.5"), std::string::npos);
+  o.nms.iou_thres = 0.5;
+  o.nms.max_wh = -1;
+  EXPECT_NE(test::error_message([&] { export_onnx(*model, dir.file("a.onnx"), o); }).find("--max-wh -1"), std::string::npos);
+}
+
+// The TensorRT variant (no max_wh). Only TensorRT runs EfficientNMS_TRT, so the test checks what kestrel decides:
+// the node and its attributes (YOLOv7's ONNX_TRT values: models/experimental.py TRT_NMS/ONNX_TRT), the four
+// outputs' names, types and shapes, and, running the graph up to the plugin in onnxruntime, that its two inputs
+// are kestrel's predictions: boxes = centre x, y, w, h (box_coding 1), scores = objectness x class probability
+// (objectness alone under YOLOv7's one-class rule).
+struct TrtCase {
+  int nc = 3;
+  bool yolov7_rule = false;
+  bool dynamic_batch = false;
+  bool half = false;
+};
+
+void expect_tensorrt_graph(const TrtCase& c) {
+  SCOPED_TRACE(testing::Message() << "nc " << c.nc << (c.yolov7_rule ? ", YOLOv7 rule" : "")
+                                  << (c.dynamic_batch ? ", dynamic batch" : "") << (c.half ? ", half" : ""));
+  auto model = scored_model(c.nc);
+  constexpr int64_t kBatch = 2, kSize = 128, kTopk = 37;
+  test::TempDir dir;
+  OnnxExportOptions o;
+  o.img = kSize;
+  o.batch = c.dynamic_batch ? 1 : kBatch;  // a dynamic-batch graph is run with 2 images all the same
+  o.dynamic_batch = c.dynamic_batch;
+  o.half = c.half;
+  o.end2end = true;
+  o.nms.topk = kTopk;
+  o.nms.conf_thres = 0.3;
+  o.nms.iou_thres = 0.6;
+  o.nms.objectness_only_single_class = c.yolov7_rule;
+  export_onnx(*model, dir.file("model.onnx"), o);
+
+  at::manual_seed(12);
+  const at::Tensor x = at::upsample_bilinear2d(at::rand({kBatch, 3, 8, 8}), {kSize, kSize}, false);
+  write_floats(dir.file("x.bin"), x);
+  const std::string b = c.dynamic_batch ? "'batch'" : std::to_string(kBatch);
+  const std::string f = c.half ? "'FLOAT16'" : "'FLOAT'";
+  const test::CommandResult r = test::run_python(
+      "import numpy as np, onnx, onnxruntime as ort\n"
+      "from onnx import helper, TensorProto as T\n"
+      "m = onnx.load('" + dir.file("model.onnx") + "'); onnx.checker.check_model(m)\n"
+      "nms = [n for n in m.graph.node if n.op_type == 'EfficientNMS_TRT']\n"
+      "assert len(nms) == 1 and nms[0].domain == 'TRT', nms\n"
+      "n = nms[0]\n"
+      "assert [(o.domain, o.version) for o in m.opset_import if o.domain == 'TRT'] == [('TRT', 1)], m.opset_import\n"
+      "a = {x.name: helper.get_attribute_value(x) for x in n.attribute}\n"
+      "want = {'background_class': [-1], 'box_coding': [1], 'max_output_boxes': " + std::to_string(kTopk) + ",\n"
+      "        'plugin_version': b'1', 'score_activation': 0}\n"
+      "assert {k: a[k] for k in want} == want, a\n"
+      "assert abs(a['iou_threshold'] - 0.6) < 1e-7 and abs(a['score_threshold'] - 0.3) < 1e-7, a\n"
+      "assert sorted(a) == sorted(list(want) + ['iou_threshold', 'score_threshold']), a\n"
+      "names = ['num_dets', 'det_boxes', 'det_scores', 'det_classes']\n"
+      "assert list(n.output) == names and [v.name for v in m.graph.output] == names\n"
+      "dims = lambda v: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]\n"
+      "elem = lambda v: T.DataType.Name(v.type.tensor_type.elem_type)\n"
+      "got = [(elem(v), dims(v)) for v in m.graph.output]\n"
+      "B, K, F = " + b + ", " + std::to_string(kTopk) + ", " + f + "\n"
+      "assert got == [('INT32', [B, 1]), (F, [B, K, 4]), (F, [B, K]), ('INT32', [B, K])], got\n"
+      "assert elem(m.graph.input[0]) == F and dims(m.graph.input[0])[0] == B, m.graph.input[0]\n"
+      "# The graph up to the plugin: its inputs become the outputs.\n"
+      "boxes, scores = n.input\n"
+      "m.graph.node.remove(n)\n"
+      "del m.graph.output[:]\n"
+      "ft = T.FLOAT16 if F == 'FLOAT16' else T.FLOAT\n"
+      "m.graph.output.extend([helper.make_tensor_value_info(boxes, ft, None), helper.make_tensor_value_info(scores, ft, None)])\n"
+      "keep = [o for o in m.opset_import if o.domain != 'TRT']\n"
+      "del m.opset_import[:]; m.opset_import.extend(keep)\n"
+      "s = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])\n"
+      "x = np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(" + std::to_string(kBatch) + ", 3, " +
+      std::to_string(kSize) + ", " + std::to_string(kSize) + ")\n"
+      "bx, sc = s.run(None, {'images': x.astype(np.float16 if F == 'FLOAT16' else np.float32)})\n"
+      "print('SHAPES', bx.shape, sc.shape)\n"
+      "bx.astype(np.float32).tofile('" + dir.file("boxes.bin") + "')\n"
+      "sc.astype(np.float32).tofile('" + dir.file("scores.bin") + "')\n");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  torch::NoGradGuard no_grad;
+  const at::Tensor pred = model->predict(x);  // [B, N, nc + 5], the fused model the file was written from
+  const at::Tensor want_boxes = pred.narrow(2, 0, 4);
+  const at::Tensor obj = pred.narrow(2, 4, 1);
+  const at::Tensor want_scores = c.nc == 1 && c.yolov7_rule ? obj : pred.narrow(2, 5, c.nc) * obj;
+  EXPECT_NE(r.output.find("SHAPES (" + std::to_string(kBatch) + ", " + std::to_string(pred.size(1)) + ", 4) (" +
+                          std::to_string(kBatch) + ", " + std::to_string(pred.size(1)) + ", " +
+                          std::to_string(want_scores.size(2)) + ")"),
+            std::string::npos)
+      << r.output;
+  auto read = [&](const std::string& name, const at::Tensor& like) {
+    at::Tensor t = at::empty_like(like).contiguous();
+    std::ifstream(dir.file(name), std::ios::binary).read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+    return t;
+  };
+  const at::Tensor boxes = read("boxes.bin", want_boxes), scores = read("scores.bin", want_scores);
+  // float32: rounding only; float16 (the whole network in half): a few units of its 1e-3 resolution.
+  const double box_tol = c.half ? 0.05 : 1e-3, score_tol = c.half ? 2e-2 : 1e-5;
+  EXPECT_LT((boxes - want_boxes).abs().max().item<double>() / std::max(1.0, want_boxes.abs().max().item<double>()), box_tol);
+  EXPECT_LT((scores - want_scores).abs().max().item<double>(), score_tol);
+  if (c.nc == 1 && c.yolov7_rule) {  // the rule changes the scores: objectness x class would differ
+    EXPECT_GT((scores - pred.narrow(2, 5, 1) * obj).abs().max().item<double>(), 0.05);
+  }
+}
+
+TEST(OnnxEndToEndTensorRt, PluginInputsAreKestrelPredictions) { expect_tensorrt_graph({}); }
+TEST(OnnxEndToEndTensorRt, DynamicBatchAndYolov7OneClassRule) {
+  TrtCase c;
+  c.nc = 1;
+  c.yolov7_rule = true;
+  c.dynamic_batch = true;
+  expect_tensorrt_graph(c);
+}
+TEST(OnnxEndToEndTensorRt, HalfGraphFeedsThePluginFloat16) {
+  TrtCase c;
+  c.half = true;
+  expect_tensorrt_graph(c);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ void check_options(const models::YoloModel& model, const OnnxExportOptions& o) {
     if (o.nms.topk < 1) fail("--topk-all ", o.nms.topk, ": must be at least 1");
     if (!(o.nms.iou_thres >= 0 && o.nms.iou_thres <= 1)) fail("--iou-thres ", o.nms.iou_thres, ": must be in [0, 1]");
     if (!(o.nms.conf_thres >= 0 && o.nms.conf_thres <= 1)) fail("--conf-thres ", o.nms.conf_thres, ": must be in [0, 1]");
-    if (!(o.nms.max_wh > 0)) fail("--max-wh ", o.nms.max_wh, ": must be positive");
+    if (o.nms.max_wh && !(*o.nms.max_wh >= 0)) fail("--max-wh ", *o.nms.max_wh, ": must be 0 (class-agnostic) or more");
   }
   const int64_t s = model.max_stride();
   if (o.img <= 0 || o.img % s != 0) {
@@ -49,8 +49,9 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
   OnnxLayers layers(g);
   const std::string input = "images", output = "output0";
   const int64_t ch = model.in_channels(), no = model.head().num_outputs();
-  if (o.dynamic) g.add_input(input, {"batch", ch, "height", "width"});
-  else g.add_input(input, {o.batch, ch, o.img, o.img});
+  const Dim batch = o.dynamic || o.dynamic_batch ? Dim{"batch"} : Dim{o.batch};
+  if (o.dynamic) g.add_input(input, {batch, ch, "height", "width"});
+  else g.add_input(input, {batch, ch, o.img, o.img});
 
   // The body, in layer order; outputs are kept by index for later `from` references. Only the layers the
   // head's lead maps depend on: an IAuxDetect model's auxiliary branches feed the training loss alone.
@@ -77,13 +78,21 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
     const std::string x = source(info[body].from[i], body);
     raw.push_back(layers.conv2d(*head.output_convs().at(i), x, prefix + ".m." + std::to_string(i)));
   }
-  if (o.end2end) {
+  if (o.end2end && o.nms.tensorrt()) {
+    const std::string decoded = decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, g.fresh("decoded"));
+    append_efficient_nms_trt(g, decoded, head.nc(), o.nms);
+    using T = OnnxGraph::ElemType;
+    g.add_output(kTensorRtOutputs[0], {batch, 1}, T::int32);
+    g.add_output(kTensorRtOutputs[1], {batch, o.nms.topk, 4});
+    g.add_output(kTensorRtOutputs[2], {batch, o.nms.topk});
+    g.add_output(kTensorRtOutputs[3], {batch, o.nms.topk}, T::int32);
+  } else if (o.end2end) {
     const std::string decoded = decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, g.fresh("decoded"));
     g.add_output(append_nms(g, decoded, head.nc(), o.nms, kEndToEndOutput), {"detections", 7});
   } else {
     decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, output);
-    if (o.dynamic) g.add_output(output, {"batch", "anchors", no});
-    else g.add_output(output, {o.batch, num_predictions(head, o.img), no});
+    if (o.dynamic) g.add_output(output, {batch, "anchors", no});
+    else g.add_output(output, {batch, num_predictions(head, o.img), no});
   }
 
   std::map<std::string, std::string> props = metadata;

@@ -19,13 +19,15 @@ struct OnnxExportOptions {
   int opset = 17;        // ONNX opset (11 ... 21)
   bool dynamic = false;  // symbolic axes: images [batch, ch, height, width], output0 [batch, anchors, no];
                          // the decode builds its grids from Shape ops (upstream's --dynamic)
+  bool dynamic_batch = false;  // only the batch axis symbolic (YOLOv7's --dynamic-batch): grids stay fixed
   bool half = false;     // float16 weights, input and output (upstream's --half); written from fp32 on
                          // any device: the graph is the same, only its float type changes
-  bool end2end = false;  // NMS in the graph (YOLOv7's --end2end for onnxruntime): output [K, 7] (onnx_nms.h)
+  bool end2end = false;  // NMS in the graph (YOLOv7's --end2end): for onnxruntime ([K, 7] "output") when
+                         // nms.max_wh is set, else TensorRT's EfficientNMS_TRT (four outputs; onnx_nms.h)
   EndToEndOptions nms;   // its settings
 };
 
-// The output's name with --end2end (YOLOv7's); otherwise "output0" (YOLOv5's).
+// The output's name with --end2end for onnxruntime (YOLOv7's); otherwise "output0" (YOLOv5's).
 inline constexpr const char* kEndToEndOutput = "output";
 
 // Fuses the model (in place) and writes the ONNX file to `path` (atomically).

@@ -102,14 +102,9 @@ std::string OnnxGraph::int64_scalar(const std::string& stem, int64_t v) {
   return name;
 }
 
-std::string OnnxGraph::node(const std::string& op, const std::vector<std::string>& inputs,
-                            const std::vector<NodeAttr>& attrs, const std::string& output) {
-  auto* n = proto_->graph->add_node();
-  const std::string out = output.empty() ? fresh(op) : output;
-  n->set_op_type(op);
-  n->set_name(fresh("n_" + op));
-  for (const auto& in : inputs) n->add_input(in);
-  n->add_output(out);
+namespace {
+
+void set_attributes(onnx::NodeProto* n, const std::vector<NodeAttr>& attrs) {
   for (const auto& a : attrs) {
     auto* p = n->add_attribute();
     p->set_name(a.name);
@@ -127,7 +122,39 @@ std::string OnnxGraph::node(const std::string& op, const std::vector<std::string
       p->set_s(std::get<std::string>(a.value));
     }
   }
+}
+
+}  // namespace
+
+std::string OnnxGraph::node(const std::string& op, const std::vector<std::string>& inputs,
+                            const std::vector<NodeAttr>& attrs, const std::string& output) {
+  auto* n = proto_->graph->add_node();
+  const std::string out = output.empty() ? fresh(op) : output;
+  n->set_op_type(op);
+  n->set_name(fresh("n_" + op));
+  for (const auto& in : inputs) n->add_input(in);
+  n->add_output(out);
+  set_attributes(n, attrs);
   return out;
+}
+
+void OnnxGraph::custom_node(const std::string& domain, const std::string& op, const std::vector<std::string>& inputs,
+                            const std::vector<std::string>& outputs, const std::vector<NodeAttr>& attrs) {
+  auto& m = proto_->model;
+  bool imported = false;
+  for (const auto& o : m.opset_import()) imported = imported || o.domain() == domain;
+  if (!imported) {
+    auto* o = m.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(1);
+  }
+  auto* n = proto_->graph->add_node();
+  n->set_op_type(op);
+  n->set_domain(domain);
+  n->set_name(fresh("n_" + op));
+  for (const auto& in : inputs) n->add_input(in);
+  for (const auto& out : outputs) n->add_output(out);
+  set_attributes(n, attrs);
 }
 
 std::string OnnxGraph::cast_to_model_type(const std::string& x) {
@@ -162,9 +189,11 @@ void OnnxGraph::add_input(const std::string& name, const std::vector<Dim>& shape
                     shape);
 }
 
-void OnnxGraph::add_output(const std::string& name, const std::vector<Dim>& shape) {
-  tensor_value_info(proto_->graph->add_output(), name, half_ ? onnx::TensorProto::FLOAT16 : onnx::TensorProto::FLOAT,
-                    shape);
+void OnnxGraph::add_output(const std::string& name, const std::vector<Dim>& shape, ElemType type) {
+  const int elem = type == ElemType::int32 ? onnx::TensorProto::INT32
+                   : half_                 ? onnx::TensorProto::FLOAT16
+                                           : onnx::TensorProto::FLOAT;
+  tensor_value_info(proto_->graph->add_output(), name, elem, shape);
 }
 
 void OnnxGraph::set_metadata(const std::map<std::string, std::string>& props) {

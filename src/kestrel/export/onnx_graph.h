@@ -48,14 +48,19 @@ class OnnxGraph {
   // Adds a node with one output; returns the output's name (`output`, or a fresh one).
   std::string node(const std::string& op, const std::vector<std::string>& inputs,
                    const std::vector<NodeAttr>& attrs = {}, const std::string& output = "");
+  // A node of an operator set other than ONNX's (e.g. TensorRT's plugins, domain "TRT"), with the given
+  // output names; the domain is imported at version 1.
+  void custom_node(const std::string& domain, const std::string& op, const std::vector<std::string>& inputs,
+                   const std::vector<std::string>& outputs, const std::vector<NodeAttr>& attrs);
   std::string cast_to_model_type(const std::string& x);  // Cast to float32 / float16
   // Slice with constant starts/ends/axes (and steps); ends may be INT64_MAX for "to the end".
   std::string slice(const std::string& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
                     const std::vector<int64_t>& axes, const std::vector<int64_t>& steps = {});
 
-  // Graph input / output of the model's float type with the given shape.
+  // Graph input / output with the given shape, of the model's float type (or int32: counts, class ids).
+  enum class ElemType { model_float, int32 };
   void add_input(const std::string& name, const std::vector<Dim>& shape);
-  void add_output(const std::string& name, const std::vector<Dim>& shape);
+  void add_output(const std::string& name, const std::vector<Dim>& shape, ElemType type = ElemType::model_float);
   void set_metadata(const std::map<std::string, std::string>& props);
 
   // Serializes the model and writes it to `path` atomically (a .tmp file renamed into place).

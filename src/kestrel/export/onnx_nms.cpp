@@ -3,18 +3,26 @@
 #include <cstdint>
 
 namespace kestrel::exporting {
+namespace {
+
+constexpr int64_t kEnd = INT64_MAX;
+
+// Scores [B, N, nc] from predictions x [B, N, nc + 5]: objectness x class probability (objectness alone,
+// [B, N, 1], for YOLOv7's one-class rule).
+std::string class_scores(OnnxGraph& g, const std::string& x, int64_t nc, const EndToEndOptions& o) {
+  const std::string obj = g.slice(x, {4}, {5}, {2});  // [B, N, 1]
+  if (nc == 1 && o.objectness_only_single_class) return obj;
+  return g.node("Mul", {g.slice(x, {5}, {kEnd}, {2}), obj});
+}
+
+}  // namespace
 
 std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o,
                        const std::string& output) {
   constexpr int64_t kFloat = 1;  // onnx::TensorProto::FLOAT
-  constexpr int64_t kEnd = INT64_MAX;
   const std::string x = g.half() ? g.node("Cast", {decoded}, {{"to", kFloat}}) : decoded;  // [B, N, no] float32
 
-  // Scores [B, N, nc]: objectness x class probability (objectness alone for YOLOv7's one-class rule).
-  const std::string obj = g.slice(x, {4}, {5}, {2});  // [B, N, 1]
-  const std::string scores = nc == 1 && o.objectness_only_single_class
-                                 ? obj
-                                 : g.node("Mul", {g.slice(x, {5}, {kEnd}, {2}), obj});
+  const std::string scores = class_scores(g, x, nc, o);  // [B, N, nc]
   // Best class and its score (the first of equal maxima). [B, N, 1] each
   const std::string cls = g.node("ArgMax", {scores}, {{"axis", int64_t{2}}, {"keepdims", int64_t{1}}});
   const std::string score = g.node("GatherElements", {scores, cls}, {{"axis", int64_t{2}}});
@@ -27,7 +35,8 @@ std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, con
   const std::string corners = g.node("MatMul", {g.slice(x, {0}, {4}, {2}), to_corners});
 
   // One suppression over all classes, each class moved into its own max_wh-wide tile.
-  const std::string shifted = g.node("Add", {corners, g.node("Mul", {cls_f, g.float32s("max_wh", {static_cast<float>(o.max_wh)})})});
+  const float max_wh = static_cast<float>(o.max_wh.value_or(0.0));
+  const std::string shifted = g.node("Add", {corners, g.node("Mul", {cls_f, g.float32s("max_wh", {max_wh})})});
   const std::string selected = g.node(
       "NonMaxSuppression",
       {shifted, g.node("Transpose", {score}, {{"perm", std::vector<int64_t>{0, 2, 1}}}), g.int64s("topk", {o.topk}),
@@ -44,6 +53,22 @@ std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, con
                                   {{"axis", int64_t{1}}});  // [K, 7]
   if (g.half()) return g.node("Cast", {rows}, {{"to", int64_t{10}}}, output);  // onnx::TensorProto::FLOAT16
   return g.node("Identity", {rows}, {}, output);
+}
+
+void append_efficient_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o) {
+  const std::string boxes = g.slice(decoded, {0}, {4}, {2});  // [B, N, 4]: centre x, y, w, h
+  const std::string scores = class_scores(g, decoded, nc, o);  // [B, N, nc]
+  // YOLOv7's ONNX_TRT passes background_class and box_coding as one-element tuples, which torch.onnx
+  // writes as lists (INTS); TensorRT reads either form. Written as upstream's files have them.
+  g.custom_node("TRT", "EfficientNMS_TRT", {boxes, scores},
+                {kTensorRtOutputs[0], kTensorRtOutputs[1], kTensorRtOutputs[2], kTensorRtOutputs[3]},
+                {{"background_class", std::vector<int64_t>{-1}},
+                 {"box_coding", std::vector<int64_t>{1}},
+                 {"iou_threshold", static_cast<float>(o.iou_thres)},
+                 {"max_output_boxes", o.topk},
+                 {"plugin_version", std::string("1")},
+                 {"score_activation", int64_t{0}},
+                 {"score_threshold", static_cast<float>(o.conf_thres)}});
 }
 
 }  // namespace kestrel::exporting
