@@ -13,6 +13,7 @@
 #include "kestrel/eval/coco_eval.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
+#include "kestrel/models/model_family.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/train/run_files.h"
 #include "kestrel/train/split_loader.h"
@@ -32,14 +33,15 @@ struct ValOptions {
 
 void run_val(const ValOptions& options) {
   // val.py's --task speed: the val split at detect's thresholds (conf 0.25, IoU 0.45), for the timings;
-  // nothing is written.
+  // no JSON and no plots.
   ValOptions o = options;
-  if (o.task == "speed") {
+  const bool speed = o.task == "speed";
+  if (speed) {
     o.task = "val";
     o.conf_thres = 0.25;
     o.iou_thres = 0.45;
     o.iou_thres_given = true;
-    o.save_json = o.save_txt = false;
+    o.save_json = false;
     o.coco_ann.clear();
     o.noplots = true;
   }
@@ -51,6 +53,11 @@ void run_val(const ValOptions& options) {
   const int nc = o.single_cls ? 1 : static_cast<int>(loaded.info.names.size());
   if (!o.single_cls && cfg.nc != nc)
     fail(o.weights, " has ", nc, " classes but ", o.data, " has ", cfg.nc);
+  const bool yolov7 = models::is_yolov7_family(*loaded.model);
+  // For speed, val.py letterboxes square batches without padding (YOLOv7's test.py keeps its rectangular
+  // ones, and passes no --save-txt).
+  const bool square = speed && !yolov7;
+  if (speed && yolov7) o.save_txt = false;
   const int stride = static_cast<int>(std::max<int64_t>(loaded.model->max_stride(), 32));
   train::ValLoaderOptions l;
   l.img_size = (o.img_size + stride - 1) / stride * stride;  // val.py's check_img_size
@@ -60,6 +67,8 @@ void run_val(const ValOptions& options) {
   l.single_cls = o.single_cls;
   l.nc_for_check = cfg.nc;
   l.pin_memory = device.is_cuda();
+  l.rect = !square;
+  l.pad = square ? 0.0 : 0.5;
   const train::SplitLoader split = train::make_val_loader(cfg, o.task, l);
 
   eval::ValidationOptions v;
@@ -69,7 +78,8 @@ void run_val(const ValOptions& options) {
   v.nms.iou_thres = v.metric != eval::MetricStyle::yolov5 && !o.iou_thres_given ? 0.65 : o.iou_thres;
   v.nms.max_det = o.max_det;
   v.single_cls = o.single_cls;
-  v.half = o.half;
+  // fp16 on a GPU where upstream uses it without being asked: val.py for --task speed, YOLOv7's test.py always.
+  v.half = o.half || (device.is_cuda() && (speed || yolov7));
   v.augment = o.augment;
   v.save_json = o.save_json || !o.coco_ann.empty();
   const std::vector<std::string> names = o.single_cls ? std::vector<std::string>{"item"} : loaded.info.names;
@@ -141,7 +151,7 @@ void add_val_command(CLI::App& app) {
   cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
   cmd->add_flag("--save-json", o->save_json, "write COCO-format predictions");
   cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
-  cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
+  cmd->add_flag("--half", o->half, "fp16 inference (CUDA; on there anyway for YOLOv7 models and --task speed, as upstream)");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: AP with recall sentinel 1.0, as YOLOv7's test.py --v5-metric (YOLOv5 models always use it)");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();

@@ -52,6 +52,8 @@ TEST(Hyperparameters, Yolov7FileWithoutLossOtaMeansOta) {
   EXPECT_TRUE(load_hyperparameters(dir.file("v7.yaml")).loss_ota);
   EXPECT_FALSE(load_hyperparameters(dir.file("v7off.yaml")).loss_ota);
   EXPECT_FALSE(load_hyperparameters(dir.file("v5.yaml")).loss_ota);
+  test::write_file(dir.file("v7two.yaml"), "lr0: 0.01\npaste_in: 0.1\nloss_ota: 2\n");  // not == 1: plain loss
+  EXPECT_FALSE(load_hyperparameters(dir.file("v7two.yaml")).loss_ota);
 }
 
 TEST(Hyperparameters, BadFilesNameTheFileAndKey) {

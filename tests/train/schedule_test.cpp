@@ -73,5 +73,19 @@ TEST(Schedule, WarmupRampsAtGivenIterations) {
   EXPECT_EQ(s.accumulate, 4);
 }
 
+// train.py's warm-up sets x['momentum'] only where a group has one (SGD); Adam's groups hold 'betas', so
+// beta1 is hyp momentum throughout, while the learning rates and accumulation still ramp.
+TEST(Schedule, AdamBeta1IsNotWarmedUp) {
+  ScheduleOptions o;
+  o.ramp_momentum = false;
+  StepSettings s = step_settings(o, 0, 0, 10);
+  EXPECT_DOUBLE_EQ(s.momentum, 0.937);
+  EXPECT_NEAR(s.lr[0], 0.1, 1e-12);
+  EXPECT_EQ(s.accumulate, 1);
+  s = step_settings(o, 0, 50, 10);
+  EXPECT_DOUBLE_EQ(s.momentum, 0.937);
+  EXPECT_NEAR(s.lr[1], 0.005, 1e-12);
+}
+
 }  // namespace
 }  // namespace kestrel::train

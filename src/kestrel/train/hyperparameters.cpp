@@ -75,14 +75,14 @@ Hyperparameters load_hyperparameters(const std::string& path) {
     if (!std::isfinite(value)) fail(path, ":", item.second.Mark().line + 1, ": '", key, "' must be finite");
     h.values.emplace_back(key, value);
     if (key == "loss_ota") {
-      h.loss_ota = value != 0;
+      h.loss_ota = value == 1;  // train.py: hyp['loss_ota'] == 1
     } else if (const auto it = known.find(key); it != known.end()) {
       *it->second = value;
     } else if (key != "anchors") {  // upstream's optional anchors-per-level key: the model config decides here
       h.unknown_keys.push_back(key);
     }
   }
-  // YOLOv7's train.py trains with OTA unless the file says loss_ota: 0 (a missing key means OTA).
+  // YOLOv7's train.py trains with OTA when loss_ota is 1 or missing; any other value means its plain loss.
   if (h.yolov7_recipe && !root["loss_ota"]) h.loss_ota = true;
   if (h.lr0 <= 0) fail(path, ": 'lr0' must be > 0");
   if (h.lrf <= 0) fail(path, ": 'lrf' must be > 0");

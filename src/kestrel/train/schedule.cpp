@@ -51,7 +51,7 @@ StepSettings step_settings(const ScheduleOptions& o, int epoch, int64_t iteratio
   s.accumulate = std::max(1, round_half_even(interp(x, 0, end, 1, static_cast<double>(o.nominal_batch_size) / o.batch_size)));
   for (size_t group = 0; group < s.lr.size(); ++group)
     s.lr[group] = interp(x, 0, end, group == 0 ? o.warmup_bias_lr : 0.0, target_lr);
-  s.momentum = interp(x, 0, end, o.warmup_momentum, o.momentum);
+  if (o.ramp_momentum) s.momentum = interp(x, 0, end, o.warmup_momentum, o.momentum);
   return s;
 }
 

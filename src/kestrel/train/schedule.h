@@ -17,6 +17,9 @@ struct ScheduleOptions {
   double warmup_epochs = 3.0;     // hyp warmup_epochs
   double warmup_momentum = 0.8;   // hyp warmup_momentum
   double warmup_bias_lr = 0.1;    // hyp warmup_bias_lr
+  // train.py's warm-up ramps a group's 'momentum', which only SGD's groups have: with Adam/AdamW (false
+  // here) beta1 stays at `momentum` from the first iteration.
+  bool ramp_momentum = true;
   bool cos_lr = false;            // --cos-lr (YOLOv7's default is cosine)
   int epochs = 100;
   int min_warmup_iterations = 100;  // YOLOv5: 100, YOLOv7: 1000

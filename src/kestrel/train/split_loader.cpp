@@ -73,10 +73,10 @@ SplitLoader make_val_loader(const data::DatasetConfig& cfg, const std::string& s
   data::DatasetOptions d;
   d.img_size = o.img_size;
   d.augment = false;
-  d.rect = true;
+  d.rect = o.rect;
   d.batch_size = o.batch_size;
   d.stride = o.stride;
-  d.pad = 0.5;
+  d.pad = o.pad;
   d.cache_ram = o.cache == "ram";
   d.cache_disk = o.cache == "disk";
   SplitLoader out;

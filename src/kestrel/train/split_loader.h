@@ -36,6 +36,8 @@ struct ValLoaderOptions {
   int max_boxes = 400;
   std::string cache;        // "", "ram" or "disk"
   bool pin_memory = false;  // page-locked batches for asynchronous copies to a GPU
+  bool rect = true;         // rectangular batches (val.py), or square letterboxes (its --task speed)
+  double pad = 0.5;         // rectangular batches' padding, in strides
 };
 SplitLoader make_val_loader(const data::DatasetConfig& cfg, const std::string& split, const ValLoaderOptions& o);
 

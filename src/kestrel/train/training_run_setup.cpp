@@ -184,6 +184,7 @@ void TrainingRun::build_optimiser() {
   sched.batch_size = o.batch_size;
   sched.min_warmup_iterations = o.min_warmup_iterations >= 0 ? o.min_warmup_iterations : (hyp.yolov7_recipe ? 1000 : 100);
   opt_options.kind = parse_optimizer_kind(o.optimizer);
+  sched.ramp_momentum = opt_options.kind == OptimizerKind::sgd;  // Adam's beta1 is not warmed up
   opt_options.weight_decay = scaled_weight_decay(sched, hyp.weight_decay);
   const ParamGroups groups = split_parameters(*model);
   optimizer.emplace(groups, opt_options);
