@@ -138,10 +138,18 @@ TEST(CliTrain, Yolov7Flags) {
   EXPECT_NE(yaml.find("imgsz_test: 96\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("optimizer: \"Adam\"\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("cache: \"ram\"\n"), std::string::npos) << yaml;
-  r = test::run_command(base + " --img 64 100");  // the validation size is checked against the stride too
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("--img 64 100: the validation size must be a multiple of the model's stride 32"), std::string::npos)
+  // train.py's check_img_size: sizes off the stride are rounded up with a warning, the validation size too
+  // (YOLOv5's training size to at least two strides: 40 -> 64).
+  r = test::run_command(base + " --img 40 100 --name rounded");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("WARNING: --img-size 40 must be multiple of max stride 32, updating to 64"), std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("WARNING: --img-size 100 must be multiple of max stride 32, updating to 128"), std::string::npos)
+      << r.output;
+  std::ifstream rounded_opt(dir.file("runs/rounded/opt.yaml"));
+  const std::string rounded_yaml((std::istreambuf_iterator<char>(rounded_opt)), {});
+  EXPECT_NE(rounded_yaml.find("imgsz: 64\n"), std::string::npos) << rounded_yaml;
+  EXPECT_NE(rounded_yaml.find("imgsz_test: 128\n"), std::string::npos) << rounded_yaml;
   r = test::run_command(base + " --img 64 96 128");
   EXPECT_NE(r.exit_code, 0);
 }

@@ -15,6 +15,7 @@
 #include "kestrel/eval/label_plots.h"
 #include "kestrel/models/common.h"
 #include "kestrel/models/model_config.h"
+#include "kestrel/models/model_family.h"
 #include "kestrel/train/autoanchor.h"
 #include "kestrel/train/freeze.h"
 #include "kestrel/train/param_groups.h"
@@ -137,10 +138,20 @@ void TrainingRun::transfer_pretrained(const models::LoadedModel& pretrained) {
 
 void TrainingRun::build_data() {
   stride = static_cast<int>(std::max<int64_t>(model->max_stride(), 32));
-  if (o.img_size % stride != 0) fail("--img ", o.img_size, " must be a multiple of the model's stride ", stride);
+  // train.py's check_img_size: a size that is not a multiple of the stride is rounded up to one, with a
+  // warning (YOLOv5's training size at least two strides; YOLOv7 rounds both of its sizes, no floor).
+  const bool yolov7 = models::is_yolov7_family(*model);
+  auto check_img_size = [&](int& size, int floor) {
+    if (size < 1) fail("--img ", size, ": must be positive");
+    const int rounded = std::max((size + stride - 1) / stride * stride, floor);
+    if (rounded != size)
+      std::cout << "WARNING: --img-size " << size << " must be multiple of max stride " << stride << ", updating to "
+                << rounded << "\n";
+    size = rounded;
+  };
+  check_img_size(o.img_size, yolov7 ? 0 : 2 * stride);
+  if (o.img_size_test > 0) check_img_size(o.img_size_test, 0);
   const int val_img_size = o.img_size_test > 0 ? o.img_size_test : o.img_size;
-  if (val_img_size % stride != 0)
-    fail("--img ", o.img_size, " ", val_img_size, ": the validation size must be a multiple of the model's stride ", stride);
   const int nc = static_cast<int>(data_cfg.names.size());
   train_data = make_train_loader(data_cfg, o, hyp, stride, nc, dist_ctx.rank, dist_ctx.world_size);
   ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
