@@ -78,17 +78,18 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
     const std::string x = source(info[body].from[i], body);
     raw.push_back(layers.conv2d(*head.output_convs().at(i), x, prefix + ".m." + std::to_string(i)));
   }
-  if (o.end2end && o.nms.tensorrt()) {
+  if (o.end2end) {
     const std::string decoded = decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, g.fresh("decoded"));
-    append_efficient_nms_trt(g, decoded, head.nc(), o.nms);
-    using T = OnnxGraph::ElemType;
-    g.add_output(kTensorRtOutputs[0], {batch, 1}, T::int32);
-    g.add_output(kTensorRtOutputs[1], {batch, o.nms.topk, 4});
-    g.add_output(kTensorRtOutputs[2], {batch, o.nms.topk});
-    g.add_output(kTensorRtOutputs[3], {batch, o.nms.topk}, T::int32);
-  } else if (o.end2end) {
-    const std::string decoded = decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, g.fresh("decoded"));
-    g.add_output(append_nms(g, decoded, head.nc(), o.nms, kEndToEndOutput), {"detections", 7});
+    if (o.nms.tensorrt()) {
+      append_efficient_nms_trt(g, decoded, head.nc(), o.nms);
+      using T = OnnxGraph::ElemType;
+      g.add_output(kTensorRtOutputs[0], {batch, 1}, T::int32);
+      g.add_output(kTensorRtOutputs[1], {batch, o.nms.topk, 4});
+      g.add_output(kTensorRtOutputs[2], {batch, o.nms.topk});
+      g.add_output(kTensorRtOutputs[3], {batch, o.nms.topk}, T::int32);
+    } else {
+      g.add_output(append_nms(g, decoded, head.nc(), o.nms, kEndToEndOutput), {"detections", 7});
+    }
   } else {
     decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, output);
     if (o.dynamic) g.add_output(output, {batch, "anchors", no});
