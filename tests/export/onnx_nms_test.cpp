@@ -28,6 +28,21 @@ void write_floats(const std::string& path, const at::Tensor& t) {
   std::ofstream(path, std::ios::binary).write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
 }
 
+// Smooth random images [batch, 3, size, size] (an 8 x 8 grid of random colours, upsampled, seeded): objects of a
+// sort at every scale. Written to DIR/x.bin for the Python side.
+at::Tensor smooth_images(const test::TempDir& dir, int64_t batch, int64_t size) {
+  at::manual_seed(12);
+  const at::Tensor x = at::upsample_bilinear2d(at::rand({batch, 3, 8, 8}), {size, size}, false);
+  write_floats(dir.file("x.bin"), x);
+  return x;
+}
+
+// The Python line that reads DIR/x.bin back as `x`, float32 [batch, 3, size, size].
+std::string python_read_images(const test::TempDir& dir, int64_t batch, int64_t size) {
+  return "x = np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(" + std::to_string(batch) + ", 3, " +
+         std::to_string(size) + ", " + std::to_string(size) + ")\n";
+}
+
 // Runs DIR/model.onnx on DIR/x.bin ([B, 3, S, S] float32) and writes its output to DIR/y.bin; returns K.
 int64_t run_onnxruntime(const test::TempDir& dir, int64_t batch, int64_t size) {
   const test::CommandResult r = test::run_python(
@@ -35,8 +50,7 @@ int64_t run_onnxruntime(const test::TempDir& dir, int64_t batch, int64_t size) {
       "m = onnx.load('" + dir.file("model.onnx") + "'); onnx.checker.check_model(m, full_check=True)\n"
       "s = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])\n"
       "assert [o.name for o in s.get_outputs()] == ['output'], s.get_outputs()\n"
-      "x = np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(" + std::to_string(batch) + ", 3, " +
-      std::to_string(size) + ", " + std::to_string(size) + ")\n"
+      + python_read_images(dir, batch, size) +
       "y = s.run(None, {'images': x})[0]\n"
       "assert y.ndim == 2 and y.shape[1] == 7, y.shape\n"
       "y.astype(np.float32).tofile('" + dir.file("y.bin") + "')\n"
@@ -82,10 +96,7 @@ void expect_same_detections(int nc, bool dynamic, bool yolov7_rule) {
   o.nms.max_wh = 7680;  // given: NMS for onnxruntime
   export_onnx(*model, dir.file("model.onnx"), o);  // fuses the model: the reference below uses the same weights
 
-  at::manual_seed(12);
-  // Smooth random images (a 8 x 8 grid of random colours, upsampled): objects of a sort at every scale.
-  const at::Tensor x = at::upsample_bilinear2d(at::rand({kBatch, 3, 8, 8}), {kSize, kSize}, false);
-  write_floats(dir.file("x.bin"), x);
+  const at::Tensor x = smooth_images(dir, kBatch, kSize);
   eval::NmsOptions nms;
   nms.conf_thres = o.nms.conf_thres;
   nms.iou_thres = o.nms.iou_thres;
@@ -176,9 +187,7 @@ void expect_tensorrt_graph(const TrtCase& c) {
   o.nms.objectness_only_single_class = c.yolov7_rule;
   export_onnx(*model, dir.file("model.onnx"), o);
 
-  at::manual_seed(12);
-  const at::Tensor x = at::upsample_bilinear2d(at::rand({kBatch, 3, 8, 8}), {kSize, kSize}, false);
-  write_floats(dir.file("x.bin"), x);
+  const at::Tensor x = smooth_images(dir, kBatch, kSize);
   const std::string b = c.dynamic_batch ? "'batch'" : std::to_string(kBatch);
   const std::string f = c.half ? "'FLOAT16'" : "'FLOAT'";
   const test::CommandResult r = test::run_python(
@@ -212,8 +221,7 @@ void expect_tensorrt_graph(const TrtCase& c) {
       "keep = [o for o in m.opset_import if o.domain != 'TRT']\n"
       "del m.opset_import[:]; m.opset_import.extend(keep)\n"
       "s = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])\n"
-      "x = np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(" + std::to_string(kBatch) + ", 3, " +
-      std::to_string(kSize) + ", " + std::to_string(kSize) + ")\n"
+      + python_read_images(dir, kBatch, kSize) +
       "bx, sc = s.run(None, {'images': x.astype(np.float16 if F == 'FLOAT16' else np.float32)})\n"
       "print('SHAPES', bx.shape, sc.shape)\n"
       "bx.astype(np.float32).tofile('" + dir.file("boxes.bin") + "')\n"
