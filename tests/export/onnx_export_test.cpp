@@ -1,6 +1,7 @@
 // ONNX export, static shapes: the exported graph, run by onnxruntime (the project's Python), gives what
-// YoloModel::predict gives on the same input (YOLOv5, YOLOv3-style and YOLOv7 models, every YOLOv7
-// block); onnx.checker accepts the file; bad options and unknown layers are clear errors; the CLI writes it.
+// YoloModel::predict gives on the same input (YOLOv5, YOLOv3-style and YOLOv7 models, every YOLOv7 block
+// and the baseline CSP blocks); onnx.checker accepts the file; bad options and unknown layers are clear
+// errors; the CLI writes it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -140,6 +141,34 @@ head:
   [[[4, 5], 1, Detect, [nc, anchors]]]    # 6
 )";
   check_yaml_network(yaml, "ghost", 7);
+}
+
+// YOLOv7's cfg/baseline/ blocks: the CSP splits A, B, C with Darknet, Res and grouped ResX units, Res, ResX, Stem.
+TEST(OnnxExport, CspBlocksMatchOnnxRuntime) {
+  const char* yaml = R"(
+nc: 3
+depth_multiple: 1.0
+width_multiple: 1.0
+anchors: [[10,13, 16,30], [30,61, 62,45]]
+backbone:
+  [[-1, 1, Stem, [32]],                # 0  /4
+   [-1, 2, BottleneckCSPA, [32]],      # 1
+   [-1, 1, BottleneckCSPB, [32]],      # 2
+   [-1, 1, BottleneckCSPC, [32]],      # 3
+   [-1, 1, ResCSPA, [32]],             # 4
+   [-1, 1, ResCSPB, [32]],             # 5
+   [-1, 1, ResCSPC, [64]],             # 6
+   [-1, 1, Conv, [64, 3, 2]],          # 7  /8
+   [-1, 1, ResXCSPA, [128]],           # 8
+   [-1, 1, ResXCSPB, [64]],            # 9
+   [-1, 1, ResXCSPC, [128]],           # 10
+   [-1, 1, Res, [128]],                # 11
+   [-1, 1, ResX, [64]],                # 12
+  ]
+head:
+  [[[6, 12], 1, IDetect, [nc, anchors]]]  # 13
+)";
+  check_yaml_network(yaml, "csp", 8);
 }
 
 // A layer type the exporter does not know (here a stand-in for nn.Upsample) stops the export with

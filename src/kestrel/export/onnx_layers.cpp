@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/csp_blocks.h"
 #include "kestrel/models/ghost_blocks.h"
 #include "kestrel/models/yolov7_blocks.h"
 
@@ -123,7 +124,8 @@ std::string OnnxLayers::layer(models::Layer& l, const std::vector<std::string>& 
   if (y.empty())
     fail("module ", module, " (", prefix, ") is not supported by the ONNX exporter yet (supported: Conv, DWConv, C3, "
          "Bottleneck, SPP, SPPF, Focus, GhostConv, GhostBottleneck, C3Ghost, Concat, nn.Upsample, MaxPool2d/MP/SP, "
-         "ZeroPad2d, SPPCSPC, RepConv, DownC, Shortcut, ReOrg, Detect, IDetect, IAuxDetect)");
+         "ZeroPad2d, SPPCSPC, RepConv, DownC, BottleneckCSPA/B/C, ResCSPA/B/C, ResXCSPA/B/C, Res, ResX, Stem, "
+         "Shortcut, ReOrg, Detect, IDetect, IAuxDetect)");
   return y;
 }
 
@@ -154,6 +156,16 @@ std::string OnnxLayers::ghost_layer(models::Layer& l, const std::string& x, cons
   return "";
 }
 
+// A CSP block's unit: a Darknet Bottleneck, or a ResBottleneck cv3(cv2(cv1(x))) (+ x).
+std::string OnnxLayers::csp_unit(models::Layer& unit, const std::string& x, const std::string& prefix) {
+  using namespace models;
+  if (auto* b = dynamic_cast<Bottleneck*>(&unit)) return bottleneck(*b, x, prefix);
+  auto& res = dynamic_cast<ResBottleneck&>(unit);
+  std::string y = x;
+  for (int i = 1; i <= 3; ++i) y = conv(res.conv(i), y, prefix + ".cv" + std::to_string(i));
+  return res.shortcut() ? g_.node("Add", {x, y}) : y;
+}
+
 // YOLOv7's blocks; "" for any other layer.
 std::string OnnxLayers::yolov7_layer(models::Layer& l, const std::vector<std::string>& xs, const std::string& prefix) {
   using namespace models;
@@ -180,6 +192,25 @@ std::string OnnxLayers::yolov7_layer(models::Layer& l, const std::vector<std::st
     auto cv = [&](int i, const std::string& in) { return conv(down->conv(i), in, prefix + ".cv" + std::to_string(i)); };
     const int64_t k = down->kernel();
     return concat({cv(2, cv(1, x)), cv(3, maxpool(x, k, k, 0))});
+  }
+  if (auto* csp = dynamic_cast<CspBlock*>(&l)) {
+    // A: cv3(cat(m(cv1(x)), cv2(x))); B: cv3(cat(m(x1), cv2(x1))), x1 = cv1(x); C: cv4(cat(cv3(m(cv1(x))), cv2(x))).
+    auto cv = [&](int i, const std::string& in) { return conv(csp->conv(i), in, prefix + ".cv" + std::to_string(i)); };
+    const std::string x1 = cv(1, x);
+    std::string y = x1;
+    for (size_t i = 0; i < csp->units().size(); ++i) y = csp_unit(*csp->units()[i], y, prefix + ".m." + std::to_string(i));
+    switch (csp->split()) {
+      case CspSplit::A: return cv(3, concat({y, cv(2, x)}));
+      case CspSplit::B: return cv(3, concat({y, cv(2, x1)}));
+      case CspSplit::C: return cv(4, concat({cv(3, y), cv(2, x)}));
+    }
+  }
+  if (auto* res = dynamic_cast<ResBottleneck*>(&l)) return csp_unit(*res, x, prefix);
+  if (auto* stem = dynamic_cast<Stem*>(&l)) {
+    // cv4(cat(cv3(cv2(y)), maxpool_2x2(y))), y = cv1(x).
+    auto cv = [&](int i, const std::string& in) { return conv(stem->conv(i), in, prefix + ".cv" + std::to_string(i)); };
+    const std::string y = cv(1, x);
+    return cv(4, concat({cv(3, cv(2, y)), maxpool(y, 2, 2, 0)}));
   }
   if (dynamic_cast<Shortcut*>(&l) != nullptr) return g_.node("Add", {xs.at(0), xs.at(1)});
   if (dynamic_cast<ReOrg*>(&l) != nullptr) return space_to_depth(x);

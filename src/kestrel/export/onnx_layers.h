@@ -34,6 +34,7 @@ class OnnxLayers {
   std::string bottleneck(const models::Bottleneck& b, const std::string& x, const std::string& prefix);
   std::string yolov7_layer(models::Layer& l, const std::vector<std::string>& xs, const std::string& prefix);
   std::string ghost_layer(models::Layer& l, const std::string& x, const std::string& prefix);  // "" if not Ghost
+  std::string csp_unit(models::Layer& unit, const std::string& x, const std::string& prefix);  // CSP blocks' m.i
 
   OnnxGraph& g_;
 };

@@ -11,6 +11,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/models/common.h"
+#include "kestrel/models/csp_blocks.h"
 #include "kestrel/models/ghost_blocks.h"
 #include "kestrel/models/transformer_blocks.h"
 #include "kestrel/models/yolo_model.h"
@@ -67,6 +68,14 @@ class Args {
     } catch (const YAML::Exception&) {
       fail(where(), ": argument ", i + 1, " must be an integer, got '", render(n), "'");
     }
+  }
+  // A kernel size: an integer, or a list of two equal ones (YOLOv7's baseline yolov3.yaml writes [1, 1]).
+  int64_t square(size_t i, int64_t fallback) const {
+    if (!has(i) || spec_.args[i].IsScalar()) return integer(i, fallback);
+    const std::vector<int64_t> hw = int_list(i, {});
+    if (hw.size() != 2 || hw[0] != hw[1])
+      fail(where(), ": argument ", i + 1, " must be an integer or [k, k] (only square kernels), got '", render(spec_.args[i]), "'");
+    return hw[0];
   }
   double real(size_t i, double fallback) const {
     if (!has(i)) return fallback;
@@ -154,13 +163,34 @@ struct Built {
 
 using Factory = std::function<Built(const Args&, int64_t c1, int64_t c2, int64_t n, const Activation&)>;
 
+// A CspBlock row: [c2, shortcut, g, e], the repeat count passed in (n).
+std::pair<Factory, bool> csp_factory(CspSplit split, CspUnit unit, bool shortcut, int64_t groups) {
+  return {[=](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
+            a.at_most(4, "[c2, shortcut, g, e]");
+            return Built{std::make_shared<CspBlock>(split, unit, c1, c2, n, a.boolean(1, shortcut), a.integer(2, groups),
+                                                    a.real(3, 0.5), act),
+                         c2, ""};
+          },
+          true};
+}
+
+// Res / ResX rows: [c2, shortcut, g, e].
+std::pair<Factory, bool> res_factory(int64_t groups) {
+  return {[=](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+            a.at_most(4, "[c2, shortcut, g, e]");
+            return Built{std::make_shared<ResBottleneck>(c1, c2, a.boolean(1, true), a.integer(2, groups), a.real(3, 0.5), act),
+                         c2, ""};
+          },
+          false};
+}
+
 // Modules whose first argument is the output width (scaled by width_multiple). C3 and SPPCSPC take
 // the repeat count as their third constructor argument instead of being repeated.
 const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
   static const std::map<std::string, std::pair<Factory, bool>> table = {
       {"Conv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                   a.at_most(7, "[c2, k, s, p, g, d|act, act]");
-                  ConvOptions o{c1, c2, a.integer(1, 1), a.integer(2, 1), a.integer(3, -1), a.integer(4, 1), 1, act};
+                  ConvOptions o{c1, c2, a.square(1, 1), a.integer(2, 1), a.integer(3, -1), a.integer(4, 1), 1, act};
                   // YOLOv5 Conv(c1, c2, k, s, p, g, d, act); YOLOv7 Conv(c1, c2, k, s, p, g, act).
                   if (a.size() > 5 && a.is_string(5)) {
                     o.act = a.activation(5, act);
@@ -231,6 +261,24 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                    if (k < 1) fail(a.where(), ": the pool size k must be >= 1");
                    return Built{std::make_shared<DownC>(c1, c2, k, act), c2, ""};
                  }, true}},
+      // YOLOv7's cfg/baseline/ blocks (models/csp_blocks.h): [c2, shortcut, g, e] after the repeat count, with
+      // upstream's defaults (BottleneckCSPB alone has no shortcut; ResX* use 32 groups).
+      {"BottleneckCSPA", csp_factory(CspSplit::A, CspUnit::Darknet, true, 1)},
+      {"BottleneckCSPB", csp_factory(CspSplit::B, CspUnit::Darknet, false, 1)},
+      {"BottleneckCSPC", csp_factory(CspSplit::C, CspUnit::Darknet, true, 1)},
+      {"ResCSPA", csp_factory(CspSplit::A, CspUnit::Res, true, 1)},
+      {"ResCSPB", csp_factory(CspSplit::B, CspUnit::Res, true, 1)},
+      {"ResCSPC", csp_factory(CspSplit::C, CspUnit::Res, true, 1)},
+      {"ResXCSPA", csp_factory(CspSplit::A, CspUnit::ResX, true, 32)},
+      {"ResXCSPB", csp_factory(CspSplit::B, CspUnit::ResX, true, 32)},
+      {"ResXCSPC", csp_factory(CspSplit::C, CspUnit::ResX, true, 32)},
+      {"Res", res_factory(1)},
+      {"ResX", res_factory(32)},
+      // Stem(c1, c2, k, s, p, g, act): upstream ignores all but c2.
+      {"Stem", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
+                  a.at_most(6, "[c2, k, s, p, g, act] (all but c2 unused, as upstream)");
+                  return Built{std::make_shared<Stem>(c1, c2, act), c2, ""};
+                }, false}},
       {"RepConv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                      a.at_most(6, "[c2, k, s, p, g, act]");
                      return Built{std::make_shared<RepConv>(c1, c2, a.integer(1, 3), a.integer(2, 1), a.integer(3, -1),
@@ -279,7 +327,8 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
   }
   fail(a.where(), ": unknown module '", module,
        "' (kestrel knows Conv, DWConv, Focus, Bottleneck, C3, C3TR, SPP, SPPF, GhostConv, GhostBottleneck, C3Ghost, SPPCSPC, "
-       "RepConv, DownC, Concat, Shortcut, nn.Upsample, nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect, "
+       "RepConv, DownC, BottleneckCSPA/B/C, ResCSPA/B/C, ResXCSPA/B/C, Res, ResX, Stem, Concat, Shortcut, nn.Upsample, "
+       "nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect, "
        "IAuxDetect)");
 }
 

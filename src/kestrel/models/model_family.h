@@ -8,7 +8,8 @@ namespace kestrel::models {
 class YoloModel;
 
 // A model with YOLOv7's IDetect head, or (its deploy configs end in a plain Detect) any of the layers only
-// YOLOv7 uses: MP, SP, SPPCSPC, RepConv, ReOrg, DownC.
+// YOLOv7 uses: MP, SP, SPPCSPC, RepConv, ReOrg, DownC, and the cfg/baseline/ blocks (csp_blocks.h). YOLOv7's
+// baseline yolov3(-spp).yaml have none of them and count as YOLOv5, as their architecture is YOLOv5's.
 bool is_yolov7_family(const YoloModel& model);
 
 }  // namespace kestrel::models
