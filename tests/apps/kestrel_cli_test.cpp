@@ -17,7 +17,7 @@ TEST(Cli, ModelsPrintsEveryShippedConfig) {
   auto r = kestrel("models --img 320");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* name : {"yolov3 ", "yolov3-tiny", "yolov5n", "yolov5s", "yolov5m", "yolov5l", "yolov5x", "yolov7 ",
-                           "yolov7-tiny", "yolov7x"})
+                           "yolov7-tiny", "yolov7x", "yolor-csp", "yolov4-csp", "yolor-p6", "r50-csp"})
     EXPECT_NE(r.output.find(name), std::string::npos) << name;
   // 16.43 GFLOPs at 640 is 4.11 at 320 (a quarter of the area)
   EXPECT_NE(r.output.find("7235389 parameters"), std::string::npos) << r.output;

@@ -77,6 +77,7 @@ TEST(ParameterBudget, EveryLayerKindChargesWhatItAllocates) {
   expect_charges_match_the_state_dict("yolov3-tiny");  // MaxPool, ZeroPad2d, Detect on two levels
   expect_charges_match_the_state_dict("yolov7-tiny");  // SP, IDetect (ImplicitA/M)
   expect_charges_match_the_state_dict("yolov7");       // RepConv, SPPCSPC, MP
+  expect_charges_match_the_state_dict("r50-csp");      // Stem, ResCSPC, ResCSPB
 }
 
 }  // namespace
