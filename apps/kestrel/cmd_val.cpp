@@ -12,6 +12,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/eval/coco_eval.h"
 #include "kestrel/eval/plots.h"
+#include "kestrel/eval/val_study.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/models/weights_file.h"
@@ -22,7 +23,8 @@ namespace kestrel::app {
 namespace {
 
 struct ValOptions {
-  std::string data = "data/demo/demo.yaml", weights, task = "val", device, project = "runs/val", name = "exp", coco_ann;
+  std::string data = "data/demo/demo.yaml", task = "val", device, project = "runs/val", name = "exp", coco_ann;
+  std::vector<std::string> weights;
   int batch_size = 32, img_size = 640, workers = 8;
   double conf_thres = 0.001, iou_thres = 0.6;
   int max_det = 300;
@@ -31,36 +33,38 @@ struct ValOptions {
   bool iou_thres_given = false;
 };
 
-void run_val(const ValOptions& options) {
-  // val.py's --task speed: the val split at detect's thresholds (conf 0.25, IoU 0.45), for the timings;
-  // no JSON and no plots.
-  ValOptions o = options;
-  const bool speed = o.task == "speed";
-  if (speed) {
-    o.task = "val";
-    o.conf_thres = 0.25;
-    o.iou_thres = 0.45;
-    o.iou_thres_given = true;
-    o.save_json = false;
-    o.coco_ann.clear();
-    o.noplots = true;
-  }
-  if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
-  const c10::Device device = parse_device(o.device);
-  models::LoadedModel loaded = models::load_model_weights(o.weights);
-  loaded.model->to(device);
-  const data::DatasetConfig cfg = data::load_dataset_config(o.data);
-  const int nc = o.single_cls ? 1 : static_cast<int>(loaded.info.names.size());
-  if (!o.single_cls && cfg.nc != nc)
-    fail(o.weights, " has ", nc, " classes but ", o.data, " has ", cfg.nc);
-  const bool yolov7 = models::is_yolov7_family(*loaded.model);
-  // For speed, val.py letterboxes square batches without padding (YOLOv7's test.py keeps its rectangular
-  // ones, and passes no --save-txt).
-  const bool square = speed && !yolov7;
-  if (speed && yolov7) o.save_txt = false;
-  const int stride = static_cast<int>(std::max<int64_t>(loaded.model->max_stride(), 32));
+struct Model {
+  models::LoadedModel loaded;
+  bool yolov7 = false;
+  std::vector<std::string> names;  // ["item"] with --single-cls
+  int nc = 0;
+};
+
+Model load_for(const ValOptions& o, const std::string& weights, const data::DatasetConfig& cfg, const c10::Device& device) {
+  Model m;
+  m.loaded = models::load_model_weights(weights);
+  m.loaded.model->to(device);
+  m.nc = o.single_cls ? 1 : static_cast<int>(m.loaded.info.names.size());
+  if (!o.single_cls && cfg.nc != m.nc) fail(weights, " has ", m.nc, " classes but ", o.data, " has ", cfg.nc);
+  m.yolov7 = models::is_yolov7_family(*m.loaded.model);
+  m.names = o.single_cls ? std::vector<std::string>{"item"} : m.loaded.info.names;
+  return m;
+}
+
+// Where one pass writes: txt labels, plots (with the confusion matrix to fill), nothing when empty.
+struct PassOutputs {
+  std::string txt_dir, plot_dir;
+  eval::ConfusionMatrix* confusion = nullptr;
+};
+
+// One validation pass of `m` over the split at `img_size`; prints val.py's table and speed line.
+eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::DatasetConfig& cfg, const c10::Device& device,
+                                     int img_size, bool speed, const PassOutputs& out) {
+  // For speed, val.py letterboxes square batches without padding (YOLOv7's test.py keeps its rectangular ones).
+  const bool square = speed && !m.yolov7;
+  const int stride = static_cast<int>(std::max<int64_t>(m.loaded.model->max_stride(), 32));
   train::ValLoaderOptions l;
-  l.img_size = (o.img_size + stride - 1) / stride * stride;  // val.py's check_img_size
+  l.img_size = (img_size + stride - 1) / stride * stride;  // val.py's check_img_size
   l.batch_size = o.batch_size;
   l.stride = stride;
   l.workers = o.workers;
@@ -72,53 +76,121 @@ void run_val(const ValOptions& options) {
   const train::SplitLoader split = train::make_val_loader(cfg, o.task, l);
 
   eval::ValidationOptions v;
-  v.metric = eval::metric_style_for(*loaded.model, o.v5_metric);
+  v.metric = eval::metric_style_for(*m.loaded.model, o.v5_metric);
   v.nms.conf_thres = o.conf_thres;
   // YOLOv7's test.py defaults to IoU 0.65 (its README's numbers), val.py to 0.6.
   v.nms.iou_thres = v.metric != eval::MetricStyle::yolov5 && !o.iou_thres_given ? 0.65 : o.iou_thres;
   v.nms.max_det = o.max_det;
   v.single_cls = o.single_cls;
   // fp16 on a GPU where upstream uses it without being asked: val.py for --task speed, YOLOv7's test.py always.
-  v.half = o.half || (device.is_cuda() && (speed || yolov7));
+  v.half = o.half || (device.is_cuda() && (speed || m.yolov7));
   v.augment = o.augment;
   v.save_json = o.save_json || !o.coco_ann.empty();
-  const std::vector<std::string> names = o.single_cls ? std::vector<std::string>{"item"} : loaded.info.names;
-  // The run folder exists before the pass (val_batch images are written during it); none when nothing is written.
-  const bool writes = !o.noplots || v.save_json || o.save_txt;
-  const std::string dir = writes ? train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false) : "";
-  if (o.save_txt) {
-    v.txt_dir = (std::filesystem::path(dir) / "labels").string();
-    std::filesystem::create_directories(v.txt_dir);
+  if (!out.txt_dir.empty()) {
+    v.txt_dir = out.txt_dir;
     v.save_conf = o.save_conf;
   }
-  eval::ConfusionMatrix confusion(nc);  // val.py's defaults: conf 0.25, IoU 0.45
-  if (!o.noplots) {
-    v.confusion = &confusion;
+  if (out.confusion) {
+    v.confusion = out.confusion;
     v.plot_batches = 3;  // val.py: val_batch0..2_labels.jpg / _pred.jpg
-    v.plot_dir = dir;
-    v.names = names;
+    v.plot_dir = out.plot_dir;
+    v.names = m.names;
   }
-  const eval::ValidationResult r = eval::validate(*loaded.model, *split.loader, *split.dataset, device, nc, v);
-  std::cout << eval::format_validation_table(r, names, o.verbose || nc < 50);
+  const eval::ValidationResult r = eval::validate(*m.loaded.model, *split.loader, *split.dataset, device, m.nc, v);
+  std::cout << eval::format_validation_table(r, m.names, o.verbose || m.nc < 50);
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%d, 3, %d, %d)\n",
               r.ms_per_image[0], r.ms_per_image[1], r.ms_per_image[2], o.batch_size, l.img_size, l.img_size);
+  return r;
+}
+
+// val.py's --task speed: the val split at detect's thresholds (conf 0.25, IoU 0.45), for the timings; no
+// JSON and no plots; --save-txt kept for YOLOv5 models (YOLOv7's test.py passes none). Every weights file.
+void run_speed(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& device) {
+  o.task = "val";
+  o.conf_thres = 0.25;
+  o.iou_thres = 0.45;
+  o.iou_thres_given = true;
+  o.save_json = false;
+  o.coco_ann.clear();
+  for (const auto& weights : o.weights) {
+    Model m = load_for(o, weights, cfg, device);
+    PassOutputs out;
+    if (o.save_txt && !m.yolov7) {
+      out.txt_dir = (std::filesystem::path(train::make_run_dir(o.project, o.name, o.exist_ok, false)) / "labels").string();
+      std::filesystem::create_directories(out.txt_dir);
+    }
+    validate_once(o, m, cfg, device, o.img_size, /*speed=*/true, out);
+  }
+}
+
+// val.py / test.py --task study: every weights file at sizes 256 ... 1536, a study_*.txt each and study.png,
+// in one run folder (upstream writes them to the working directory). No plots, labels or JSON per pass.
+void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& device) {
+  o.save_json = o.save_txt = false;
+  o.coco_ann.clear();
+  const std::filesystem::path dir = train::make_run_dir(o.project, o.name, o.exist_ok, false);
+  std::vector<std::string> files;
+  for (const auto& weights : o.weights) {
+    Model m = load_for(o, weights, cfg, device);
+    const std::string file = (dir / eval::study_file_name(o.data, weights)).string();
+    std::string rows;
+    for (int img : eval::study_image_sizes()) {
+      std::cout << "\nRunning " << file << " --img " << img << "...\n";
+      const eval::ValidationResult r = validate_once(o, m, cfg, device, img, false, {});
+      rows += eval::study_row(r, m.yolov7, img, o.batch_size) + "\n";
+    }
+    train::write_text_atomic(file, rows);
+    files.push_back(file);
+  }
+  const std::string png = (dir / "study.png").string();
+  eval::plot_study(files, png);
+  std::cout << "Study saved to " << dir.string() << " (" << files.size() << " study_*.txt, study.png)\n";
+}
+
+void run_val(const ValOptions& options) {
+  ValOptions o = options;
+  if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
+  const c10::Device device = parse_device(o.device);
+  const data::DatasetConfig cfg = data::load_dataset_config(o.data);
+  if (o.task == "speed") return run_speed(o, cfg, device);
+  if (o.task == "study") {
+    o.task = "val";  // upstream's run() validates the val split for any task but train/val/test
+    return run_study(o, cfg, device);
+  }
+  if (o.weights.size() > 1)
+    fail("--weights: ", o.weights.size(), " files given; kestrel validates one model (val.py would ensemble them), "
+         "several only with --task speed or study");
+  const std::string& weights = o.weights.front();
+  Model m = load_for(o, weights, cfg, device);
+  const bool save_json = o.save_json || !o.coco_ann.empty();
+  // The run folder exists before the pass (val_batch images are written during it); none when nothing is written.
+  const bool writes = !o.noplots || save_json || o.save_txt;
+  const std::string dir = writes ? train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false) : "";
+  eval::ConfusionMatrix confusion(m.nc);  // val.py's defaults: conf 0.25, IoU 0.45
+  PassOutputs out;
+  if (o.save_txt) {
+    out.txt_dir = (std::filesystem::path(dir) / "labels").string();
+    std::filesystem::create_directories(out.txt_dir);
+  }
+  if (!o.noplots) out.confusion = &confusion, out.plot_dir = dir;
+  const eval::ValidationResult r = validate_once(o, m, cfg, device, o.img_size, false, out);
   if (!writes) return;
   if (!o.noplots) {
     const auto file = [&](const char* name) { return (std::filesystem::path(dir) / name).string(); };
-    eval::plot_confusion_matrix(confusion, names, file("confusion_matrix.png"));
-    eval::plot_pr_curve(r.metrics, names, file("PR_curve.png"));
-    eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, names, file("F1_curve.png"));
-    eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, names, file("P_curve.png"));
-    eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, names, file("R_curve.png"));
+    eval::plot_confusion_matrix(confusion, m.names, file("confusion_matrix.png"));
+    eval::plot_pr_curve(r.metrics, m.names, file("PR_curve.png"));
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, m.names, file("F1_curve.png"));
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, m.names, file("P_curve.png"));
+    eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, m.names, file("R_curve.png"));
     std::cout << "Plots saved to " << dir << "\n";
   }
   if (o.save_txt) {
     int64_t files = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(v.txt_dir)) files += entry.path().extension() == ".txt";
-    std::cout << files << " labels saved to " << v.txt_dir << "\n";
+    for (const auto& entry : std::filesystem::directory_iterator(out.txt_dir)) files += entry.path().extension() == ".txt";
+    std::cout << files << " labels saved to " << out.txt_dir << "\n";
   }
-  if (v.save_json) {
-    const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(o.weights).stem().string() + "_predictions.json")).string();
+  if (save_json) {
+    const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(weights).stem().string() + "_predictions.json")).string();
     train::write_text_atomic(path, r.predictions.dump());
     std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
     if (!o.coco_ann.empty()) {
@@ -134,15 +206,18 @@ void add_val_command(CLI::App& app) {
   auto o = std::make_shared<ValOptions>();
   auto* cmd = app.add_subcommand("val", "validate weights on a dataset split (P, R, mAP50, mAP50-95)");
   cmd->add_option("--data", o->data, "dataset YAML")->capture_default_str();
-  cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
+  cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors); several with --task speed or study")
+      ->required()->expected(1, -1);
   cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
   cmd->add_option("--img,--img-size,--imgsz", o->img_size, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
   cmd->add_option("--conf-thres", o->conf_thres, "confidence threshold")->capture_default_str();
   auto* iou = cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold (YOLOv7 models: 0.65 unless given)")
                    ->capture_default_str();
   cmd->add_option("--max-det", o->max_det, "detections per image")->capture_default_str();
-  cmd->add_option("--task", o->task, "split: train, val or test; speed: the val split at conf 0.25, IoU 0.45, for the timings")
-      ->capture_default_str()->check(CLI::IsMember({"train", "val", "test", "speed"}));
+  cmd->add_option("--task", o->task,
+                  "split: train, val or test; speed: the val split at conf 0.25, IoU 0.45, for the timings; study: the "
+                  "val split at sizes 256 ... 1536 (study_*.txt, study.png)")
+      ->capture_default_str()->check(CLI::IsMember({"train", "val", "test", "speed", "study"}));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
   cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str();
   cmd->add_flag("--single-cls", o->single_cls, "treat as single-class dataset");

@@ -1,5 +1,5 @@
 // kestrel val writes upstream's validation charts and its first three batches (ground truth and
-// predictions) into its run folder, and --noplots leaves them out; --augment and --save-txt.
+// predictions) into its run folder, and --noplots leaves them out; --augment, --save-txt, --task speed and study.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -67,6 +67,49 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
   EXPECT_NE(r.output.find("Speed: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("                   all         16        115"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/speed"))) << r.output;
+}
+
+// val.py's --task study: one run folder with study_<data>_<weights>.txt, a row of 10 values per size 256 ...
+// 1536 (each pass really at that size: its speed line names the shape), and study.png. Two weights files,
+// two study files; several weights are refused for a plain validation (val.py would ensemble them). Two
+// images and a yolov5n at an eighth of the width keep the 1536 passes short.
+TEST(ValPlotsCli, StudyWritesARowPerSizeAndThePlot) {
+  test::TempDir dir;
+  const std::string data = test::demo_subset(dir, 2);
+  std::ifstream v5n("configs/models/yolov5n.yaml");
+  std::stringstream cfg;
+  cfg << v5n.rdbuf();
+  std::string yaml = cfg.str();
+  const size_t at = yaml.find("width_multiple: 0.25");
+  ASSERT_NE(at, std::string::npos);
+  test::write_file(dir.file("pico.yaml"), yaml.replace(at, 20, "width_multiple: 0.125"));
+  auto r = test::run_command(test::kestrel_binary() + " train --cfg " + dir.file("pico.yaml") + " --data " + data +
+                             " --epochs 1 --img 64 --batch-size 2 --workers 2 --device cpu --quiet --noval --project " + dir.file("runs"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string last = dir.file("runs/exp/weights/last.safetensors"), best = dir.file("runs/exp/weights/best.safetensors");
+  r = test::run_command(test::kestrel_binary() + " val --task study --data " + data + " --batch-size 2 --device cpu --weights " +
+                        last + " " + best + " --project " + dir.file("val"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int img = 256; img <= 1536; img += 128)
+    EXPECT_NE(r.output.find("at shape (2, 3, " + std::to_string(img) + ", " + std::to_string(img) + ")"), std::string::npos) << img;
+  for (const char* name : {"study_tiny_last.txt", "study_tiny_best.txt"}) {
+    std::ifstream in(dir.file(std::string("val/exp/") + name));
+    ASSERT_TRUE(in) << name << "\n" << r.output;
+    int rows = 0;
+    for (std::string line; std::getline(in, line); ++rows) {
+      std::istringstream row(line);
+      std::vector<double> v;
+      for (double x; row >> x;) v.push_back(x);
+      ASSERT_EQ(v.size(), 10u) << line;
+      for (int k = 4; k < 7; ++k) EXPECT_EQ(v[k], 0) << "no validation loss outside training: " << line;
+      EXPECT_GT(v[8], 0) << "inference time: " << line;
+    }
+    EXPECT_EQ(rows, 11) << name;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp/study.png"))) << r.output;
+  r = test::run_command(test::kestrel_binary() + " val --data " + data + " --device cpu --weights " + last + " " + best);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--weights: 2 files given"), std::string::npos) << r.output;
 }
 
 // --save-txt --save-conf beside --save-json of the same pass: per image as many label lines as COCO
