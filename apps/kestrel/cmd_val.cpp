@@ -29,7 +29,7 @@ struct ValOptions {
   double conf_thres = 0.001, iou_thres = 0.6;
   int max_det = 300;
   bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false, noplots = false;
-  bool augment = false, save_txt = false, save_conf = false, v5_metric = false;
+  bool augment = false, save_txt = false, save_conf = false, save_hybrid = false, v5_metric = false;
   bool iou_thres_given = false;
 };
 
@@ -85,6 +85,7 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   // fp16 on a GPU where upstream uses it without being asked: val.py for --task speed, YOLOv7's test.py always.
   v.half = o.half || (device.is_cuda() && (speed || m.yolov7));
   v.augment = o.augment;
+  v.save_hybrid = o.save_hybrid;
   v.save_json = o.save_json || !o.coco_ann.empty();
   if (!out.txt_dir.empty()) {
     v.txt_dir = out.txt_dir;
@@ -150,6 +151,11 @@ void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
 void run_val(const ValOptions& options) {
   ValOptions o = options;
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
+  if (o.save_hybrid) {
+    o.save_txt = true;  // as val.py
+    if (o.task != "speed" && o.task != "study")
+      std::cerr << "WARNING: --save-hybrid will return high mAP from hybrid labels, not from predictions alone\n";
+  }
   const c10::Device device = parse_device(o.device);
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
   if (o.task == "speed") return run_speed(o, cfg, device);
@@ -224,6 +230,9 @@ void add_val_command(CLI::App& app) {
   cmd->add_flag("--verbose", o->verbose, "per-class table for any class count");
   cmd->add_flag("--save-txt", o->save_txt, "save predictions to <run>/labels/<image stem>.txt (cls cx cy w h, normalised)");
   cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
+  cmd->add_flag("--save-hybrid", o->save_hybrid,
+                "save label+prediction hybrid results to <run>/labels (implies --save-txt; the labels join the predictions "
+                "before NMS at confidence 1, so the mAP is not the model's)");
   cmd->add_flag("--save-json", o->save_json, "write COCO-format predictions");
   cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA; on there anyway for YOLOv7 models and --task speed, as upstream)");

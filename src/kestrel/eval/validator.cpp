@@ -60,6 +60,18 @@ void plot_batch(const data::Batch& batch, const std::vector<at::Tensor>& kept, c
   data::write_jpeg((dir / cat("val_batch", number, "_pred.jpg")).string(), data::render_batch(batch, predictions, options.names, o));
 }
 
+// --save-hybrid: targets [B, M, 5] (class, cx, cy, w, h normalised to the batch image) -> [B, M, 5 + nc]
+// rows as the head decodes them (pixels, objectness 1, class one-hot); padding rows (mask false) are all
+// zero, below any confidence threshold.
+at::Tensor labels_as_predictions(const data::DeviceBatch& input, int64_t nc) {
+  const double h = static_cast<double>(input.images.size(2)), w = static_cast<double>(input.images.size(3));
+  const at::Tensor t = input.targets.to(at::kFloat);
+  const at::Tensor valid = input.target_mask.to(at::kFloat).unsqueeze(-1);  // [B, M, 1]
+  const at::Tensor boxes = t.slice(2, 1, 5) * at::tensor({w, h, w, h}, t.options());
+  const at::Tensor classes = at::one_hot(t.select(2, 0).to(at::kLong).clamp(0, nc - 1), nc).to(at::kFloat);
+  return at::cat({boxes, at::ones_like(valid), classes}, 2) * valid;
+}
+
 }  // namespace
 
 int64_t coco_image_id(const std::string& image_path) {
@@ -106,6 +118,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     r.ms_per_image[1] += ms_since(t);
 
     t = Clock::now();
+    if (options.save_hybrid) predictions = at::cat({predictions, labels_as_predictions(input, nc)}, 1);
     NmsOptions nms = options.nms;
     nms.agnostic = nms.agnostic || options.single_cls;
     nms.yolov7 = options.metric != MetricStyle::yolov5;  // YOLOv7's test.py runs YOLOv7's NMS

@@ -41,6 +41,9 @@ struct ValidationOptions {
   // detect.py's label lines (confidence descending; images without predictions get no file). Empty: off.
   std::string txt_dir;
   bool save_conf = false;
+  // val.py --save-hybrid (for auto-labelling): each image's labels join its predictions before NMS as
+  // detections of confidence 1 (box, objectness 1, their class 1), so the metrics and txt files mix both.
+  bool save_hybrid = false;
   std::vector<int> coco_category_ids;   // class index -> category id in JSON (empty: the class index)
   // When set, every image with labels is added to it as val.py does for confusion_matrix.png
   // (predictions and labels in original-image pixels; its nc must be the validation's).
