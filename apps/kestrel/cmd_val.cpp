@@ -57,11 +57,21 @@ struct PassOutputs {
   eval::ConfusionMatrix* confusion = nullptr;
 };
 
+// What a pass is for: a plain validation, or one of --task speed / study's.
+enum class PassKind { plain, speed, study };
+
+// "N labels saved to DIR", as val.py after a pass with --save-txt.
+void report_labels(const std::string& txt_dir) {
+  int64_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(txt_dir)) files += entry.path().extension() == ".txt";
+  std::cout << files << " labels saved to " << txt_dir << "\n";
+}
+
 // One validation pass of `m` over the split at `img_size`; prints val.py's table and speed line.
 eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::DatasetConfig& cfg, const c10::Device& device,
-                                     int img_size, bool speed, const PassOutputs& out) {
+                                     int img_size, PassKind kind, const PassOutputs& out) {
   // For speed, val.py letterboxes square batches without padding (YOLOv7's test.py keeps its rectangular ones).
-  const bool square = speed && !m.yolov7;
+  const bool square = kind == PassKind::speed && !m.yolov7;
   const int stride = static_cast<int>(std::max<int64_t>(m.loaded.model->max_stride(), 32));
   train::ValLoaderOptions l;
   l.img_size = (img_size + stride - 1) / stride * stride;  // val.py's check_img_size
@@ -82,10 +92,12 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   v.nms.iou_thres = v.metric != eval::MetricStyle::yolov5 && !o.iou_thres_given ? 0.65 : o.iou_thres;
   v.nms.max_det = o.max_det;
   v.single_cls = o.single_cls;
-  // fp16 on a GPU where upstream uses it without being asked: val.py for --task speed, YOLOv7's test.py always.
-  v.half = o.half || (device.is_cuda() && (speed || m.yolov7));
+  // fp16 on a GPU where upstream uses it without being asked: val.py for --task speed and study, YOLOv7's
+  // test.py always.
+  v.half = o.half || (device.is_cuda() && (kind != PassKind::plain || m.yolov7));
   v.augment = o.augment;
-  v.save_hybrid = o.save_hybrid;
+  // test.py's speed and study passes take no --save-hybrid (val.py's do).
+  v.save_hybrid = o.save_hybrid && !(m.yolov7 && kind != PassKind::plain);
   v.save_json = o.save_json || !o.coco_ann.empty();
   if (!out.txt_dir.empty()) {
     v.txt_dir = out.txt_dir;
@@ -120,7 +132,8 @@ void run_speed(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
       out.txt_dir = (std::filesystem::path(train::make_run_dir(o.project, o.name, o.exist_ok, false)) / "labels").string();
       std::filesystem::create_directories(out.txt_dir);
     }
-    validate_once(o, m, cfg, device, o.img_size, /*speed=*/true, out);
+    validate_once(o, m, cfg, device, o.img_size, PassKind::speed, out);
+    if (!out.txt_dir.empty()) report_labels(out.txt_dir);
   }
 }
 
@@ -137,7 +150,7 @@ void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
     std::string rows;
     for (int img : eval::study_image_sizes()) {
       std::cout << "\nRunning " << file << " --img " << img << "...\n";
-      const eval::ValidationResult r = validate_once(o, m, cfg, device, img, false, {});
+      const eval::ValidationResult r = validate_once(o, m, cfg, device, img, PassKind::study, {});
       rows += eval::study_row(r, m.yolov7, img, o.batch_size) + "\n";
     }
     train::write_text_atomic(file, rows);
@@ -151,10 +164,11 @@ void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
 void run_val(const ValOptions& options) {
   ValOptions o = options;
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
-  if (o.save_hybrid) {
-    o.save_txt = true;  // as val.py
-    if (o.task != "speed" && o.task != "study")
-      std::cerr << "WARNING: --save-hybrid will return high mAP from hybrid labels, not from predictions alone\n";
+  if (o.save_hybrid) o.save_txt = true;  // as val.py
+  if (o.task != "speed" && o.task != "study") {  // val.py's warnings for a normal run
+    if (o.conf_thres > 0.001)
+      std::cerr << "WARNING: confidence threshold " << o.conf_thres << " > 0.001 produces invalid results\n";
+    if (o.save_hybrid) std::cerr << "WARNING: --save-hybrid will return high mAP from hybrid labels, not from predictions alone\n";
   }
   const c10::Device device = parse_device(o.device);
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
@@ -179,7 +193,7 @@ void run_val(const ValOptions& options) {
     std::filesystem::create_directories(out.txt_dir);
   }
   if (!o.noplots) out.confusion = &confusion, out.plot_dir = dir;
-  const eval::ValidationResult r = validate_once(o, m, cfg, device, o.img_size, false, out);
+  const eval::ValidationResult r = validate_once(o, m, cfg, device, o.img_size, PassKind::plain, out);
   if (!writes) return;
   if (!o.noplots) {
     const auto file = [&](const char* name) { return (std::filesystem::path(dir) / name).string(); };
@@ -190,11 +204,7 @@ void run_val(const ValOptions& options) {
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, m.names, file("R_curve.png"));
     std::cout << "Plots saved to " << dir << "\n";
   }
-  if (o.save_txt) {
-    int64_t files = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(out.txt_dir)) files += entry.path().extension() == ".txt";
-    std::cout << files << " labels saved to " << out.txt_dir << "\n";
-  }
+  if (o.save_txt) report_labels(out.txt_dir);
   if (save_json) {
     const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(weights).stem().string() + "_predictions.json")).string();
     train::write_text_atomic(path, r.predictions.dump());
@@ -235,7 +245,7 @@ void add_val_command(CLI::App& app) {
                 "before NMS at confidence 1, so the mAP is not the model's)");
   cmd->add_flag("--save-json", o->save_json, "write COCO-format predictions");
   cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
-  cmd->add_flag("--half", o->half, "fp16 inference (CUDA; on there anyway for YOLOv7 models and --task speed, as upstream)");
+  cmd->add_flag("--half", o->half, "fp16 inference (CUDA; on there anyway for YOLOv7 models and --task speed/study, as upstream)");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: AP with recall sentinel 1.0, as YOLOv7's test.py --v5-metric (YOLOv5 models always use it)");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();

@@ -171,6 +171,13 @@ TEST(ValPlotsCli, SaveHybridFindsEveryLabel) {
     EXPECT_EQ(found, labels) << stem;
     EXPECT_GT(labels, 0) << stem;
   }
+  // With --single-cls the labels are one class but the model still predicts 80: the label rows take the
+  // head's width, and the metric is perfect again.
+  r = test::run_command(test::kestrel_binary() + " val --data " + data + " --img 640 --device cpu --noplots --save-hybrid"
+                        " --single-cls --iou-thres 1.0 --weights " + dir.file("runs/exp/weights/last.safetensors") +
+                        " --project " + dir.file("val") + " --name single");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all          3          6          1          1      0.995      0.995"), std::string::npos) << r.output;
 }
 
 // --save-txt --save-conf beside --save-json of the same pass: per image as many label lines as COCO

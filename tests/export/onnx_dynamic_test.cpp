@@ -7,10 +7,12 @@
 #include "export/onnx_check.h"
 #include "kestrel/export/onnx_export.h"
 #include "kestrel/models/model_config.h"
+#include "test_support.h"
 
 namespace kestrel::exporting {
 namespace {
 
+// config: a shipped name or a YAML file.
 void check_dynamic(const std::string& config, const std::vector<std::vector<int64_t>>& shapes) {
   at::manual_seed(7);
   auto model = models::build_model(models::load_model_config(models::resolve_model_config_path(config)));
@@ -39,6 +41,25 @@ TEST(OnnxDynamic, Yolov5nOneFileServesBatchAndImageSizes) {
 }
 TEST(OnnxDynamic, Yolov7TinyOneFileServesBatchAndImageSizes) {
   check_dynamic("yolov7-tiny", {{1, 96, 96}, {2, 128, 128}, {1, 160, 64}});
+}
+
+// C3TR's positions come from the run-time shape (h w of each level), batch-first.
+TEST(OnnxDynamic, TransformerOneFileServesBatchAndImageSizes) {
+  test::TempDir dir;
+  test::write_file(dir.file("tr.yaml"), R"(
+nc: 3
+depth_multiple: 1.0
+width_multiple: 1.0
+anchors: [[10,13, 16,30]]
+backbone:
+  [[-1, 1, Conv, [16, 3, 2]],
+   [-1, 1, Conv, [32, 3, 2]],
+   [-1, 2, C3TR, [32]],
+  ]
+head:
+  [[[2], 1, Detect, [nc, anchors]]]
+)");
+  check_dynamic(dir.file("tr.yaml"), {{1, 64, 64}, {2, 32, 96}});
 }
 
 }  // namespace

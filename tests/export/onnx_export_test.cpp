@@ -143,6 +143,40 @@ head:
   check_yaml_network(yaml, "ghost", 7);
 }
 
+// YOLOv5's C3TR (models/hub/yolov5s-transformer.yaml), with one and two layers of 4 heads. At their
+// initial weights the attention scores are ~0.01 and the softmax is nearly uniform, which would hide a
+// wrong scale or head split: q and k are scaled up so that each position attends to a few others, and v
+// and the output projection so that the attention outweighs the residual path.
+TEST(OnnxExport, TransformerBlocksMatchOnnxRuntime) {
+  const char* yaml = R"(
+nc: 3
+depth_multiple: 1.0
+width_multiple: 1.0
+anchors: [[10,13, 16,30], [30,61, 62,45]]
+backbone:
+  [[-1, 1, Conv, [16, 3, 2]],          # 0  /2
+   [-1, 1, Conv, [32, 3, 2]],          # 1  /4
+   [-1, 1, C3TR, [32]],                # 2  one layer, 16 channels
+   [-1, 1, Conv, [64, 3, 2]],          # 3  /8
+   [-1, 2, C3TR, [64]],                # 4  two layers
+  ]
+head:
+  [[[2, 4], 1, Detect, [nc, anchors]]]  # 5
+)";
+  at::manual_seed(9);
+  auto model = models::build_model(models::parse_model_config(yaml, "transformer.yaml"));
+  test_onnx::randomize_batch_norm(*model);
+  {
+    torch::NoGradGuard no_grad;
+    const auto ends = [](const std::string& key, const char* tail) { return key.find(tail) != std::string::npos; };
+    for (auto& p : model->named_parameters()) {
+      if (ends(p.key(), ".q.weight") || ends(p.key(), ".k.weight")) p.value().mul_(30);
+      if (ends(p.key(), ".v.weight") || ends(p.key(), ".out_proj.weight")) p.value().mul_(5);
+    }
+  }
+  check_against_onnxruntime(*model, "transformer", 64, 2);
+}
+
 // YOLOv7's cfg/baseline/ blocks: the CSP splits A, B, C with Darknet, Res and grouped ResX units, Res, ResX, Stem.
 TEST(OnnxExport, CspBlocksMatchOnnxRuntime) {
   const char* yaml = R"(

@@ -74,7 +74,9 @@ StudyCurve read_study(const std::string& path) {
   if (end <= begin) begin = 0, end = map.size();
   StudyCurve c;
   c.label = std::filesystem::path(path).stem().string();
-  if (c.label.rfind("study_coco_", 0) == 0) c.label = c.label.substr(11);
+  // upstream's label: the stem with "study_coco_" removed and "yolo" written "YOLO"
+  for (size_t at; (at = c.label.find("study_coco_")) != std::string::npos;) c.label.erase(at, 11);
+  for (size_t at = 0; (at = c.label.find("yolo", at)) != std::string::npos; at += 4) c.label.replace(at, 4, "YOLO");
   for (size_t k = begin; k < end; ++k) c.ms.push_back(speed[k]), c.map.push_back(map[k]);
   return c;
 }

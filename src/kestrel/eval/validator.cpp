@@ -118,7 +118,8 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     r.ms_per_image[1] += ms_since(t);
 
     t = Clock::now();
-    if (options.save_hybrid) predictions = at::cat({predictions, labels_as_predictions(input, nc)}, 1);
+    // The head's class count (upstream's prediction.shape[2] - 5), which --single-cls does not change.
+    if (options.save_hybrid) predictions = at::cat({predictions, labels_as_predictions(input, predictions.size(2) - 5)}, 1);
     NmsOptions nms = options.nms;
     nms.agnostic = nms.agnostic || options.single_cls;
     nms.yolov7 = options.metric != MetricStyle::yolov5;  // YOLOv7's test.py runs YOLOv7's NMS

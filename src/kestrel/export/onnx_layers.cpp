@@ -1,11 +1,13 @@
 #include "kestrel/export/onnx_layers.h"
 
+#include <cmath>
 #include <limits>
 #include <utility>
 
 #include "kestrel/core/error.h"
 #include "kestrel/models/csp_blocks.h"
 #include "kestrel/models/ghost_blocks.h"
+#include "kestrel/models/transformer_blocks.h"
 #include "kestrel/models/yolov7_blocks.h"
 
 namespace kestrel::exporting {
@@ -121,9 +123,10 @@ std::string OnnxLayers::layer(models::Layer& l, const std::vector<std::string>& 
   }
   std::string y = yolov7_layer(l, xs, prefix);
   if (y.empty()) y = ghost_layer(l, x, prefix);
+  if (y.empty()) y = transformer_layer(l, x, prefix);
   if (y.empty())
     fail("module ", module, " (", prefix, ") is not supported by the ONNX exporter yet (supported: Conv, DWConv, C3, "
-         "Bottleneck, SPP, SPPF, Focus, GhostConv, GhostBottleneck, C3Ghost, Concat, nn.Upsample, MaxPool2d/MP/SP, "
+         "Bottleneck, SPP, SPPF, Focus, GhostConv, GhostBottleneck, C3Ghost, C3TR, Concat, nn.Upsample, MaxPool2d/MP/SP, "
          "ZeroPad2d, SPPCSPC, RepConv, DownC, BottleneckCSPA/B/C, ResCSPA/B/C, ResXCSPA/B/C, Res, ResX, Stem, "
          "Shortcut, ReOrg, Detect, IDetect, IAuxDetect)");
   return y;
@@ -164,6 +167,58 @@ std::string OnnxLayers::csp_unit(models::Layer& unit, const std::string& x, cons
   std::string y = x;
   for (int i = 1; i <= 3; ++i) y = conv(res.conv(i), y, prefix + ".cv" + std::to_string(i));
   return res.shortcut() ? g_.node("Add", {x, y}) : y;
+}
+
+// x [..., c_in] -> x W^T (+ b): a torch Linear on the last axis.
+std::string OnnxLayers::linear(const torch::nn::Linear& l, const std::string& x, const std::string& name) {
+  std::string y = g_.node("MatMul", {x, g_.weight(name + ".weight_t", l->weight.t().contiguous())});
+  return l->bias.defined() ? g_.node("Add", {y, g_.weight(name + ".bias", l->bias)}) : y;
+}
+
+// YOLOv5's C3TR (models/transformer_blocks.h); "" for any other layer. The block runs batch-first,
+// positions p [b, h w, c]: the same arithmetic as torch's sequence-first layout, with the attention split
+// into its heads as torch's MultiheadAttention does (in_proj rows q | k | v, scores scaled by 1/sqrt(d)).
+std::string OnnxLayers::transformer_layer(models::Layer& l, const std::string& x, const std::string& prefix) {
+  using namespace models;
+  auto* c3 = dynamic_cast<C3TR*>(&l);
+  if (c3 == nullptr) return "";
+  const TransformerBlock& block = c3->block();
+  const std::string m = prefix + ".m";
+  std::string x0 = conv(c3->conv1(), x, prefix + ".cv1");
+  if (block.conv_layer()) x0 = conv(*block.conv_layer(), x0, m + ".conv");
+  const int64_t c = block.position_embedding()->weight.size(0);
+  const std::string shape = g_.node("Shape", {x0});
+  std::string p = g_.node("Transpose", {g_.node("Reshape", {x0, g_.int64s("shape", {0, c, -1})})},
+                          {{"perm", std::vector<int64_t>{0, 2, 1}}});
+  p = g_.node("Add", {p, linear(block.position_embedding(), p, m + ".linear")});
+  for (size_t i = 0; i < block.layers().size(); ++i) {
+    const TransformerLayer& layer = *block.layers()[i];
+    const std::string lp = m + ".tr." + std::to_string(i);
+    const auto& ma = layer.attention();
+    const int64_t heads = ma->options.num_heads(), d = c / heads;
+    // in_proj_weight [3c, c], in_proj_bias [3c]: rows 0..c-1 project q, then k, then v.
+    const auto project = [&](const std::string& in, int part, const std::vector<int64_t>& perm) {
+      const at::Tensor w = ma->in_proj_weight.narrow(0, part * c, c), b = ma->in_proj_bias.narrow(0, part * c, c);
+      const std::string name = lp + ".ma.in_proj." + "qkv"[part];
+      std::string y = g_.node("Add", {g_.node("MatMul", {in, g_.weight(name + ".weight_t", w.t().contiguous())}),
+                                      g_.weight(name + ".bias", b.contiguous())});
+      y = g_.node("Reshape", {y, g_.int64s("heads", {0, 0, heads, d})});  // [b, L, H, d]
+      return g_.node("Transpose", {y}, {{"perm", perm}});
+    };
+    const std::string q = project(linear(layer.query(), p, lp + ".q"), 0, {0, 2, 1, 3});    // [b, H, L, d]
+    const std::string kt = project(linear(layer.key(), p, lp + ".k"), 1, {0, 2, 3, 1});     // [b, H, d, L]
+    const std::string v = project(linear(layer.value(), p, lp + ".v"), 2, {0, 2, 1, 3});    // [b, H, L, d]
+    const std::string scores = g_.node("Mul", {g_.node("MatMul", {q, kt}), g_.constant("scale", {1.f / std::sqrt(float(d))})});
+    const std::string attention = g_.node("Softmax", {scores}, {{"axis", int64_t{3}}});     // [b, H, L, L]
+    std::string o = g_.node("Transpose", {g_.node("MatMul", {attention, v})}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+    o = g_.node("Reshape", {o, g_.int64s("merge", {0, 0, c})});                              // [b, L, c]
+    o = g_.node("Add", {g_.node("MatMul", {o, g_.weight(lp + ".ma.out_proj.weight_t", ma->out_proj->weight.t().contiguous())}),
+                        g_.weight(lp + ".ma.out_proj.bias", ma->out_proj->bias)});
+    const std::string y = g_.node("Add", {o, p});
+    p = g_.node("Add", {linear(layer.feed_forward2(), linear(layer.feed_forward1(), y, lp + ".fc1"), lp + ".fc2"), y});
+  }
+  const std::string out = g_.node("Reshape", {g_.node("Transpose", {p}, {{"perm", std::vector<int64_t>{0, 2, 1}}}), shape});
+  return conv(c3->conv3(), concat({out, conv(c3->conv2(), x, prefix + ".cv2")}), prefix + ".cv3");
 }
 
 // YOLOv7's blocks; "" for any other layer.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
 
 #include "kestrel/export/onnx_graph.h"
 #include "kestrel/models/common.h"
@@ -35,6 +36,8 @@ class OnnxLayers {
   std::string yolov7_layer(models::Layer& l, const std::vector<std::string>& xs, const std::string& prefix);
   std::string ghost_layer(models::Layer& l, const std::string& x, const std::string& prefix);  // "" if not Ghost
   std::string csp_unit(models::Layer& unit, const std::string& x, const std::string& prefix);  // CSP blocks' m.i
+  std::string transformer_layer(models::Layer& l, const std::string& x, const std::string& prefix);  // "" if not C3TR
+  std::string linear(const torch::nn::Linear& l, const std::string& x, const std::string& name);
 
   OnnxGraph& g_;
 };

@@ -1,6 +1,6 @@
 // The CSP blocks of YOLOv7's cfg/baseline/ models (YOLOR-CSP, YOLOR-P6 ... D6, Scaled-YOLOv4 CSP, CSP-ResNet50
 // and CSP-ResNeXt50): BottleneckCSPA/B/C with Darknet bottlenecks, ResCSPA/B/C with ResNet bottlenecks,
-// ResXCSPA/B/C with grouped ResNeXt ones, the bottlenecks Res and ResX themselves, and the YOLOR-P6 Stem.
+// ResXCSPA/B/C with grouped ResNeXt ones, the bottlenecks Res and ResX themselves, and CSP-ResNet's Stem.
 // Child names follow upstream's (cv1 ... cv4, m.i), so state-dict keys match one to one.
 #pragma once
 #include <memory>
@@ -55,7 +55,7 @@ class CspBlock : public Layer {
   std::vector<std::shared_ptr<Layer>> m_;  // registered as "m" (upstream's nn.Sequential)
 };
 
-// YOLOR-P6's stem (x: [b, c1, h, w] -> [b, c2, h/4, w/4]): cv4(cat(cv3(cv2(y)), maxpool_2x2(y))), y = cv1(x);
+// CSP-ResNet50 / ResNeXt50's stem (x: [b, c1, h, w] -> [b, c2, h/4, w/4]): cv4(cat(cv3(cv2(y)), maxpool_2x2(y))), y = cv1(x);
 // cv1 3x3 stride 2 to c_ = c2 / 2, cv2 1x1, cv3 3x3 stride 2, cv4 1x1 from 2 c_.
 class Stem : public Layer {
  public:

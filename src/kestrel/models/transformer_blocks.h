@@ -1,7 +1,6 @@
 // YOLOv5's transformer blocks (models/hub/yolov5s-transformer.yaml): C3TR, a C3 whose bottlenecks are
 // replaced by a TransformerBlock over the feature map's positions. Child names follow upstream's (q, k, v,
-// ma, fc1, fc2; conv, linear, tr.i; cv1, cv2, cv3, m), so state-dict keys match one to one. Inference and
-// training only: the ONNX exporter does not cover them.
+// ma, fc1, fc2; conv, linear, tr.i; cv1, cv2, cv3, m), so state-dict keys match one to one.
 #pragma once
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
@@ -17,6 +16,14 @@ class TransformerLayer : public torch::nn::Module {
   TransformerLayer(int64_t c, int64_t num_heads);
   at::Tensor forward(const at::Tensor& x);
 
+  // Read-only views for exporters.
+  const torch::nn::Linear& query() const { return q; }
+  const torch::nn::Linear& key() const { return k; }
+  const torch::nn::Linear& value() const { return v; }
+  const torch::nn::Linear& feed_forward1() const { return fc1; }
+  const torch::nn::Linear& feed_forward2() const { return fc2; }
+  const torch::nn::MultiheadAttention& attention() const { return ma; }
+
  private:
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, fc1{nullptr}, fc2{nullptr};
   torch::nn::MultiheadAttention ma{nullptr};
@@ -28,6 +35,11 @@ class TransformerBlock : public Layer {
   TransformerBlock(int64_t c1, int64_t c2, int64_t num_heads, int64_t num_layers, Activation act = {});
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
+
+  // Read-only views for exporters: the widening Conv (null when c1 == c2), the position embedding, the layers.
+  const Conv* conv_layer() const { return conv.get(); }
+  const torch::nn::Linear& position_embedding() const { return linear; }
+  const std::vector<std::shared_ptr<TransformerLayer>>& layers() const { return layers_; }
 
  private:
   std::shared_ptr<Conv> conv;
@@ -42,6 +54,11 @@ class C3TR : public Layer {
   C3TR(int64_t c1, int64_t c2, int64_t n = 1, double e = 0.5, Activation act = {});
   at::Tensor forward(const at::Tensor& x) override;
   void fuse() override;
+
+  const Conv& conv1() const { return *convs_.cv1; }  // read-only views for exporters
+  const Conv& conv2() const { return *convs_.cv2; }
+  const Conv& conv3() const { return *convs_.cv3; }
+  const TransformerBlock& block() const { return *m; }
 
  private:
   C3Convs convs_;
