@@ -68,7 +68,8 @@ void add_export_command(CLI::App& app) {
   auto opts = std::make_shared<ExportOptions>();
   auto* cmd = app.add_subcommand("export", "export trained weights for deployment (ONNX, decode included)");
   cmd->add_option("--weights", opts->weights, "kestrel weights file (.safetensors)")->required();
-  cmd->add_option("--format", opts->format, "export format (onnx)")->check(CLI::IsMember({"onnx"}));
+  cmd->add_option("--format,--include", opts->format, "export format (onnx; --include as export.py, which also writes others)")
+      ->check(CLI::IsMember({"onnx"}));
   cmd->add_option("--img,--img-size,--imgsz", opts->onnx.img,
                   "square input size (multiple of the largest stride); with --dynamic the nominal size (metadata)")
       ->check(CLI::Range(32, 8192));

@@ -285,13 +285,14 @@ head:
   EXPECT_NE(msg.find("nn.Hardswish needs --opset 14"), std::string::npos) << msg;
 }
 
+// export.py's --include onnx is accepted (as --format onnx).
 TEST(OnnxExport, CliWritesOnnxNextToTheWeights) {
   auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 2);
   test::TempDir dir;
   const std::string weights = dir.file("best.safetensors");
   models::save_model_weights(weights, *model, models::describe_config("yolov5n", {"cat", "dog"}));
   const test::CommandResult r =
-      test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 64 --opset 13");
+      test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 64 --opset 13 --include onnx");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(std::filesystem::exists(dir.file("best.onnx"))) << r.output;
   const test::CommandResult py = test::run_python(
@@ -313,6 +314,9 @@ TEST(OnnxExport, CliErrorsNameTheFileOrOption) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("--img 100"), std::string::npos) << r.output;
   const std::string missing = dir.file("missing.safetensors");
+  r = test::run_command(test::kestrel_binary() + " export --weights " + weights + " --include torchscript");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--format"), std::string::npos) << r.output;
   r = test::run_command(test::kestrel_binary() + " export --weights " + missing);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(missing), std::string::npos) << r.output;
