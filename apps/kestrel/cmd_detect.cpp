@@ -34,7 +34,7 @@ struct DetectOptions {
   bool max_det_given = false;
   std::vector<int> classes;
   bool agnostic_nms = false, save_txt = false, save_conf = false, nosave = false, exist_ok = false;
-  bool hide_labels = false, hide_conf = false, half = false, augment = false, save_crop = false;
+  bool hide_labels = false, hide_conf = false, half = false, augment = false, save_crop = false, visualize = false;
 };
 
 // Annotated images are written as JPEG (kestrel's one encoder): under the source's file name when that
@@ -57,7 +57,9 @@ fs::path free_crop_path(const fs::path& dir, const std::string& stem) {
 // crops/<class name>/<stem>.jpg (same order), the boxes drawn in place, and upstream's per-image line.
 void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o, const std::vector<std::string>& names,
                 const fs::path& txt, const fs::path& save_dir, const std::string& stem, const std::string& prefix) {
-  const eval::Detections det = detector.detect(image);
+  // --visualize: every layer's output into <run>/<stem>/ (stem2, stem3 ... when taken, as increment_path).
+  const std::string features = o.visualize ? train::make_run_dir(save_dir.string(), stem, false, false) : "";
+  const eval::Detections det = detector.detect(image, features);
   const int64_t count = det.boxes.size(0);
   if (o.save_txt && count > 0) {
     std::ofstream out(txt, std::ios::app);
@@ -226,6 +228,8 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--hide-conf", o->hide_conf, "hide confidences");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
+  cmd->add_flag("--visualize", o->visualize,
+                "write every layer's output (first 32 channels as stage<i>_<Module>_features.png, all as .npy) to <run>/<image stem>/");
   cmd->add_option("--vid-stride", o->vid_stride, "video frame-rate stride (detect every n-th frame)")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   cmd->callback([o, max_det] {

@@ -111,7 +111,9 @@ TEST(BatchNormSiLU, ModelWithFusedBlocksTrainsLikeThePlainOne) {
     auto model = build_model(config, 3);
     // yolov5n.yaml's Conv blocks (all SiLU): backbone 1+1+5+1+7+1+9+1+5+2 = 33 (a C3 of n bottlenecks holds
     // 3 + 2n), head 1+5+1+5+1+5+1+5 = 24; Detect's convolutions have no BN.
-    if (fused) EXPECT_EQ(set_fused_batch_norm_silu(*model, true), 57);
+    if (fused) {
+      EXPECT_EQ(set_fused_batch_norm_silu(*model, true), 57);
+    }
     if (checkpoint) {
       std::vector<int> layers(model->layers().size() - 1);
       std::iota(layers.begin(), layers.end(), 0);

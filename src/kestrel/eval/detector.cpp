@@ -13,6 +13,8 @@
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/augment.h"
+#include "kestrel/eval/feature_maps.h"
+#include "kestrel/models/common.h"
 #include "kestrel/eval/test_time_augment.h"
 
 namespace kestrel::eval {
@@ -76,7 +78,7 @@ void Detector::warmup() {
   synchronize(device_);
 }
 
-Detections Detector::detect(const cv::Mat& bgr) {
+Detections Detector::detect(const cv::Mat& bgr, const std::string& visualize_dir) {
   if (bgr.empty() || bgr.type() != CV_8UC3) fail("Detector::detect: the image must be 8-bit BGR (CV_8UC3)");
   torch::NoGradGuard no_grad;
   auto t = Clock::now();
@@ -96,6 +98,21 @@ Detections Detector::detect(const cv::Mat& bgr) {
   at::Tensor prediction;  // [1, N, nc + 5]
   {
     AutocastGuard autocast(device_.type(), at::kHalf, options_.half && device_.is_cuda());
+    struct ObserverReset {
+      models::YoloModel& model;
+      ~ObserverReset() { model.set_layer_observer(nullptr); }
+    } reset{*model_};
+    if (!visualize_dir.empty() && !options_.augment) {
+      const auto& info = model_->layer_info();
+      const auto& layers = model_->layers();
+      model_->set_layer_observer([&](size_t i, const at::Tensor& y) {
+        const bool repeated = dynamic_cast<const models::Repeat*>(layers[i].get()) != nullptr;
+        const std::string png = save_feature_maps(y, feature_module_type(info[i].module, repeated), static_cast<int64_t>(i), visualize_dir);
+        if (!png.empty())
+          std::printf("Saving %s... (%lld/%lld)\n", png.c_str(), static_cast<long long>(std::min<int64_t>(32, y.size(1))),
+                      static_cast<long long>(y.size(1)));
+      });
+    }
     prediction = (options_.augment ? predict_augmented(*model_, image) : model_->predict(image)).to(at::kFloat);
   }
   synchronize(device_);

@@ -49,8 +49,10 @@ class Detector {
  public:
   Detector(std::shared_ptr<models::YoloModel> model, const c10::Device& device, DetectorOptions options);
 
-  // bgr: H x W x 3 CV_8UC3 as decode_image returns it.
-  Detections detect(const cv::Mat& bgr);
+  // bgr: H x W x 3 CV_8UC3 as decode_image returns it. visualize_dir (detect --visualize): when not empty,
+  // every body layer's output is written there by save_feature_maps (feature_maps.h); not with --augment,
+  // as upstream, whose augmented forward takes no visualize.
+  Detections detect(const cv::Mat& bgr, const std::string& visualize_dir = "");
 
   // One forward pass on a zero image of the network size on accelerators (upstream's model.warmup),
   // so the first image's time is not the cuDNN autotuning time. Not counted in the timings.

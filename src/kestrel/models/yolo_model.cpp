@@ -64,6 +64,7 @@ std::vector<at::Tensor> YoloModel::forward(const at::Tensor& images) {
       for (int f : from) xs.push_back(input(f, i));
       y = layers_[i]->forward_inputs(xs);
     }
+    if (observer_) observer_(i, y);
     if (keep_output_[i]) kept[i] = y;
     previous = std::move(y);
   }

@@ -1,6 +1,7 @@
 // A YOLO detector built from a model YAML: the layer list (registered as "model.0" ... "model.N", the
 // upstream state-dict names) and its detection head.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ class YoloModel : public torch::nn::Module {
   void set_checkpointed_layers(const std::vector<int>& indices);
   int num_checkpointed_layers() const;
 
+  // Called with each body layer's index and output as forward() runs (detect --visualize); empty: none.
+  using LayerObserver = std::function<void(size_t index, const at::Tensor& output)>;
+  void set_layer_observer(LayerObserver observer) { observer_ = std::move(observer); }
+
   // Folds BN into convolutions, re-parameterises RepConv, folds implicit layers: for inference only.
   void fuse();
   bool fused() const { return fused_; }
@@ -63,6 +68,7 @@ class YoloModel : public torch::nn::Module {
   std::vector<bool> inference_layers_;
   std::shared_ptr<Detect> head_;
   std::vector<bool> checkpointed_;  // per layer: activation checkpointing in training
+  LayerObserver observer_;
   bool fused_ = false;
 };
 
