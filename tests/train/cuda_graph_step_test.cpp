@@ -12,6 +12,7 @@
 #include "kestrel/models/state_dict.h"
 #include "kestrel/train/cuda_graph_step.h"
 #include "kestrel/train/param_groups.h"
+#include "test_support.h"
 
 namespace kestrel::train {
 namespace {
@@ -118,6 +119,38 @@ TEST(CudaGraphStep, StaticBufferStepTrainsAsThePlainStepOnCpu) {
     EXPECT_EQ(p.grad().abs().max().item<float>(), 0.0f);  // zeroed after the last update
   }
   EXPECT_EQ(graph_step.graphs_captured(), 0);
+}
+
+// An epoch's start zeroes the gradients through TrainStep::zero_grad, which keeps their memory once a
+// graph step owns them; an optimiser zero_grad that frees them is caught at the next step, before a
+// replay could write into freed memory.
+TEST(CudaGraphStep, GradientsKeepTheirMemoryAcrossZeroGrad) {
+  const c10::Device cpu(c10::kCPU);
+  Rig rig(cpu, false);
+  GraphStepOptions o;
+  o.capture = false;
+  CudaGraphStep graph_step(*rig.step, cpu, o);
+  const StepSettings s{{0.01, 0.01, 0.01}, 0.9, 1};
+  const Batch b = make_batch(7, 5, cpu);
+  graph_step.run(b.images, b.targets, b.mask, s, false);
+  std::vector<const void*> memory;
+  for (const auto& p : rig.step->trainable()) memory.push_back(p.grad().data_ptr());
+  rig.step->zero_grad();
+  size_t i = 0;
+  for (const auto& p : rig.step->trainable()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().data_ptr(), memory[i++]);
+    EXPECT_EQ(p.grad().abs().max().item<float>(), 0.0f);
+  }
+  graph_step.run(b.images, b.targets, b.mask, s, true);  // fine: the gradients are where they were
+  rig.optimizer->zero_grad();                              // set to none
+  const std::string message = test::error_message([&] { graph_step.run(b.images, b.targets, b.mask, s, false); });
+  EXPECT_NE(message.find("was freed after the step was set up"), std::string::npos) << message;
+  // Without a graph step the gradients are set to none, as upstream's zero_grad.
+  Rig plain(cpu, false);
+  plain.step->forward_backward(b.images, b.targets, b.mask);
+  plain.step->zero_grad();
+  for (const auto& p : plain.step->trainable()) EXPECT_FALSE(p.grad().defined());
 }
 
 TEST(CudaGraphStep, CaptureNeedsCuda) {

@@ -75,7 +75,22 @@ struct CudaGraphStep::Impl {
   c10::MempoolId_t pool{0, 0};                // one memory pool for every graph (replays never overlap)
 #endif
 
+  std::vector<const void*> gradient_memory;  // each trainable gradient's storage, fixed from construction
+
   Impl(TrainStep& s, const c10::Device& d, GraphStepOptions o) : step(s), device(d), options(o) {}
+
+  // The gradients must be where the graphs write them: one replaced or freed since (an optimiser
+  // zero_grad that sets them to none instead of TrainStep::zero_grad) would leave the graphs writing
+  // memory nobody reads. Host metadata only: no synchronisation.
+  void check_gradient_memory() const {
+    const auto& params = step.trainable();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& g = params[i].grad();
+      if (!g.defined() || g.data_ptr() != gradient_memory[i])
+        fail("CUDA graph step: the gradient of trainable parameter ", i, " ", g.defined() ? "moved" : "was freed",
+             " after the step was set up (zero gradients with TrainStep::zero_grad, which keeps their memory)");
+    }
+  }
 
   // The shape's slot for this batch (created on first sight), or nullptr when max_graphs are taken.
   Shape* slot(const at::Tensor& images, const at::Tensor& targets, bool update) {
@@ -211,6 +226,7 @@ CudaGraphStep::CudaGraphStep(TrainStep& step, const c10::Device& device, GraphSt
 #endif
   if (options.warmup < 1 || options.max_graphs < 0) fail("CUDA graphs: warm-up must be >= 1 and max graphs >= 0");
   step.keep_gradient_memory();
+  for (const auto& p : step.trainable()) impl_->gradient_memory.push_back(p.grad().data_ptr());
 }
 
 CudaGraphStep::~CudaGraphStep() = default;
@@ -218,6 +234,7 @@ CudaGraphStep::~CudaGraphStep() = default;
 loss::YoloLoss::Result CudaGraphStep::run(const at::Tensor& images, const at::Tensor& targets, const at::Tensor& mask,
                                           const StepSettings& settings, bool update) {
   Impl& m = *impl_;
+  m.check_gradient_memory();
   if (update) m.step.set_learning_rates(settings.lr);  // outside the graph: the captured update reads them
   Shape* s = m.slot(images, targets, update);
   if (s == nullptr) return m.step_once(images, targets, mask, update, settings.momentum);  // more shapes than graphs

@@ -53,6 +53,8 @@ void TrainStep::keep_gradient_memory() {
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p, at::MemoryFormat::Preserve);
 }
 
+void TrainStep::zero_grad() { optimizer_.zero_grad(/*set_to_none=*/!keep_gradient_memory_); }
+
 void TrainStep::apply_update(double momentum) {
   scaler_.begin_step();
   std::vector<at::Tensor> grads;
@@ -65,7 +67,7 @@ void TrainStep::apply_update(double momentum) {
   }
   optimizer_.step(momentum, scaler_.grad_scale(), scaler_.found_inf());
   scaler_.update();
-  optimizer_.zero_grad(/*set_to_none=*/!keep_gradient_memory_);
+  zero_grad();
   if (ema_) ema_->update();
 }
 

@@ -51,6 +51,11 @@ class TrainStep {
   // From now on gradients keep their memory: allocated (zero) now, accumulated into in place by
   // backward, zeroed in place after each update — so a captured graph always finds them where it left them.
   void keep_gradient_memory();
+  // Gradients to zero between steps (an epoch's start): set to none, or zeroed in place once they keep
+  // their memory (a captured graph writes into them; freeing them would leave it writing freed memory).
+  void zero_grad();
+  // The parameters the step trains (requires_grad).
+  const std::vector<at::Tensor>& trainable() const { return trainable_; }
 
   const StepOptions& options() const { return options_; }
 

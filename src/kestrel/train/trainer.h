@@ -53,6 +53,9 @@ struct TrainOptions {
   bool freeze_bn = false;              // keep BatchNorm statistics fixed (BN layers in eval mode)
   std::vector<int> checkpoint;         // activation checkpointing: [n] the first n layers, or those indices
   bool cuda_graph = false;             // capture the step as CUDA graphs after the warm-up (one process, CUDA)
+  // Tests only (no flag): false runs --cuda-graph's step (static buffers, gradients kept in place) without
+  // capturing, on any device, so a CPU test covers everything around the capture.
+  bool cuda_graph_capture = true;
   bool channels_last = false;          // channels-last weights and activations (fp16 convolutions' layout on GPUs)
   bool fused_bn_silu = false;          // batch norm + SiLU as one operation in training (CUDA kernels)
   double max_grad_norm = 10.0;         // upstream's clip_grad_norm_(max_norm=10.0); <= 0: off

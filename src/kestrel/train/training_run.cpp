@@ -75,7 +75,7 @@ void TrainingRun::start_epochs() {
 void TrainingRun::begin_epoch() {
   model->train();
   if (o.freeze_bn) set_batchnorm_eval(*model);
-  optimizer->zero_grad();
+  step->zero_grad();  // in place under --cuda-graph: the captured graphs write into these gradients
   if (o.image_weights) {
     // Rank 0 validated: every rank samples with its per-class mAPs (one list: the ranks share it).
     at::Tensor maps = at::zeros({nc}, at::TensorOptions().dtype(at::kDouble).device(device));  // [nc]

@@ -265,7 +265,9 @@ void TrainingRun::build_step() {
     if (dist_ctx.enabled)
       fail("--cuda-graph: data-parallel training is not captured (its all-reduce starts from host-side hooks); "
            "run one process or drop --cuda-graph");
-    graph = std::make_unique<CudaGraphStep>(*step, device);  // a clear error on the CPU
+    GraphStepOptions graph_options;
+    graph_options.capture = o.cuda_graph_capture;
+    graph = std::make_unique<CudaGraphStep>(*step, device, graph_options);  // capturing: a clear error on the CPU
   }
   std::vector<at::Tensor> trainable;
   for (const auto& p : model->parameters())
