@@ -133,7 +133,8 @@ DistContext init_with_store(const c10::intrusive_ptr<c10d::Store>& store, int ra
   const auto op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   if (device.is_cuda()) {
 #ifdef KESTREL_HAVE_NCCL
-    c10::cuda::set_device(device.has_index() ? device.index() : static_cast<c10::DeviceIndex>(local_rank));
+    ctx.device = c10::Device(c10::kCUDA, device.has_index() ? device.index() : static_cast<c10::DeviceIndex>(local_rank));
+    c10::cuda::set_device(ctx.device.index());
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = op_timeout;
     // NCCL communicators are created lazily at the first collective; the store exchange happens then.
@@ -259,7 +260,7 @@ bool any_rank(bool flag, const DistContext& ctx) {
   // A one-element tensor on the group's device type (NCCL needs CUDA tensors).
   const bool cuda = ctx.group->getBackendName() == "nccl";
   at::Tensor t = at::full({1}, flag ? 1.0f : 0.0f,
-                          at::TensorOptions().dtype(at::kFloat).device(cuda ? at::Device(at::kCUDA, ctx.local_rank) : at::Device(at::kCPU)));
+                          at::TensorOptions().dtype(at::kFloat).device(cuda ? ctx.device : at::Device(at::kCPU)));
   std::vector<at::Tensor> v{t};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;

@@ -48,6 +48,9 @@ struct DistContext {
   int world_size = 1;
   int local_rank = 0;
   bool enabled = false;  // false: single process, every helper below is a no-op
+  // The rank's device, where its collectives' tensors live (NCCL keys its communicators by it): from
+  // --device's list or cuda:LOCAL_RANK, not always cuda:local_rank.
+  c10::Device device{c10::kCPU};
   c10::intrusive_ptr<c10d::Backend> group;
 
   bool is_main() const { return rank == 0; }
