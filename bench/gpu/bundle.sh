@@ -6,7 +6,7 @@
 # LibTorch, the CUDA runtime and glibc are taken from there; everything else travels.
 #
 #   bash bench/gpu/bundle.sh            # after `make` (scripts/setup.sh) here
-#   then, with the device tool, the two parts of bench/gpu/run.sh (see its header): run(command="bash bench/gpu/run.sh 1", ...)
+#   then, with the device tool (see run.sh's header): run(command="bash bench/gpu/run.sh", carry=["build-device"], timeout_s=540)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${KESTREL_BUILD_DIR:-build}

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # The standard GPU check and benchmark set, run ON the GPU machine from the repository root with the
-# bundle from bench/gpu/bundle.sh carried as build-device/. Writes every figure to $OUT (the device tool
-# brings it back) and prints a summary. Two parts of about 4-5 minutes each on an H200, so that each fits
-# one device call with room to spare (all of it: no argument):
+# bundle from bench/gpu/bundle.sh carried as build-device/. One device call, within BUDGET seconds
+# (default 480), so that with the machine's start-up it leaves room in a 15-minute lease for one rerun:
 #
-#   run(command="bash bench/gpu/run.sh 1", carry=["build-device"], timeout_s=400)
-#   run(command="bash bench/gpu/run.sh 2", carry=["build-device"], timeout_s=400)
+#   run(command="bash bench/gpu/run.sh", carry=["build-device"], timeout_s=540)
 #
-# Part 1: kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, fused BN-SiLU kernels,
-# graph capture, CUDA runtime queries); the training-step ablation (yolov5s, batch 64, 640); the allocator
-# row; single rows for yolov5n, yolov3, yolov7 with OTA (eager and as a CUDA graph) and yolov7-w6 at 1280.
-# Part 2: the loader on 16 cores; bench e2e (loader + copy + step, eager and graphed); a short training run
-# on the 48 carried coco128 images; where TensorRT is installed, an engine built from export --end2end.
+# Steps run in priority order; each gets at most its own limit and what is left of the budget, and a step
+# that no longer fits (under 25 s left) is skipped and listed, so the call never runs past the budget.
+#   1. kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, fused BN-SiLU kernels,
+#      graph capture, CUDA runtime queries)
+#   2. a short --cuda-graph training run across epoch boundaries (graphs captured, then replayed into the
+#      same gradients after each epoch's zeroing)
+#   3. the training-step ablation (yolov5s, batch 64, 640)
+#   4. yolov7 with OTA, eager and as a CUDA graph; yolov3
+#   5. bench e2e (loader + copy + step) on the carried coco128 images; the loader alone on 16 cores
+#   6. if time is left: yolov5n, yolov7-w6 at 1280 (aux OTA), the allocator row, a training run and a
+#      TensorRT engine from export --end2end (where TensorRT is installed)
+# `bash bench/gpu/run.sh tests` runs step 1 and 2 only (a rerun after a fix).
 set -uo pipefail
-PART=${1:-all}
+WHAT=${1:-all}
+BUDGET=${BUDGET:-480}
 OUT=${OUT:-/tmp/kestrel-gpu-out}
 mkdir -p "$OUT"
 PY=${KESTREL_PYTHON:-python3}
@@ -30,7 +36,20 @@ PYEOF
 export LD_LIBRARY_PATH="$PWD/build-device/lib:$TORCH_LIB:$NVIDIA_LIBS:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
 K=build-device/kestrel
 T=build-device/kestrel_tests
-step() { echo; echo "=== $*"; }
+SKIPPED=()
+
+# run_step NAME LIMIT OUTFILE COMMAND...: the command under timeout min(LIMIT, budget left), its output
+# appended to $OUT/OUTFILE and shown (the last 25 lines); skipped when under 25 s of the budget are left.
+run_step() {
+  local name=$1 limit=$2 file=$3
+  shift 3
+  local left=$((BUDGET - SECONDS))
+  if [ "$left" -lt 25 ]; then SKIPPED+=("$name"); return; fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo; echo "=== $name (limit ${limit}s, ${SECONDS}s used)"
+  { echo "=== $name"; timeout "$limit" "$@" 2>&1; echo "exit $? after ${SECONDS}s"; } >>"$OUT/$file"
+  tail -25 "$OUT/$file"
+}
 
 # Loading: an older C++ runtime there takes the one built against; anything else missing is named.
 if ! $K --help >/dev/null 2>"$OUT/load_check.txt" && grep -q GLIBCXX "$OUT/load_check.txt"; then
@@ -38,37 +57,46 @@ if ! $K --help >/dev/null 2>"$OUT/load_check.txt" && grep -q GLIBCXX "$OUT/load_
   echo "using the carried libstdc++ (this machine's is older)"
 fi
 ldd $K $T | grep "not found" && echo "MISSING LIBRARIES above: nothing below can run"
-
-if [ "$PART" != 2 ]; then
-step env;                 $K env 2>&1 | tee "$OUT/env.txt"
-step cuda tests;          timeout 120 $T --gtest_filter='*Cuda*:*CUDA*:DevicePrefetcher*:NmsCuda*' >"$OUT/cuda_tests.txt" 2>&1; tail -25 "$OUT/cuda_tests.txt"
-step ablation yolov5s;    timeout 200 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation --steps 20 2>&1 | tee "$OUT/ablation_yolov5s.txt"
-# Caching-allocator settings come from PyTorch's own variable (LibTorch reads it): compare peak memory and speed.
-step "allocator: expandable segments"; PYTORCH_ALLOC_CONF=expandable_segments:True PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 60 $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --steps 20 2>&1 | tee "$OUT/allocator.txt"
-for row in "yolov5n" "yolov3" "yolov7 --ota" "yolov7 --ota --cuda-graph"; do
-  step "bench $row";      timeout 90 $K bench train --cfg $row --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --steps 10 --json 2>&1 | tee -a "$OUT/bench_models.jsonl"
-done
-# YOLOv7's P6 recipe (train_aux.py: 1280 px, the auxiliary-head OTA loss); batch 16 as its README's yolov7-w6 run.
-step "bench yolov7-w6 1280 aux OTA"; timeout 90 $K bench train --cfg yolov7-w6 --ota --batch-size 16 --img 1280 --device 0 --precision fp16 --channels-last --steps 10 --json 2>&1 | tee -a "$OUT/bench_models.jsonl"
-fi
-if [ "$PART" != 1 ]; then
 DATA=build-device/coco128/coco128.yaml
 [ -f "$DATA" ] || DATA=data/demo/demo.yaml
+FAST=(--batch-size 64 --img 640 --device 0 --precision fp16 --channels-last)
+
+run_step env 20 env.txt $K env
+run_step "cuda tests" 120 cuda_tests.txt $T '--gtest_filter=*Cuda*:*CUDA*:DevicePrefetcher*:NmsCuda*'
+# 48 images in batches of 16 at 320: 3 batches an epoch, an update every 4 (nominal batch 64), so graphs
+# are captured in the first epochs and replayed after the next epochs' gradient zeroing.
+run_step "train --cuda-graph across epochs" 90 train_graph.txt \
+  $K train --cfg yolov5n --data "$DATA" --epochs 5 --batch-size 16 --img 320 --device 0 --workers 8 --cache ram \
+  --cuda-graph --min-warmup-iters 0 --noval --project /tmp/kruns --name graph --exist-ok --quiet
+[ "$WHAT" = tests ] && { echo; echo "skipped: ${SKIPPED[*]:-none}; figures in $OUT"; exit 0; }
+
+run_step "ablation yolov5s" 170 ablation_yolov5s.txt $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation --steps 10
+run_step "bench yolov7 --ota" 60 bench_models.txt $K bench train --cfg yolov7 --ota "${FAST[@]}" --steps 10 --json
+run_step "bench yolov7 --ota --cuda-graph" 60 bench_models.txt $K bench train --cfg yolov7 --ota --cuda-graph "${FAST[@]}" --steps 10 --json
+run_step "bench yolov3" 50 bench_models.txt $K bench train --cfg yolov3 "${FAST[@]}" --steps 10 --json
 # --repeat 16: 48 carried images as 768 per epoch (12 batches of 64), so that 16 workers have work and
 # epochs do not restart with every step (upstream's loader figure used coco128 x 16).
-step "loader 16 workers ($DATA)"; timeout 90 $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 16 --epochs 3 2>&1 | tee "$OUT/bench_data.txt"
-step "bench e2e ($DATA)"; timeout 120 $K bench e2e --data "$DATA" --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --workers 16 --repeat 16 --steps 20 2>&1 | tee "$OUT/bench_e2e.txt"
-step "bench e2e + CUDA graph"; timeout 90 $K bench e2e --data "$DATA" --cfg yolov5s --batch-size 64 --img 640 --device 0 --precision fp16 --channels-last --cuda-graph --workers 16 --repeat 16 --warmup 8 --steps 20 2>&1 | tee -a "$OUT/bench_e2e.txt"
-step "train e2e ($DATA)"; timeout 150 $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 --device 0 --workers 16 --cache ram --project /tmp/kruns --name gpu 2>&1 | grep -v '^ \{10,\}[a-z]' | tail -20 | tee "$OUT/train_e2e.txt"
+run_step "bench e2e ($DATA)" 90 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --workers 16 --repeat 16 --steps 20
+run_step "loader 16 workers ($DATA)" 60 bench_data.txt $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 16 --epochs 3
+
+# Only with time left over.
+run_step "bench yolov5n" 40 bench_models.txt $K bench train --cfg yolov5n "${FAST[@]}" --steps 10 --json
+# YOLOv7's P6 recipe (train_aux.py: 1280 px, the auxiliary-head OTA loss); batch 16 as its README's yolov7-w6 run.
+run_step "bench yolov7-w6 1280 aux OTA" 60 bench_models.txt $K bench train --cfg yolov7-w6 --ota --batch-size 16 --img 1280 --device 0 --precision fp16 --channels-last --steps 10 --json
+run_step "bench e2e + CUDA graph" 60 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --cuda-graph --workers 16 --repeat 16 --warmup 8 --steps 20
+# Caching-allocator settings come from PyTorch's own variable (LibTorch reads it): compare peak memory and speed.
+run_step "allocator: expandable segments" 45 allocator.txt env PYTORCH_ALLOC_CONF=expandable_segments:True \
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $K bench train --cfg yolov5s "${FAST[@]}" --steps 10
+run_step "train e2e ($DATA)" 120 train_e2e.txt $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 \
+  --device 0 --workers 16 --cache ram --project /tmp/kruns --name gpu --exist-ok --quiet
 # export --end2end for TensorRT (EfficientNMS_TRT): does TensorRT, where the machine has it, build an engine from it?
-W=$(ls -d /tmp/kruns/gpu*/weights/last.safetensors 2>/dev/null | tail -1)
-if [ -n "$W" ]; then
-  step "TensorRT build of export --end2end"
+W=/tmp/kruns/gpu/weights/last.safetensors
+if [ -f "$W" ] && [ $((BUDGET - SECONDS)) -ge 25 ]; then
   $K export --weights "$W" --end2end --topk-all 100 --iou-thres 0.65 --conf-thres 0.35 --out /tmp/kruns/e2e_trt.onnx 2>&1 | tee "$OUT/trt_end2end.txt"
   if command -v trtexec >/dev/null; then
-    timeout 240 trtexec --onnx=/tmp/kruns/e2e_trt.onnx --saveEngine=/tmp/kruns/e2e.engine --fp16 >"$OUT/trtexec.txt" 2>&1; echo "trtexec exit $?" | tee -a "$OUT/trt_end2end.txt"; tail -5 "$OUT/trtexec.txt"
+    run_step "trtexec" 200 trtexec.txt trtexec --onnx=/tmp/kruns/e2e_trt.onnx --saveEngine=/tmp/kruns/e2e.engine --fp16
   elif "$PY" -c "import tensorrt" 2>/dev/null; then
-    timeout 240 "$PY" - /tmp/kruns/e2e_trt.onnx <<'PYEOF' 2>&1 | tee -a "$OUT/trt_end2end.txt"
+    cat >/tmp/kruns/trt_build.py <<'PYEOF'
 import sys, tensorrt as trt
 log = trt.Logger(trt.Logger.WARNING)
 trt.init_libnvinfer_plugins(log, "")
@@ -81,9 +109,9 @@ print("outputs", [(net.get_output(i).name, tuple(net.get_output(i).shape)) for i
 engine = builder.build_serialized_network(net, builder.create_builder_config()) if ok else None
 print("engine built", engine is not None)
 PYEOF
+    run_step "TensorRT (Python) build" 200 trt_end2end.txt "$PY" /tmp/kruns/trt_build.py /tmp/kruns/e2e_trt.onnx
   else
     echo "neither trtexec nor the tensorrt Python package here: TensorRT build skipped" | tee -a "$OUT/trt_end2end.txt"
   fi
 fi
-fi
-echo; echo "figures in $OUT"
+echo; echo "skipped for time: ${SKIPPED[*]:-none}"; echo "figures in $OUT (${SECONDS}s)"
