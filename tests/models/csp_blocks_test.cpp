@@ -7,7 +7,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -21,7 +20,7 @@
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/models/state_dict.h"
-#include "kestrel/models/weights_file.h"
+#include "models/upstream_model_check.h"
 #include "test_support.h"
 
 namespace kestrel::models {
@@ -174,43 +173,13 @@ TEST(CspBlocks, BadArgumentsNameTheLayer) {
   EXPECT_NE(build("[-1, 1, ResXCSPA, [16]]").find("bad.yaml:6: layer 0 (ResXCSPA)"), std::string::npos);
 }
 
-// Upstream Python that loads sd.pt into models.yolo.Model(csp.yaml) and writes its inference output.
-std::string upstream_forward_script(const std::string& checkout, const test::TempDir& dir) {
-  return "import sys, numpy as np, torch\nsys.path.insert(0, '" + checkout + "')\n"
-         "from models.yolo import Model\n"
-         "m = Model('" + dir.file("csp.yaml") + "', ch=3, nc=3)\n"
-         "m.load_state_dict(torch.load('" + dir.file("sd.pt") + "', weights_only=True))\n"
-         "m.eval()\n"
-         "x = torch.from_numpy(np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(2, 3, 64, 96))\n"
-         "with torch.no_grad(): y = m(x)[0]\n"
-         "y.numpy().astype(np.float32).tofile('" + dir.file("y.bin") + "')\n"
-         "print('SHAPE', *y.shape)\n";
-}
-
 TEST(CspBlocks, MatchUpstreamYoloV7) {
   const char* python = std::getenv("KESTREL_UPSTREAM_PYTHON");
   const char* checkout = std::getenv("KESTREL_YOLOV7_DIR");
   if (!python || !checkout) GTEST_SKIP() << "set KESTREL_UPSTREAM_PYTHON and KESTREL_YOLOV7_DIR to compare with upstream";
   auto model = csp_net();
-  test::TempDir dir;
-  test::write_file(dir.file("csp.yaml"), kCspYaml);
-  save_model_weights(dir.file("w.safetensors"), *model, describe_config(dir.file("csp.yaml"), {"a", "b", "c"}));
-  const auto exported = test::run_command(std::string(KESTREL_TEST_PYTHON) + " tools/export_state_dict.py " +
-                                          dir.file("w.safetensors") + " " + dir.file("sd.pt"));
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
   at::manual_seed(6);
-  const at::Tensor x = at::rand({2, 3, 64, 96});
-  std::ofstream(dir.file("x.bin"), std::ios::binary).write(static_cast<const char*>(x.data_ptr()), static_cast<std::streamsize>(x.nbytes()));
-  test::write_file(dir.file("run.py"), upstream_forward_script(checkout, dir));
-  const auto run = test::run_command(std::string(python) + " " + dir.file("run.py"));
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  torch::NoGradGuard no_grad;
-  const at::Tensor ours = model->predict(x);
-  ASSERT_NE(run.output.find("SHAPE 2 " + std::to_string(ours.size(1)) + " 8"), std::string::npos) << run.output;
-  at::Tensor theirs = at::empty(ours.sizes(), at::kFloat);
-  std::ifstream(dir.file("y.bin"), std::ios::binary).read(static_cast<char*>(theirs.data_ptr()), static_cast<std::streamsize>(theirs.nbytes()));
-  EXPECT_LT((ours.narrow(2, 0, 4) - theirs.narrow(2, 0, 4)).abs().max().item<double>(), 1e-3);
-  EXPECT_LT((ours.narrow(2, 4, 4) - theirs.narrow(2, 4, 4)).abs().max().item<double>(), 1e-5);
+  test::expect_matches_upstream(*model, kCspYaml, {"a", "b", "c"}, python, checkout, at::rand({2, 3, 64, 96}));
 }
 
 // Every upstream baseline config builds in kestrel with upstream's parameter count and state-dict keys.

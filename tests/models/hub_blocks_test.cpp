@@ -2,11 +2,10 @@
 // names for every variant, shapes through a small network of all of them (GhostConv, GhostBottleneck with
 // stride 1 and 2, C3Ghost, DWConv, C3TR), and, with an upstream YOLOv5 checkout (KESTREL_UPSTREAM_PYTHON,
 // KESTREL_YOLOV5_DIR), the same network's outputs against upstream's models/yolo.py Model with kestrel's
-// weights loaded by name.
+// weights loaded by name (models/upstream_model_check.h).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <set>
 #include <string>
 
@@ -17,8 +16,7 @@
 #include "kestrel/models/ghost_blocks.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/transformer_blocks.h"
-#include "kestrel/models/state_dict.h"
-#include "kestrel/models/weights_file.h"
+#include "models/upstream_model_check.h"
 #include "test_support.h"
 
 namespace kestrel::models {
@@ -110,36 +108,8 @@ TEST(HubBlocks, MatchUpstreamYoloV5) {
   const char* checkout = std::getenv("KESTREL_YOLOV5_DIR");
   if (!python || !checkout) GTEST_SKIP() << "set KESTREL_UPSTREAM_PYTHON and KESTREL_YOLOV5_DIR to compare with upstream";
   auto model = hub_net();
-  test::TempDir dir;
-  test::write_file(dir.file("hub.yaml"), kHubYaml);
-  save_model_weights(dir.file("w.safetensors"), *model, describe_config(dir.file("hub.yaml"), {"a", "b", "c"}));
-  const auto exported = test::run_command(std::string(KESTREL_TEST_PYTHON) + " tools/export_state_dict.py " +
-                                          dir.file("w.safetensors") + " " + dir.file("sd.pt"));
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
   at::manual_seed(4);
-  const at::Tensor x = at::rand({2, 3, 64, 96});
-  {
-    const at::Tensor c = x.contiguous();
-    std::ofstream(dir.file("x.bin"), std::ios::binary).write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-  }
-  test::write_file(dir.file("run.py"), "import sys, numpy as np, torch\nsys.path.insert(0, '" + std::string(checkout) + "')\n"
-      "from models.yolo import Model\n"
-      "m = Model('" + dir.file("hub.yaml") + "', ch=3, nc=3)\n"
-      "m.load_state_dict(torch.load('" + dir.file("sd.pt") + "', weights_only=True))\n"
-      "m.eval()\n"
-      "x = torch.from_numpy(np.fromfile('" + dir.file("x.bin") + "', np.float32).reshape(2, 3, 64, 96))\n"
-      "with torch.no_grad(): y = m(x)[0]\n"
-      "y.numpy().astype(np.float32).tofile('" + dir.file("y.bin") + "')\n"
-      "print('SHAPE', *y.shape)\n");
-  const auto run = test::run_command(std::string(python) + " " + dir.file("run.py"));
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  torch::NoGradGuard no_grad;
-  const at::Tensor ours = model->predict(x);
-  ASSERT_NE(run.output.find("SHAPE 2 " + std::to_string(ours.size(1)) + " 8"), std::string::npos) << run.output;
-  at::Tensor theirs = at::empty(ours.sizes(), at::kFloat);
-  std::ifstream(dir.file("y.bin"), std::ios::binary).read(static_cast<char*>(theirs.data_ptr()), static_cast<std::streamsize>(theirs.nbytes()));
-  EXPECT_LT((ours.narrow(2, 0, 4) - theirs.narrow(2, 0, 4)).abs().max().item<double>(), 1e-3);
-  EXPECT_LT((ours.narrow(2, 4, 4) - theirs.narrow(2, 4, 4)).abs().max().item<double>(), 1e-5);
+  test::expect_matches_upstream(*model, kHubYaml, {"a", "b", "c"}, python, checkout, at::rand({2, 3, 64, 96}));
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,28 @@ TrainOptions quick_options(const test::TempDir& dir) {
   o.workers = 2;
   o.quiet = true;
   return o;
+}
+
+// Two runs' epoch losses agree within `rel` of the first's.
+void expect_same_losses(const TrainResult& a, const TrainResult& b, double rel) {
+  ASSERT_EQ(a.epoch_losses.size(), b.epoch_losses.size());
+  for (size_t i = 0; i < a.epoch_losses.size(); ++i)
+    EXPECT_NEAR(b.epoch_losses[i], a.epoch_losses[i], rel * a.epoch_losses[i]) << "epoch " << i;
+}
+
+// The same file of two runs' weights folders, tensor by tensor: |x - y| <= rel |x| + abs (norms), with
+// (rel, abs) chosen per tensor name.
+void expect_close_tensors(const TrainResult& a, const TrainResult& b, const std::string& file,
+                          const std::function<std::pair<double, double>(const std::string&)>& tolerance) {
+  const auto x = load_safetensors(fs::path(a.save_dir) / "weights" / file);
+  const auto y = load_safetensors(fs::path(b.save_dir) / "weights" / file);
+  ASSERT_EQ(x.tensors.size(), y.tensors.size());
+  for (size_t i = 0; i < x.tensors.size(); ++i) {
+    ASSERT_EQ(x.tensors[i].first, y.tensors[i].first);
+    const at::Tensor u = x.tensors[i].second.to(at::kDouble), v = y.tensors[i].second.to(at::kDouble);
+    const auto [rel, abs] = tolerance(x.tensors[i].first);
+    EXPECT_LE((u - v).norm().item<double>(), rel * u.norm().item<double>() + abs) << x.tensors[i].first;
+  }
 }
 
 // Two batches of 2 per epoch at 128 px: the smallest run with warm-up, accumulation and epochs.
@@ -150,21 +174,13 @@ TEST(Trainer, ChannelsLastTrainsLikeNchw) {
   o.name = "nhwc";
   o.channels_last = true;
   const TrainResult nhwc = train(o);
-  ASSERT_EQ(nchw.epoch_losses.size(), nhwc.epoch_losses.size());
-  for (size_t i = 0; i < nchw.epoch_losses.size(); ++i)
-    EXPECT_NEAR(nhwc.epoch_losses[i], nchw.epoch_losses[i], 1e-4 * nchw.epoch_losses[i]) << "epoch " << i;
-  const auto a = load_safetensors(fs::path(nchw.save_dir) / "weights" / "last.state.safetensors");
-  const auto b = load_safetensors(fs::path(nhwc.save_dir) / "weights" / "last.state.safetensors");
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
-    const at::Tensor x = a.tensors[i].second.to(at::kDouble), y = b.tensors[i].second.to(at::kDouble);
-    // Relative to the tensor's norm, with a floor for the small BN biases: the convolutions' kernels for the
-    // two layouts sum in other orders (weights observed within ~2e-4 relative, 5e-6 absolute; the momentum
-    // buffers, i.e. accumulated gradients, within ~1.2e-3). A layout mix-up would give ~1.
-    const double tol = a.tensors[i].first.rfind("optimizer/", 0) == 0 ? 1e-2 : 1e-3;
-    EXPECT_LE((x - y).norm().item<double>(), tol * x.norm().item<double>() + 1e-5) << a.tensors[i].first;
-  }
+  expect_same_losses(nchw, nhwc, 1e-4);
+  // Relative to the tensor's norm, with a floor for the small BN biases: the convolutions' kernels for the
+  // two layouts sum in other orders (weights observed within ~2e-4 relative, 5e-6 absolute; the momentum
+  // buffers, i.e. accumulated gradients, within ~1.2e-3). A layout mix-up would give ~1.
+  expect_close_tensors(nchw, nhwc, "last.state.safetensors", [](const std::string& name) {
+    return std::pair<double, double>{name.rfind("optimizer/", 0) == 0 ? 1e-2 : 1e-3, 1e-5};
+  });
 }
 
 // --cuda-graph's step without the capture (the part a CPU can run): padded static buffers, gradients kept
@@ -180,16 +196,8 @@ TEST(Trainer, GraphStepWithoutCaptureTrainsAsThePlainStep) {
   o.cuda_graph_capture = false;
   const TrainResult graph = train(o);
   ASSERT_EQ(graph.epochs_completed, 3);
-  ASSERT_EQ(plain.epoch_losses.size(), graph.epoch_losses.size());
-  for (size_t i = 0; i < plain.epoch_losses.size(); ++i)
-    EXPECT_NEAR(graph.epoch_losses[i], plain.epoch_losses[i], 1e-4 * plain.epoch_losses[i]) << "epoch " << i;
-  const auto a = load_safetensors(fs::path(plain.save_dir) / "weights" / "last.safetensors");
-  const auto b = load_safetensors(fs::path(graph.save_dir) / "weights" / "last.safetensors");
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    const at::Tensor x = a.tensors[i].second.to(at::kDouble), y = b.tensors[i].second.to(at::kDouble);
-    EXPECT_LE((x - y).norm().item<double>(), 1e-4 * x.norm().item<double>() + 1e-6) << a.tensors[i].first;
-  }
+  expect_same_losses(plain, graph, 1e-4);
+  expect_close_tensors(plain, graph, "last.safetensors", [](const std::string&) { return std::pair<double, double>{1e-4, 1e-6}; });
 }
 
 // A mid-epoch checkpoint of another number of ranks resumes here: batch positions count batches of
