@@ -31,7 +31,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--noplots", o->noplots, "save no plot files");
   cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: validate with AP recall sentinel 1.0 (YOLOv7 test.py --v5-metric)");
   cmd->add_flag("--noautoanchor", o->noautoanchor, "keep the model's anchors (no AutoAnchor check before training)");
-  cmd->add_option("--cache", o->cache, "cache resized images: ram, or disk (.npy next to each image)")
+  auto* cache = cmd->add_option("--cache", o->cache, "cache resized images: ram, or disk (.npy next to each image)")
       ->expected(0, 1)->default_str("ram")->check(CLI::IsMember({"ram", "disk"}));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu; default: the first GPU if any");
   cmd->add_flag("--multi-scale", o->multi_scale, "vary image size +/- 50% per batch");
@@ -39,7 +39,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--quad", o->quad, "quad dataloader: groups of 4 images become one image of twice the size (loss x 4)");
   cmd->add_flag("--image-weights", o->image_weights, "each epoch, sample images favouring rare and poorly detected classes");
   cmd->add_flag("--sync-bn", o->sync_bn, "SyncBatchNorm: batch statistics over all ranks (data parallel only)");
-  cmd->add_option("--optimizer", o->optimizer, "SGD, Adam or AdamW")->capture_default_str();
+  auto* optimizer = cmd->add_option("--optimizer", o->optimizer, "SGD, Adam or AdamW")->capture_default_str();
   // YOLOv7's spellings of two of these: --adam (= --optimizer Adam), --cache-images (= --cache ram).
   auto yolov7_flags = std::make_shared<std::pair<bool, bool>>(false, false);
   cmd->add_flag("--adam", yolov7_flags->first, "YOLOv7's flag: --optimizer Adam");
@@ -88,9 +88,14 @@ void add_train_command(CLI::App& app) {
   auto generations = std::make_shared<int>(0);
   cmd->add_option("--evolve", *generations, "evolve the hyperparameters for N generations (default 300) into runs/evolve")
       ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
-  cmd->callback([o, nproc, generations, img_sizes, yolov7_flags] {
+  cmd->callback([o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache] {
     o->img_size = img_sizes->at(0);
     o->img_size_test = img_sizes->size() > 1 ? img_sizes->at(1) : 0;
+    // A YOLOv7 spelling beside a different YOLOv5 one is a contradiction, not a silent override.
+    if (yolov7_flags->first && optimizer->count() > 0 && o->optimizer != "Adam")
+      throw CLI::ValidationError("--adam", "means --optimizer Adam, but --optimizer " + o->optimizer + " was given too");
+    if (yolov7_flags->second && cache->count() > 0 && o->cache != "ram")
+      throw CLI::ValidationError("--cache-images", "means --cache ram, but --cache " + o->cache + " was given too");
     if (yolov7_flags->first) o->optimizer = "Adam";
     if (yolov7_flags->second) o->cache = "ram";
     if (*generations > 0) {

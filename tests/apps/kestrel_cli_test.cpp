@@ -125,7 +125,7 @@ TEST(CliTrain, TrainsThenValidatesItsWeights) {
 }
 
 // YOLOv7's --img-size TRAIN TEST (its README trains with --img 640 640): the second size is the validation's;
-// and its --adam and --cache-images.
+// and its --adam and --cache-images (an error beside a contradicting --optimizer / --cache).
 TEST(CliTrain, Yolov7Flags) {
   test::TempDir dir;
   const std::string base = test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --epochs 1 --batch-size 16"
@@ -152,6 +152,13 @@ TEST(CliTrain, Yolov7Flags) {
   EXPECT_NE(rounded_yaml.find("imgsz_test: 128\n"), std::string::npos) << rounded_yaml;
   r = test::run_command(base + " --img 64 96 128");
   EXPECT_NE(r.exit_code, 0);
+  // A YOLOv7 spelling beside a contradicting YOLOv5 one is an error (agreeing ones are fine, as above).
+  r = test::run_command(base + " --adam --optimizer SGD");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--adam: means --optimizer Adam, but --optimizer SGD was given too"), std::string::npos) << r.output;
+  r = test::run_command(base + " --cache-images --cache disk");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--cache-images: means --cache ram, but --cache disk was given too"), std::string::npos) << r.output;
 }
 
 TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
