@@ -19,6 +19,8 @@ namespace {
 struct ExportOptions {
   std::string weights, format = "onnx", out;
   exporting::OnnxExportOptions onnx;
+  std::vector<int64_t> img_sizes;  // --img: one size, or export.py's two (equal: kestrel's static graphs are square)
+  bool grid = false;               // YOLOv7's --grid: kestrel's graph always has the decode
   double max_wh = 0;            // --max-wh, when given (then NMS for onnxruntime)
   CLI::Option* max_wh_option = nullptr;
 };
@@ -29,14 +31,20 @@ void run_export(const ExportOptions& o) {
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   loaded.model->eval();
   exporting::OnnxExportOptions onnx = o.onnx;
+  if (!o.img_sizes.empty()) {
+    if (o.img_sizes.size() == 2 && o.img_sizes[0] != o.img_sizes[1])
+      fail("--img-size ", o.img_sizes[0], " ", o.img_sizes[1], ": kestrel's static graphs are square (one size, or "
+           "two equal ones); --dynamic takes any height and width at run time");
+    onnx.img = o.img_sizes[0];
+  }
   if (o.max_wh_option->count() > 0) onnx.nms.max_wh = o.max_wh;
   onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
   std::string out = o.out;
   if (out.empty()) out = std::filesystem::path(o.weights).replace_extension(".onnx").string();
   std::map<std::string, std::string> metadata;
   metadata["names"] = nlohmann::json(loaded.info.names).dump();
-  metadata["imgsz"] = nlohmann::json({o.onnx.img, o.onnx.img}).dump();
-  metadata["batch"] = std::to_string(o.onnx.batch);
+  metadata["imgsz"] = nlohmann::json({onnx.img, onnx.img}).dump();
+  metadata["batch"] = std::to_string(onnx.batch);
   if (onnx.end2end) {
     nlohmann::json nms = {{"backend", onnx.nms.tensorrt() ? "tensorrt" : "onnxruntime"}, {"topk", onnx.nms.topk},
                           {"iou_thres", onnx.nms.iou_thres}, {"conf_thres", onnx.nms.conf_thres}};
@@ -70,9 +78,11 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--weights", opts->weights, "kestrel weights file (.safetensors)")->required();
   cmd->add_option("--format,--include", opts->format, "export format (onnx; --include as export.py, which also writes others)")
       ->check(CLI::IsMember({"onnx"}));
-  cmd->add_option("--img,--img-size,--imgsz", opts->onnx.img,
-                  "square input size (multiple of the largest stride); with --dynamic the nominal size (metadata)")
-      ->check(CLI::Range(32, 8192));
+  cmd->add_option("--img,--img-size,--imgsz", opts->img_sizes,
+                  "square input size (multiple of the largest stride; export.py's two sizes if equal); with --dynamic "
+                  "the nominal size (metadata)")
+      ->expected(1, 2)->check(CLI::Range(32, 8192));
+  cmd->add_flag("--grid", opts->grid, "YOLOv7's flag, accepted: kestrel's graph always includes the decode (grid)");
   cmd->add_option("--batch-size,--batch", opts->onnx.batch, "batch size of the graph (ignored with --dynamic)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--opset", opts->onnx.opset, "ONNX opset")->check(CLI::Range(11, 21));

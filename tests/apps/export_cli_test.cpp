@@ -3,6 +3,8 @@
 // NonMaxSuppression for onnxruntime (output [K, 7]). The graphs themselves: tests/export/onnx_nms_test.cpp.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <string>
 
 #include "kestrel/models/model_config.h"
@@ -58,6 +60,26 @@ TEST(ExportCli, End2EndVariantFollowsMaxWh) {
   r = test::run_command(base + " --end2end --max-wh -5 --out " + dir.file("bad.onnx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--max-wh -5"), std::string::npos) << r.output;
+}
+
+// The command YOLOv7's README gives (--grid --end2end ... --img-size 640 640 --max-wh 640) works as
+// written, but for --simplify (onnx-simplifier, not part of kestrel) and the weights: two equal sizes,
+// --grid accepted (kestrel's graph always has the decode). Two different sizes are an error naming them.
+TEST(ExportCli, Yolov7ReadmeCommand) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov7-tiny")), 3);
+  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov7-tiny", {"a", "b", "c"}));
+  const std::string base = test::kestrel_binary() + " export --weights " + dir.file("w.safetensors");
+  auto r = test::run_command(base + " --grid --end2end --topk-all 100 --iou-thres 0.65 --conf-thres 0.35 --img-size 64 64"
+                             " --max-wh 64 --out " + dir.file("v7.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("input images [1, 3, 64, 64]"), std::string::npos) << r.output;
+  const std::string d = describe_onnx(dir.file("v7.onnx"));
+  EXPECT_NE(d.find("output:FLOAT[detections,7]"), std::string::npos) << d;
+  r = test::run_command(base + " --img-size 64 96 --out " + dir.file("bad.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--img-size 64 96: kestrel's static graphs are square"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("bad.onnx")));
 }
 
 }  // namespace
