@@ -208,8 +208,8 @@ void add_detect_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
       ->expected(1, 2)->check(CLI::Range(32, 8192));
-  cmd->add_option("--conf-thres", o->conf_thres, "confidence threshold")->capture_default_str();
-  cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold")->capture_default_str();
+  cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str();
+  cmd->add_option("--iou-thres,--iou", o->iou_thres, "NMS IoU threshold")->capture_default_str();
   auto* max_det = cmd->add_option("--max-det", o->max_det, "maximum detections per image (YOLOv7 models: 300 unless given)")
                        ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
@@ -227,6 +227,8 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--hide-labels", o->hide_labels, "hide labels");
   cmd->add_flag("--hide-conf", o->hide_conf, "hide confidences");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
+  // YOLOv7's --no-trace (do not TorchScript-trace the model): kestrel never traces.
+  cmd->add_flag("--no-trace", "YOLOv7's flag, accepted: kestrel runs the model as built, without tracing");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->add_flag("--visualize", o->visualize,
                 "write every layer's output (first 32 channels as stage<i>_<Module>_features.png, all as .npy) to <run>/<image stem>/");

@@ -96,8 +96,8 @@ void add_export_command(CLI::App& app) {
                 "--max-wh ONNX NonMaxSuppression for onnxruntime: output [detections, 7] = image, x1, y1, x2, y2, class, score");
   cmd->add_option("--topk-all", opts->onnx.nms.topk, "--end2end: detections kept per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  cmd->add_option("--iou-thres", opts->onnx.nms.iou_thres, "--end2end: NMS IoU threshold")->capture_default_str();
-  cmd->add_option("--conf-thres", opts->onnx.nms.conf_thres, "--end2end: confidence threshold")->capture_default_str();
+  cmd->add_option("--iou-thres,--iou", opts->onnx.nms.iou_thres, "--end2end: NMS IoU threshold")->capture_default_str();
+  cmd->add_option("--conf-thres,--conf", opts->onnx.nms.conf_thres, "--end2end: confidence threshold")->capture_default_str();
   opts->max_wh_option = cmd->add_option("--max-wh", opts->max_wh,
                                          "--end2end: NMS for onnxruntime with this per-class box offset in pixels (0: "
                                          "class-agnostic); not given: NMS for TensorRT");

@@ -56,7 +56,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--patience", o->patience, "early stopping: epochs without improvement (0: off)")->capture_default_str();
   cmd->add_option("--freeze", o->freeze, "freeze the first N layers, or several layer indices")->capture_default_str();
-  cmd->add_option("--save-period", o->save_period, "also save weights every N epochs")->capture_default_str();
+  cmd->add_option("--save-period,--save_period", o->save_period, "also save weights every N epochs")->capture_default_str();
   cmd->add_option("--seed", o->seed, "global seed")->capture_default_str();
   cmd->add_option("--amp", o->amp, "mixed precision: auto (fp16 on CUDA, off on CPU), fp16, bf16, off")
       ->capture_default_str()->check(CLI::IsMember({"auto", "fp16", "bf16", "off"}));

@@ -226,8 +226,8 @@ void add_val_command(CLI::App& app) {
       ->required()->expected(1, -1);
   cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
   cmd->add_option("--img,--img-size,--imgsz", o->img_size, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
-  cmd->add_option("--conf-thres", o->conf_thres, "confidence threshold")->capture_default_str();
-  auto* iou = cmd->add_option("--iou-thres", o->iou_thres, "NMS IoU threshold (YOLOv7 models: 0.65 unless given)")
+  cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str();
+  auto* iou = cmd->add_option("--iou-thres,--iou", o->iou_thres, "NMS IoU threshold (YOLOv7 models: 0.65 unless given)")
                    ->capture_default_str();
   cmd->add_option("--max-det", o->max_det, "detections per image")->capture_default_str();
   cmd->add_option("--task", o->task,
@@ -246,6 +246,8 @@ void add_val_command(CLI::App& app) {
   cmd->add_flag("--save-json", o->save_json, "write COCO-format predictions");
   cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA; on there anyway for YOLOv7 models and --task speed/study, as upstream)");
+  // YOLOv7's --no-trace (do not TorchScript-trace the model): kestrel never traces.
+  cmd->add_flag("--no-trace", "YOLOv7's flag, accepted: kestrel runs the model as built, without tracing");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: AP with recall sentinel 1.0, as YOLOv7's test.py --v5-metric (YOLOv5 models always use it)");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();

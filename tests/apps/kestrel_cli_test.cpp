@@ -161,6 +161,26 @@ TEST(CliTrain, Yolov7Flags) {
   EXPECT_NE(r.output.find("--cache-images: means --cache ram, but --cache disk was given too"), std::string::npos) << r.output;
 }
 
+// The spellings of YOLOv7's README commands: train's --save_period, test.py's and detect.py's --conf / --iou
+// (argparse prefixes of --conf-thres / --iou-thres) and --no-trace.
+TEST(CliTrain, Yolov7ReadmeSpellings) {
+  test::TempDir dir;
+  auto r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data " + test::demo_subset(dir, 2) +
+                             " --epochs 1 --batch-size 2 --img 64 --workers 1 --device cpu --quiet --noplots --save_period 1"
+                             " --project " + dir.file("runs"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("runs/exp/weights/epoch0.safetensors"))) << r.output;
+  const std::string weights = dir.file("runs/exp/weights/last.safetensors");
+  r = test::run_command(test::kestrel_binary() + " val --weights " + weights + " --data " + dir.file("tiny.yaml") +
+                        " --img 64 --batch 2 --conf 0.001 --iou 0.65 --device cpu --no-trace --noplots --name v7");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all          2"), std::string::npos) << r.output;
+  r = test::run_command(test::kestrel_binary() + " detect --weights " + weights + " --conf 0.25 --iou 0.45 --img-size 64 --source " +
+                        dir.file("images/train") + " --no-trace --nosave --project " + dir.file("det"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("image 2/2 "), std::string::npos) << r.output;
+}
+
 TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   test::TempDir dir;
   auto r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data " + dir.file("none.yaml") + " --project " +
