@@ -8,6 +8,7 @@
 #include <torch/utils.h>
 
 #include "kestrel/core/safetensors.h"
+#include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 #include "test_support.h"
 
@@ -113,6 +114,15 @@ inline void randomize_batch_norm(torch::nn::Module& model) {
     params[prefix + "weight"].uniform_(0.5, 1.5);
     params[prefix + "bias"].normal_(0, 0.2);
   }
+}
+
+// A network written for a test (its YAML text; source names it in errors), built after seeding torch's
+// generator with `seed`, its BN randomised. In training mode, as build_model leaves it.
+inline std::shared_ptr<models::YoloModel> yaml_network(const std::string& yaml, const std::string& source, uint64_t seed) {
+  at::manual_seed(seed);
+  auto model = models::build_model(models::parse_model_config(yaml, source));
+  randomize_batch_norm(*model);
+  return model;
 }
 
 // kestrel's own decoded output in eval mode: [b, N, no].

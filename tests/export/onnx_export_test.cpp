@@ -50,9 +50,7 @@ void check_config(const std::string& config, int64_t img, int64_t batch) {
 
 // A network written for the test (every block of a family), its BN statistics randomised, against onnxruntime.
 std::shared_ptr<models::YoloModel> check_yaml_network(const char* yaml, const std::string& what, uint64_t seed) {
-  at::manual_seed(seed);
-  auto model = models::build_model(models::parse_model_config(yaml, what + ".yaml"));
-  test_onnx::randomize_batch_norm(*model);
+  auto model = test_onnx::yaml_network(yaml, what + ".yaml", seed);
   check_against_onnxruntime(*model, what, 64, 2);
   return model;
 }
@@ -163,9 +161,7 @@ backbone:
 head:
   [[[2, 4], 1, Detect, [nc, anchors]]]  # 5
 )";
-  at::manual_seed(9);
-  auto model = models::build_model(models::parse_model_config(yaml, "transformer.yaml"));
-  test_onnx::randomize_batch_norm(*model);
+  auto model = test_onnx::yaml_network(yaml, "transformer.yaml", 9);
   {
     torch::NoGradGuard no_grad;
     const auto ends = [](const std::string& key, const char* tail) { return key.find(tail) != std::string::npos; };

@@ -138,9 +138,7 @@ head:
 )";
 
 std::shared_ptr<YoloModel> csp_net() {
-  at::manual_seed(5);
-  auto model = build_model(parse_model_config(kCspYaml, "csp.yaml"));
-  exporting::test_onnx::randomize_batch_norm(*model);
+  auto model = exporting::test_onnx::yaml_network(kCspYaml, "csp.yaml", 5);
   model->eval();
   return model;
 }

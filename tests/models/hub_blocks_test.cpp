@@ -88,9 +88,7 @@ head:
 )";
 
 std::shared_ptr<YoloModel> hub_net() {
-  at::manual_seed(3);
-  auto model = build_model(parse_model_config(kHubYaml, "hub.yaml"));
-  exporting::test_onnx::randomize_batch_norm(*model);
+  auto model = exporting::test_onnx::yaml_network(kHubYaml, "hub.yaml", 3);
   model->eval();
   return model;
 }
