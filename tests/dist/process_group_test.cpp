@@ -436,6 +436,23 @@ TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
   EXPECT_NE(bad.output.find("must be a multiple of WORLD_SIZE 2"), std::string::npos) << bad.output;
 }
 
+// The README's launch through torchrun (its agent hosts the store: TORCHELASTIC_USE_AGENT_STORE) runs
+// unchanged: `torchrun --no-python --nproc-per-node 2 kestrel train ...`, here as the venv's
+// `python -m torch.distributed.run`. The ranks share the epoch as under kestrel's own launcher.
+TEST_F(DistGloo, TorchrunLaunchesKestrelTrain) {
+  namespace fs = std::filesystem;
+  const std::string data = test::demo_subset(dir, 5);
+  const auto r = test::run_command(
+      "env -u WORLD_SIZE -u RANK -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT OMP_NUM_THREADS=1 " +
+      std::string(KESTREL_TEST_PYTHON) + " -m torch.distributed.run --no-python --nproc-per-node 2 --master-port " +
+      std::to_string(free_port()) + " " + test::kestrel_binary() + " train --cfg yolov5n --data " + data +
+      " --img 160 --device cpu --workers 1 --quiet --batch 4 --epochs 1 --noval --project " + dir.file("runs"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 batches of 4 per epoch"), std::string::npos) << r.output;  // 3 images per rank
+  EXPECT_TRUE(fs::exists(dir.file("runs/exp/weights/last.safetensors")));
+  EXPECT_FALSE(fs::exists(dir.file("runs/exp2"))) << "a second rank made its own run folder";
+}
+
 // The mid-epoch checkpoint of 2 ranks with SyncBN resumes on 1 process: rank r takes every W-th
 // sample of the epoch order, so batch positions (of the total batch) mean the same for any W.
 TEST_F(DistGloo, SyncBnRunInterruptedOnTwoRanksResumesOnOne) {
