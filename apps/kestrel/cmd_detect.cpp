@@ -13,6 +13,7 @@
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/annotate.h"
+#include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/video_io.h"
@@ -27,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct DetectOptions {
-  std::string weights, source = "data/demo/images/val", device, project = "runs/detect", name = "exp";
+  std::string weights, source = "data/demo/images/val", device, project = "runs/detect", name = "exp", data;
   std::vector<int> imgsz{640};
   double conf_thres = 0.25, iou_thres = 0.45;
   int max_det = 1000, line_thickness = 3, vid_stride = 1;
@@ -142,6 +143,15 @@ void run_detect(const DetectOptions& o) {
   const c10::Device device = parse_device(o.device);
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   const std::vector<std::string>& names = loaded.info.names;
+  // detect.py's --data names the classes only for weights without names (not .pt files); kestrel
+  // weights always carry theirs. The file is still read, and names that disagree are pointed out.
+  if (!o.data.empty()) {
+    const data::DatasetConfig dataset = data::load_dataset_config(o.data);
+    if (dataset.names != names)
+      std::cout << "WARNING: --data " << o.data << " names " << dataset.nc << " classes unlike the " << names.size()
+                << " of " << o.weights << " (" << (names.empty() ? std::string("none") : names[0])
+                << (names.size() > 1 ? ", ..." : "") << "); the class names come from the weights\n";
+  }
 
   eval::DetectorOptions d;
   d.img_height = o.imgsz[0];  // --imgsz h [w], one value for both (upstream)
@@ -204,6 +214,8 @@ void add_detect_command(CLI::App& app) {
   auto o = std::make_shared<DetectOptions>();
   auto* cmd = app.add_subcommand("detect", "detect objects in images (a file, a folder or a .txt list), a video file or a camera");
   cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
+  cmd->add_option("--data", o->data, "dataset YAML (optional, as detect.py: kestrel weights carry their class names; "
+                  "a warning when the YAML's differ)");
   cmd->add_option("--source", o->source, "image file, folder (searched recursively), .txt list of images, video file (mp4, avi, mov ...), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
@@ -232,6 +244,20 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->add_flag("--visualize", o->visualize,
                 "write every layer's output (first 32 channels as stage<i>_<Module>_features.png, all as .npy) to <run>/<image stem>/");
+  cmd->add_flag("--update", "detect.py's flag, accepted: it strips optimizer state from .pt files, and kestrel weights "
+                "hold none");
+  // Spellings of detect.py that kestrel cannot honour, refused with the reason rather than CLI11's
+  // "not expected".
+  cmd->add_flag("--view-img", "not supported: kestrel opens no windows (the annotated images are written to the run folder)")
+      ->each([](const std::string&) {
+        throw CLI::ValidationError("kestrel opens no windows; the annotated images and videos are "
+                                   "written to <project>/<name>/ (drop --nosave)");
+      });
+  cmd->add_flag("--dnn", "not supported: kestrel runs its own .safetensors weights, not ONNX through OpenCV DNN")
+      ->each([](const std::string&) {
+        throw CLI::ValidationError("kestrel runs its .safetensors weights with LibTorch; an exported .onnx "
+                                   "runs in onnxruntime or OpenCV DNN outside kestrel (docs/deploy.md)");
+      });
   cmd->add_option("--vid-stride", o->vid_stride, "video frame-rate stride (detect every n-th frame)")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   cmd->callback([o, max_det] {

@@ -247,6 +247,11 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--coco-ann", o->coco_ann, "COCO annotation JSON to score the predictions with (COCOeval)");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA; on there anyway for YOLOv7 models and --task speed/study, as upstream)");
   // YOLOv7's --no-trace (do not TorchScript-trace the model): kestrel never traces.
+  cmd->add_flag("--dnn", "not supported: kestrel runs its own .safetensors weights, not ONNX through OpenCV DNN")
+      ->each([](const std::string&) {
+        throw CLI::ValidationError("kestrel runs its .safetensors weights with LibTorch; an exported .onnx "
+                                   "runs in onnxruntime or OpenCV DNN outside kestrel (docs/deploy.md)");
+      });
   cmd->add_flag("--no-trace", "YOLOv7's flag, accepted: kestrel runs the model as built, without tracing");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
   cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: AP with recall sentinel 1.0, as YOLOv7's test.py --v5-metric (YOLOv5 models always use it)");

@@ -1,7 +1,9 @@
 // kestrel detect's per-family defaults: YOLOv7's detect.py keeps at most 300 boxes an image (its NMS has no
-// max_det argument), YOLOv5's detect.py 1000 (--max-det); an explicit --max-det wins for both.
+// max_det argument), YOLOv5's detect.py 1000 (--max-det); an explicit --max-det wins for both. And
+// detect.py's other spellings.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -33,6 +35,41 @@ TEST(DetectCli, MaxDetDefaultsPerFamily) {
   EXPECT_EQ(boxes_written("yolov7-tiny", ""), 300);
   EXPECT_EQ(boxes_written("yolov7-tiny", "--max-det 500"), 500);
   EXPECT_EQ(boxes_written("yolov5n", ""), 1000);
+}
+
+// detect.py's spellings: --data is read (a warning when its names differ from the weights', which name
+// the classes), --update is accepted, --view-img and --dnn are refused with the reason.
+TEST(DetectCli, UpstreamSpellings) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  {
+    std::ofstream yaml(dir.file("abc.yaml"));
+    yaml << "path: " << std::filesystem::absolute("data/demo").string() << "\ntrain: images/train\nval: images/val\n"
+         << "nc: 3\nnames: [a, b, c]\n";
+  }
+  const std::string detect = test::kestrel_binary() + " detect --device cpu --img 160 --nosave --weights " +
+                             dir.file("w.safetensors") + " --source data/demo/images/val/000000000139.jpg --project " +
+                             dir.file("runs") + " ";
+  auto r = test::run_command(detect + "--data data/demo/demo.yaml --update");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("WARNING: --data data/demo/demo.yaml names 80 classes unlike the 3 of"), std::string::npos)
+      << r.output;
+  r = test::run_command(detect + "--data " + dir.file("abc.yaml"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("WARNING: --data"), std::string::npos) << r.output;
+  r = test::run_command(detect + "--data " + dir.file("missing.yaml"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("missing.yaml"), std::string::npos) << r.output;
+  r = test::run_command(detect + "--view-img");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("kestrel opens no windows"), std::string::npos) << r.output;
+  r = test::run_command(detect + "--dnn");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("onnxruntime"), std::string::npos) << r.output;
+  r = test::run_command(test::kestrel_binary() + " val --device cpu --dnn --weights " + dir.file("w.safetensors"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("onnxruntime"), std::string::npos) << r.output;
 }
 
 }  // namespace
