@@ -42,7 +42,7 @@ if [ ! -f "$stamp" ] || ! cmp -s "$REQ" "$stamp"; then
   # torch without its pip CUDA dependencies (several GB): the system CUDA 13 toolkit has them.
   "$VENV/bin/python" -m pip install -q --no-deps "$(grep '^torch==' "$REQ")"
   grep -v -e '^#' -e '^torch==' -e '^$' "$REQ" | xargs "$VENV/bin/python" -m pip install -q
-  "$VENV/bin/python" -c "import torch, numpy, pycocotools, onnxruntime, safetensors"
+  "$VENV/bin/python" -c "import torch, numpy, pycocotools, onnxruntime, onnxsim, safetensors"
   cp "$REQ" "$stamp"
 fi
 

@@ -83,6 +83,9 @@ void add_export_command(CLI::App& app) {
                   "the nominal size (metadata)")
       ->expected(1, 2)->check(CLI::Range(32, 8192));
   cmd->add_flag("--grid", opts->grid, "YOLOv7's flag, accepted: kestrel's graph always includes the decode (grid)");
+  // export.py's --simplify runs onnx-simplifier; kestrel writes its graph in that form (constant shapes
+  // folded, equal constants shared), and the tests check that onnx-simplifier leaves it unchanged.
+  cmd->add_flag("--simplify", "accepted: kestrel's graph is already what onnx-simplifier makes of it (tested)");
   cmd->add_option("--batch-size,--batch", opts->onnx.batch, "batch size of the graph (ignored with --dynamic)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--opset", opts->onnx.opset, "ONNX opset")->check(CLI::Range(11, 21));

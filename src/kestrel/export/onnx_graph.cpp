@@ -1,6 +1,7 @@
 #include "kestrel/export/onnx_graph.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -69,37 +70,48 @@ std::string OnnxGraph::weight(const std::string& name, const at::Tensor& t) {
   return name;
 }
 
-std::string OnnxGraph::constant(const std::string& stem, const std::vector<float>& v) {
-  return weight(fresh(stem), at::tensor(v, at::kFloat));
-}
-
-std::string OnnxGraph::float32s(const std::string& stem, const std::vector<float>& v) {
+std::string OnnxGraph::shared_initializer(const std::string& stem, int data_type, const std::vector<int64_t>& dims,
+                                          std::string raw) {
+  std::string key = std::to_string(data_type) + "[";
+  for (int64_t d : dims) key += std::to_string(d) + ",";
+  key += "]" + raw;
+  if (const auto it = shared_.find(key); it != shared_.end()) return it->second;
   const std::string name = fresh(stem);
   auto* p = proto_->graph->add_initializer();
   p->set_name(name);
-  p->set_data_type(onnx::TensorProto::FLOAT);
-  p->add_dims(static_cast<int64_t>(v.size()));
-  p->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  p->set_data_type(data_type);
+  for (int64_t d : dims) p->add_dims(d);  // none: a 0-D tensor
+  p->set_raw_data(std::move(raw));
+  shared_.emplace(std::move(key), name);
   return name;
+}
+
+std::string OnnxGraph::constant(const std::string& stem, const std::vector<float>& v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  if (!half_) return float32s(stem, v);  // the same bytes as a float32 tensor
+  for (float x : v)
+    if (!(std::abs(x) <= kFloat16Max))
+      fail("--half: the constant ", stem, " holds ", x, ", beyond float16's range (65504); export it in float32");
+  return shared_initializer(stem, onnx::TensorProto::FLOAT16, {n}, raw_bytes(at::tensor(v, at::kFloat).to(at::kHalf)));
+}
+
+std::string OnnxGraph::float32s(const std::string& stem, const std::vector<float>& v, const std::vector<int64_t>& dims) {
+  int64_t numel = 1;
+  for (int64_t d : dims) numel *= d;
+  if (!dims.empty() && numel != static_cast<int64_t>(v.size()))
+    fail("onnx: the constant ", stem, " has ", v.size(), " values for dims of ", numel);
+  return shared_initializer(stem, onnx::TensorProto::FLOAT, dims.empty() ? std::vector<int64_t>{static_cast<int64_t>(v.size())} : dims,
+                            std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
 }
 
 std::string OnnxGraph::int64s(const std::string& stem, const std::vector<int64_t>& v) {
-  const std::string name = fresh(stem);
-  auto* p = proto_->graph->add_initializer();
-  p->set_name(name);
-  p->set_data_type(onnx::TensorProto::INT64);
-  p->add_dims(static_cast<int64_t>(v.size()));
-  p->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t)));
-  return name;
+  return shared_initializer(stem, onnx::TensorProto::INT64, {static_cast<int64_t>(v.size())},
+                            std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t)));
 }
 
 std::string OnnxGraph::int64_scalar(const std::string& stem, int64_t v) {
-  const std::string name = fresh(stem);
-  auto* p = proto_->graph->add_initializer();
-  p->set_name(name);
-  p->set_data_type(onnx::TensorProto::INT64);  // no dims: a 0-D tensor
-  p->set_raw_data(std::string(reinterpret_cast<const char*>(&v), sizeof(v)));
-  return name;
+  return shared_initializer(stem, onnx::TensorProto::INT64, {},
+                            std::string(reinterpret_cast<const char*>(&v), sizeof(v)));
 }
 
 namespace {

@@ -40,8 +40,11 @@ class OnnxGraph {
   // precision; `name` is used as given (the state-dict key keeps weights recognisable). Throws when a
   // value does not fit float16 (|x| > 65504) in a half graph.
   std::string weight(const std::string& name, const at::Tensor& t);
+  // Arithmetic and control constants. Equal ones (same type, shape and bytes) are one initializer,
+  // named after the first stem asked for: the graph holds what onnx-simplifier would leave of it.
   std::string constant(const std::string& stem, const std::vector<float>& v);  // 1-D, model precision
-  std::string float32s(const std::string& stem, const std::vector<float>& v);  // 1-D, always float32
+  // Always float32; 1-D unless dims (row-major, their product = v.size()) are given.
+  std::string float32s(const std::string& stem, const std::vector<float>& v, const std::vector<int64_t>& dims = {});
   std::string int64s(const std::string& stem, const std::vector<int64_t>& v);  // 1-D
   std::string int64_scalar(const std::string& stem, int64_t v);                // 0-D (Range, Gather)
 
@@ -67,8 +70,12 @@ class OnnxGraph {
   void save(const std::string& path) const;
 
  private:
+  // A constant initializer, or the equal one made before (key: type, dims and bytes).
+  std::string shared_initializer(const std::string& stem, int data_type, const std::vector<int64_t>& dims, std::string raw);
+
   struct Proto;  // holds the onnx::ModelProto
   std::unique_ptr<Proto> proto_;
+  std::map<std::string, std::string> shared_;  // constant key -> initializer name
   int opset_;
   bool half_;
   int64_t counter_ = 0;

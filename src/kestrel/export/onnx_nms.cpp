@@ -29,9 +29,8 @@ std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, con
   const std::string cls_f = g.node("Cast", {cls}, {{"to", kFloat}});
 
   // Corners: [cx, cy, w, h] @ [[1, 0, 1, 0], [0, 1, 0, 1], [-1/2, 0, 1/2, 0], [0, -1/2, 0, 1/2]]. [B, N, 4]
-  const std::string to_corners = g.node("Reshape", {g.float32s("to_corners", {1, 0, 1, 0, 0, 1, 0, 1, -0.5f, 0, 0.5f, 0,
-                                                                             0, -0.5f, 0, 0.5f}),
-                                                    g.int64s("shape", {4, 4})});
+  const std::string to_corners =
+      g.float32s("to_corners", {1, 0, 1, 0, 0, 1, 0, 1, -0.5f, 0, 0.5f, 0, 0, -0.5f, 0, 0.5f}, {4, 4});
   const std::string corners = g.node("MatMul", {g.slice(x, {0}, {4}, {2}), to_corners});
 
   // One suppression over all classes, each class moved into its own max_wh-wide tile.
@@ -50,9 +49,9 @@ std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, con
   const std::string rows = g.node("Concat",
                                   {image, g.node("GatherND", {corners, image_box}), g.node("GatherND", {cls_f, image_box}),
                                    g.node("GatherND", {score, image_box})},
-                                  {{"axis", int64_t{1}}});  // [K, 7]
+                                  {{"axis", int64_t{1}}}, g.half() ? "" : output);  // [K, 7]
   if (g.half()) return g.node("Cast", {rows}, {{"to", int64_t{10}}}, output);  // onnx::TensorProto::FLOAT16
-  return g.node("Identity", {rows}, {}, output);
+  return rows;
 }
 
 void append_efficient_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o) {
