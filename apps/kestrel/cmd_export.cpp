@@ -45,10 +45,11 @@ void run_export(const ExportOptions& o) {
   metadata["names"] = nlohmann::json(loaded.info.names).dump();
   metadata["imgsz"] = nlohmann::json({onnx.img, onnx.img}).dump();
   metadata["batch"] = std::to_string(onnx.batch);
-  if (onnx.end2end) {
+  if (onnx.end2end || onnx.include_nms) {
     nlohmann::json nms = {{"backend", onnx.nms.tensorrt() ? "tensorrt" : "onnxruntime"}, {"topk", onnx.nms.topk},
                           {"iou_thres", onnx.nms.iou_thres}, {"conf_thres", onnx.nms.conf_thres}};
     if (onnx.nms.max_wh) nms["max_wh"] = *onnx.nms.max_wh;
+    if (onnx.include_nms) nms["box_coding"] = "corners";
     metadata["nms"] = nms.dump();
   }
   exporting::export_onnx(*loaded.model, out, onnx, metadata);
@@ -58,7 +59,7 @@ void run_export(const ExportOptions& o) {
   std::cout << "exported " << o.weights << " -> " << out << " (ONNX opset " << e.opset << ", "
             << (e.half ? "float16" : "float32") << ", input images [" << b << ", " << loaded.model->in_channels()
             << ", " << hw << "], ";
-  if (e.end2end && e.nms.tensorrt()) {
+  if (e.include_nms || (e.end2end && e.nms.tensorrt())) {
     std::cout << "TensorRT EfficientNMS_TRT outputs num_dets [" << b << ", 1], det_boxes [" << b << ", " << e.nms.topk
               << ", 4], det_scores [" << b << ", " << e.nms.topk << "], det_classes [" << b << ", " << e.nms.topk
               << "]; TensorRT runs this file, onnxruntime does not: --max-wh N exports NMS for onnxruntime)\n";
@@ -97,10 +98,14 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--end2end", opts->onnx.end2end,
                 "NMS in the graph: TensorRT's EfficientNMS_TRT (num_dets, det_boxes, det_scores, det_classes), or with "
                 "--max-wh ONNX NonMaxSuppression for onnxruntime: output [detections, 7] = image, x1, y1, x2, y2, class, score");
-  cmd->add_option("--topk-all", opts->onnx.nms.topk, "--end2end: detections kept per image")->capture_default_str()
+  // YOLOv7's RegisterNMS takes none of the flags below (it keeps 100, 0.45, 0.25: their defaults); kestrel applies them.
+  cmd->add_flag("--include-nms", opts->onnx.include_nms,
+                "YOLOv7's TensorRT NMS (its utils/add_nms.py): EfficientNMS_TRT on corner boxes and class x objectness "
+                "scores, outputs as --end2end's for TensorRT");
+  cmd->add_option("--topk-all", opts->onnx.nms.topk, "--end2end / --include-nms: detections kept per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  cmd->add_option("--iou-thres,--iou", opts->onnx.nms.iou_thres, "--end2end: NMS IoU threshold")->capture_default_str();
-  cmd->add_option("--conf-thres,--conf", opts->onnx.nms.conf_thres, "--end2end: confidence threshold")->capture_default_str();
+  cmd->add_option("--iou-thres,--iou", opts->onnx.nms.iou_thres, "--end2end / --include-nms: NMS IoU threshold")->capture_default_str();
+  cmd->add_option("--conf-thres,--conf", opts->onnx.nms.conf_thres, "--end2end / --include-nms: confidence threshold")->capture_default_str();
   opts->max_wh_option = cmd->add_option("--max-wh", opts->max_wh,
                                          "--end2end: NMS for onnxruntime with this per-class box offset in pixels (0: "
                                          "class-agnostic); not given: NMS for TensorRT");

@@ -77,6 +77,16 @@ TEST(ExportCli, Yolov7ReadmeCommand) {
   EXPECT_NE(r.output.find("input images [1, 3, 64, 64]"), std::string::npos) << r.output;
   const std::string d = describe_onnx(dir.file("v7.onnx"));
   EXPECT_NE(d.find("output:FLOAT[detections,7]"), std::string::npos) << d;
+  // The README's TensorRT export for its deploy examples: --grid --include-nms (here at 64 px).
+  r = test::run_command(base + " --grid --include-nms --img-size 64 64 --out " + dir.file("trt.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string trt = describe_onnx(dir.file("trt.onnx"));
+  EXPECT_NE(trt.find("num_dets:INT32[1,1] det_boxes:FLOAT[1,100,4] det_scores:FLOAT[1,100] det_classes:INT32[1,100]"),
+            std::string::npos) << trt;
+  EXPECT_NE(trt.find("NODES ['EfficientNMS_TRT']"), std::string::npos) << trt;
+  r = test::run_command(base + " --include-nms --end2end --out " + dir.file("bad.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("choose one"), std::string::npos) << r.output;
   r = test::run_command(base + " --img-size 64 96 --out " + dir.file("bad.onnx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--img-size 64 96: kestrel's static graphs are square"), std::string::npos) << r.output;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -167,11 +168,15 @@ struct TrtCase {
   bool yolov7_rule = false;
   bool dynamic_batch = false;
   bool half = false;
+  // --include-nms (YOLOv7's RegisterNMS): corner boxes (box_coding 0), class x objectness for every nc,
+  // integer attributes as onnx-graphsurgeon writes them.
+  bool include_nms = false;
 };
 
 void expect_tensorrt_graph(const TrtCase& c) {
   SCOPED_TRACE(testing::Message() << "nc " << c.nc << (c.yolov7_rule ? ", YOLOv7 rule" : "")
-                                  << (c.dynamic_batch ? ", dynamic batch" : "") << (c.half ? ", half" : ""));
+                                  << (c.dynamic_batch ? ", dynamic batch" : "") << (c.half ? ", half" : "")
+                                  << (c.include_nms ? ", --include-nms" : ""));
   auto model = scored_model(c.nc);
   constexpr int64_t kBatch = 2, kSize = 128, kTopk = 37;
   test::TempDir dir;
@@ -180,7 +185,8 @@ void expect_tensorrt_graph(const TrtCase& c) {
   o.batch = c.dynamic_batch ? 1 : kBatch;  // a dynamic-batch graph is run with 2 images all the same
   o.dynamic_batch = c.dynamic_batch;
   o.half = c.half;
-  o.end2end = true;
+  o.end2end = !c.include_nms;
+  o.include_nms = c.include_nms;
   o.nms.topk = kTopk;
   o.nms.conf_thres = 0.3;
   o.nms.iou_thres = 0.6;
@@ -199,7 +205,8 @@ void expect_tensorrt_graph(const TrtCase& c) {
       "n = nms[0]\n"
       "assert [(o.domain, o.version) for o in m.opset_import if o.domain == 'TRT'] == [('TRT', 1)], m.opset_import\n"
       "a = {x.name: helper.get_attribute_value(x) for x in n.attribute}\n"
-      "want = {'background_class': [-1], 'box_coding': [1], 'max_output_boxes': " + std::to_string(kTopk) + ",\n"
+      "want = {'background_class': " + (c.include_nms ? "-1" : "[-1]") + ", 'box_coding': " +
+      (c.include_nms ? "0" : "[1]") + ", 'max_output_boxes': " + std::to_string(kTopk) + ",\n"
       "        'plugin_version': b'1', 'score_activation': 0}\n"
       "assert {k: a[k] for k in want} == want, a\n"
       "assert abs(a['iou_threshold'] - 0.6) < 1e-7 and abs(a['score_threshold'] - 0.3) < 1e-7, a\n"
@@ -230,9 +237,10 @@ void expect_tensorrt_graph(const TrtCase& c) {
 
   torch::NoGradGuard no_grad;
   const at::Tensor pred = model->predict(x);  // [B, N, nc + 5], the fused model the file was written from
-  const at::Tensor want_boxes = pred.narrow(2, 0, 4);
+  const at::Tensor centre = pred.narrow(2, 0, 2), size = pred.narrow(2, 2, 2);
+  const at::Tensor want_boxes = c.include_nms ? at::cat({centre - size / 2, centre + size / 2}, 2) : pred.narrow(2, 0, 4);
   const at::Tensor obj = pred.narrow(2, 4, 1);
-  const at::Tensor want_scores = c.nc == 1 && c.yolov7_rule ? obj : pred.narrow(2, 5, c.nc) * obj;
+  const at::Tensor want_scores = c.nc == 1 && c.yolov7_rule && !c.include_nms ? obj : pred.narrow(2, 5, c.nc) * obj;
   EXPECT_NE(r.output.find("SHAPES (" + std::to_string(kBatch) + ", " + std::to_string(pred.size(1)) + ", 4) (" +
                           std::to_string(kBatch) + ", " + std::to_string(pred.size(1)) + ", " +
                           std::to_string(want_scores.size(2)) + ")"),
@@ -248,7 +256,7 @@ void expect_tensorrt_graph(const TrtCase& c) {
   const double box_tol = c.half ? 0.05 : 1e-3, score_tol = c.half ? 2e-2 : 1e-5;
   EXPECT_LT((boxes - want_boxes).abs().max().item<double>() / std::max(1.0, want_boxes.abs().max().item<double>()), box_tol);
   EXPECT_LT((scores - want_scores).abs().max().item<double>(), score_tol);
-  if (c.nc == 1 && c.yolov7_rule) {  // the rule changes the scores: objectness x class would differ
+  if (c.nc == 1 && c.yolov7_rule && !c.include_nms) {  // the rule changes the scores: objectness x class would differ
     EXPECT_GT((scores - pred.narrow(2, 5, 1) * obj).abs().max().item<double>(), 0.05);
   }
 }
@@ -265,6 +273,39 @@ TEST(OnnxEndToEndTensorRt, HalfGraphFeedsThePluginFloat16) {
   TrtCase c;
   c.half = true;
   expect_tensorrt_graph(c);
+}
+
+TEST(OnnxIncludeNms, PluginOnCornerBoxes) {
+  TrtCase c;
+  c.include_nms = true;
+  expect_tensorrt_graph(c);
+}
+// YOLOv7's Detect.convert multiplies by objectness for one class too; a dynamic-batch half graph.
+TEST(OnnxIncludeNms, OneClassDynamicBatchHalf) {
+  TrtCase c;
+  c.include_nms = true;
+  c.nc = 1;
+  c.yolov7_rule = true;  // set by kestrel export for YOLOv7 models; --include-nms ignores it as upstream
+  c.dynamic_batch = true;
+  c.half = true;
+  expect_tensorrt_graph(c);
+}
+
+TEST(OnnxIncludeNms, ContradictingOptionsAreErrors) {
+  auto model = scored_model(3);
+  test::TempDir dir;
+  OnnxExportOptions o;
+  o.img = 64;
+  o.include_nms = true;
+  o.end2end = true;
+  EXPECT_NE(test::error_message([&] { export_onnx(*model, dir.file("a.onnx"), o); }).find("choose one"), std::string::npos);
+  o.end2end = false;
+  o.nms.max_wh = 640;
+  EXPECT_NE(test::error_message([&] { export_onnx(*model, dir.file("a.onnx"), o); }).find("--max-wh"), std::string::npos);
+  o.nms.max_wh.reset();
+  o.nms.topk = 0;
+  EXPECT_NE(test::error_message([&] { export_onnx(*model, dir.file("a.onnx"), o); }).find("--topk-all 0"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("a.onnx")));
 }
 
 }  // namespace

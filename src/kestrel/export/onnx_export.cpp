@@ -13,7 +13,12 @@ namespace {
 void check_options(const models::YoloModel& model, const OnnxExportOptions& o) {
   if (o.opset < 11 || o.opset > 21) fail("--opset ", o.opset, ": kestrel writes opsets 11 to 21");
   if (o.batch < 1) fail("--batch-size ", o.batch, ": must be at least 1");
-  if (o.end2end) {
+  if (o.end2end && o.include_nms)
+    fail("--include-nms and --end2end: choose one (--end2end writes the plugin on centre boxes, or with --max-wh ONNX's "
+         "NonMaxSuppression; --include-nms YOLOv7's RegisterNMS plugin on corner boxes)");
+  if (o.include_nms && o.nms.max_wh)
+    fail("--max-wh selects --end2end's NMS for onnxruntime; --include-nms writes TensorRT's plugin");
+  if (o.end2end || o.include_nms) {
     if (o.nms.topk < 1) fail("--topk-all ", o.nms.topk, ": must be at least 1");
     if (!(o.nms.iou_thres >= 0 && o.nms.iou_thres <= 1)) fail("--iou-thres ", o.nms.iou_thres, ": must be in [0, 1]");
     if (!(o.nms.conf_thres >= 0 && o.nms.conf_thres <= 1)) fail("--conf-thres ", o.nms.conf_thres, ": must be in [0, 1]");
@@ -78,10 +83,11 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
     const std::string x = source(info[body].from[i], body);
     raw.push_back(layers.conv2d(*head.output_convs().at(i), x, prefix + ".m." + std::to_string(i)));
   }
-  if (o.end2end) {
+  if (o.end2end || o.include_nms) {
     const std::string decoded = decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, g.fresh("decoded"));
-    if (o.nms.tensorrt()) {
-      append_efficient_nms_trt(g, decoded, head.nc(), o.nms);
+    if (o.include_nms || o.nms.tensorrt()) {
+      if (o.include_nms) append_include_nms_trt(g, decoded, o.nms);
+      else append_efficient_nms_trt(g, decoded, head.nc(), o.nms);
       using T = OnnxGraph::ElemType;
       g.add_output(kTensorRtOutputs[0], {batch, 1}, T::int32);
       g.add_output(kTensorRtOutputs[1], {batch, o.nms.topk, 4});

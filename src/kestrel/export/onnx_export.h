@@ -24,7 +24,9 @@ struct OnnxExportOptions {
                          // any device: the graph is the same, only its float type changes
   bool end2end = false;  // NMS in the graph (YOLOv7's --end2end): for onnxruntime ([K, 7] "output") when
                          // nms.max_wh is set, else TensorRT's EfficientNMS_TRT (four outputs; onnx_nms.h)
-  EndToEndOptions nms;   // its settings
+  bool include_nms = false;  // YOLOv7's --include-nms: TensorRT's EfficientNMS_TRT on corner boxes (onnx_nms.h);
+                             // not with end2end
+  EndToEndOptions nms;   // the settings of either
 };
 
 // The output's name with --end2end for onnxruntime (YOLOv7's); otherwise "output0" (YOLOv5's).

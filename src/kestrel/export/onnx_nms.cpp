@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include <ATen/ATen.h>
+
 namespace kestrel::exporting {
 namespace {
 
@@ -68,6 +70,24 @@ void append_efficient_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t 
                  {"plugin_version", std::string("1")},
                  {"score_activation", int64_t{0}},
                  {"score_threshold", static_cast<float>(o.conf_thres)}});
+}
+
+void append_include_nms_trt(OnnxGraph& g, const std::string& decoded, const EndToEndOptions& o) {
+  // [B, N, 4] @ [[1, 0, 1, 0], [0, 1, 0, 1], [-1/2, 0, 1/2, 0], [0, -1/2, 0, 1/2]]: centre, size -> corners
+  const at::Tensor to_corners =
+      at::tensor({1.f, 0.f, 1.f, 0.f, 0.f, 1.f, 0.f, 1.f, -0.5f, 0.f, 0.5f, 0.f, 0.f, -0.5f, 0.f, 0.5f}).view({4, 4});
+  const std::string boxes = g.node("MatMul", {g.slice(decoded, {0}, {4}, {2}), g.weight(g.fresh("convert_matrix"), to_corners)});
+  const std::string scores = g.node("Mul", {g.slice(decoded, {5}, {kEnd}, {2}), g.slice(decoded, {4}, {5}, {2})});  // [B, N, nc]
+  // RegisterNMS's attributes as onnx-graphsurgeon writes them: plain integers, score_activation False as 0.
+  g.custom_node("TRT", "EfficientNMS_TRT", {boxes, scores},
+                {kTensorRtOutputs[0], kTensorRtOutputs[1], kTensorRtOutputs[2], kTensorRtOutputs[3]},
+                {{"plugin_version", std::string("1")},
+                 {"background_class", int64_t{-1}},
+                 {"max_output_boxes", o.topk},
+                 {"score_threshold", static_cast<float>(o.conf_thres)},
+                 {"iou_threshold", static_cast<float>(o.iou_thres)},
+                 {"score_activation", int64_t{0}},
+                 {"box_coding", int64_t{0}}});
 }
 
 }  // namespace kestrel::exporting

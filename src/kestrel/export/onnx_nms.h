@@ -15,6 +15,10 @@
 // x2, y2), det_scores [B, topk], det_classes int32 [B, topk]; the first num_dets rows of each image are
 // valid. The plugin suppresses per class over every class above the threshold (not only the best one).
 // Only TensorRT runs this graph; its attributes are those of YOLOv7's ONNX_TRT module.
+//
+// YOLOv7's --include-nms: the same plugin and outputs as its utils/add_nms.py RegisterNMS appends them to
+// a --grid export, on what its Detect.convert feeds it: corner boxes x1, y1, x2, y2 (box_coding 0) and
+// class probability x objectness for every nc (no one-class rule there).
 #pragma once
 #include <optional>
 #include <string>
@@ -44,5 +48,8 @@ std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, con
 // TensorRT variant: the EfficientNMS_TRT node writing kTensorRtOutputs (in the model type: the plugin
 // takes float16 as well as float32). The caller declares them as graph outputs.
 void append_efficient_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o);
+
+// --include-nms: EfficientNMS_TRT on corner boxes and class x objectness scores, writing kTensorRtOutputs.
+void append_include_nms_trt(OnnxGraph& g, const std::string& decoded, const EndToEndOptions& o);
 
 }  // namespace kestrel::exporting
