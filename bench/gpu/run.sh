@@ -15,7 +15,7 @@
 #   4. yolov7 with OTA, eager and as a CUDA graph; yolov3
 #   5. bench e2e (loader + copy + step) on the carried coco128 images; the loader alone on 16 cores
 #   6. if time is left: yolov5n, yolov7-w6 at 1280 (aux OTA), the allocator row, a training run and a
-#      TensorRT engine from export --end2end (where TensorRT is installed)
+#      TensorRT engine from export --end2end and --include-nms (where TensorRT is installed)
 # `bash bench/gpu/run.sh tests` runs step 1 and 2 only (a rerun after a fix).
 set -uo pipefail
 WHAT=${1:-all}
@@ -89,27 +89,31 @@ run_step "allocator: expandable segments" 45 allocator.txt env PYTORCH_ALLOC_CON
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $K bench train --cfg yolov5s "${FAST[@]}" --steps 10
 run_step "train e2e ($DATA)" 120 train_e2e.txt $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 \
   --device 0 --workers 16 --cache ram --project /tmp/kruns --name gpu --exist-ok --quiet
-# export --end2end for TensorRT (EfficientNMS_TRT): does TensorRT, where the machine has it, build an engine from it?
+# export --end2end and --include-nms for TensorRT (EfficientNMS_TRT): does TensorRT, where the machine has it,
+# build an engine from them?
 W=/tmp/kruns/gpu/weights/last.safetensors
 if [ -f "$W" ] && [ $((BUDGET - SECONDS)) -ge 25 ]; then
   $K export --weights "$W" --end2end --topk-all 100 --iou-thres 0.65 --conf-thres 0.35 --out /tmp/kruns/e2e_trt.onnx 2>&1 | tee "$OUT/trt_end2end.txt"
+  $K export --weights "$W" --grid --include-nms --out /tmp/kruns/include_nms.onnx 2>&1 | tee -a "$OUT/trt_end2end.txt"
   if command -v trtexec >/dev/null; then
-    run_step "trtexec" 200 trtexec.txt trtexec --onnx=/tmp/kruns/e2e_trt.onnx --saveEngine=/tmp/kruns/e2e.engine --fp16
+    run_step "trtexec --end2end" 150 trtexec.txt trtexec --onnx=/tmp/kruns/e2e_trt.onnx --saveEngine=/tmp/kruns/e2e.engine --fp16
+    run_step "trtexec --include-nms" 150 trtexec.txt trtexec --onnx=/tmp/kruns/include_nms.onnx --saveEngine=/tmp/kruns/include_nms.engine --fp16
   elif "$PY" -c "import tensorrt" 2>/dev/null; then
     cat >/tmp/kruns/trt_build.py <<'PYEOF'
 import sys, tensorrt as trt
 log = trt.Logger(trt.Logger.WARNING)
 trt.init_libnvinfer_plugins(log, "")
-builder = trt.Builder(log)
-net = builder.create_network(0)
-parser = trt.OnnxParser(net, log)
-ok = parser.parse(open(sys.argv[1], "rb").read())
-print("parsed", ok, [str(parser.get_error(i)) for i in range(parser.num_errors)])
-print("outputs", [(net.get_output(i).name, tuple(net.get_output(i).shape)) for i in range(net.num_outputs)])
-engine = builder.build_serialized_network(net, builder.create_builder_config()) if ok else None
-print("engine built", engine is not None)
+for path in sys.argv[1:]:
+    builder = trt.Builder(log)
+    net = builder.create_network(0)
+    parser = trt.OnnxParser(net, log)
+    ok = parser.parse(open(path, "rb").read())
+    print(path, "parsed", ok, [str(parser.get_error(i)) for i in range(parser.num_errors)])
+    print("outputs", [(net.get_output(i).name, tuple(net.get_output(i).shape)) for i in range(net.num_outputs)])
+    engine = builder.build_serialized_network(net, builder.create_builder_config()) if ok else None
+    print("engine built", engine is not None)
 PYEOF
-    run_step "TensorRT (Python) build" 200 trt_end2end.txt "$PY" /tmp/kruns/trt_build.py /tmp/kruns/e2e_trt.onnx
+    run_step "TensorRT (Python) build" 200 trt_end2end.txt "$PY" /tmp/kruns/trt_build.py /tmp/kruns/e2e_trt.onnx /tmp/kruns/include_nms.onnx
   else
     echo "neither trtexec nor the tensorrt Python package here: TensorRT build skipped" | tee -a "$OUT/trt_end2end.txt"
   fi
