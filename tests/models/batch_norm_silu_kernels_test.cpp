@@ -113,6 +113,11 @@ TEST(BatchNormSiLUKernels, Float32MatchesAutogradInDouble) { expect_kernels_matc
 // Half values in and out, float inside: the output's rounding (2^-11 relative) bounds the error.
 TEST(BatchNormSiLUKernels, HalfMatchesAutogradInDouble) { expect_kernels_match<at::Half>(at::kHalf, 2e-3); }
 
+// bfloat16 (autocast's CPU and Ampere+ type): its 8-bit mantissa (2^-8 relative) bounds the error.
+TEST(BatchNormSiLUKernels, Bfloat16MatchesAutogradInDouble) {
+  expect_kernels_match<at::BFloat16>(at::kBFloat16, 1.5e-2);
+}
+
 // Evaluation-style prepare (update false, no running statistics): the same constants, nothing written.
 TEST(BatchNormSiLUKernels, PrepareWithoutUpdate) {
   const at::Tensor mean = at::tensor({0.5f, -1.f, 2.f}), invstd = at::tensor({2.f, 0.5f, 1.f});
