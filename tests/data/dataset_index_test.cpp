@@ -250,6 +250,20 @@ TEST(DatasetConfig, DemoYamlAndErrors) {
   EXPECT_EQ(names.nc, 2);
   EXPECT_EQ(names.train, std::vector<std::string>{dir.file("sub/t")});
   EXPECT_EQ(names.val, (std::vector<std::string>{dir.file("sub/v1"), "/abs/v2"}));
+  // A missing split with upstream's `download:` (a URL or a script) names what upstream would fetch.
+  const std::string url_error =
+      error_of("path: ../datasets/coco128\ntrain: images/train2017\nval: images/train2017\nnames: [a]\n"
+               "download: https://ultralytics.com/assets/coco128.zip\n");
+  EXPECT_NE(url_error.find("images/train2017 does not exist. Upstream would run the file's 'download' "
+                           "(https://ultralytics.com/assets/coco128.zip); kestrel does not download: put the dataset under " +
+                           std::filesystem::path(dir.file("../datasets/coco128")).lexically_normal().string()),
+            std::string::npos) << url_error;
+  EXPECT_NE(error_of("train: t\nval: v\nnames: [a]\ndownload: |\n  import os\n  os.system('true')\n").find("(a Python script)"),
+            std::string::npos);
+  // Present data: `download` is not consulted.
+  std::filesystem::create_directories(dir.file("t"));
+  std::filesystem::create_directories(dir.file("v"));
+  EXPECT_EQ(error_of("train: t\nval: v\nnames: [a]\ndownload: https://example.com/x.zip\n"), "(no error)");
 }
 
 }  // namespace

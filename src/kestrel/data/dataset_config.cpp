@@ -99,6 +99,19 @@ DatasetConfig load_dataset_config(const std::string& path) {
     for (int i = 0; i < cfg.nc; ++i) cfg.names.push_back("class" + std::to_string(i));
   if (static_cast<int>(cfg.names.size()) != cfg.nc)
     fail(path, ": 'nc' is ", cfg.nc, " but 'names' lists ", cfg.names.size(), " classes");
+  // Upstream's check_dataset runs the YAML's `download` (a URL or a Python script) when the train or val
+  // data is missing; kestrel has no downloader, so the error says what upstream would have fetched.
+  if (const YAML::Node download = root["download"]; download && download.IsScalar() && !download.Scalar().empty()) {
+    for (const auto* split : {&cfg.train, &cfg.val})
+      for (const std::string& entry : *split)
+        if (!fs::exists(entry)) {
+          const std::string& what = download.Scalar();
+          const bool url = what.rfind("http://", 0) == 0 || what.rfind("https://", 0) == 0;
+          fail(path, ": ", entry, " does not exist. Upstream would run the file's 'download' (",
+               url ? what : std::string("a Python script"), "); kestrel does not download: put the dataset under ",
+               cfg.root, url ? std::string(" (e.g. unzip the archive at that URL there)") : std::string(""));
+        }
+  }
   return cfg;
 }
 
