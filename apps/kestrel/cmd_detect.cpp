@@ -143,14 +143,19 @@ void run_detect(const DetectOptions& o) {
   const c10::Device device = parse_device(o.device);
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   const std::vector<std::string>& names = loaded.info.names;
-  // detect.py's --data names the classes only for weights without names (not .pt files); kestrel
-  // weights always carry theirs. The file is still read, and names that disagree are pointed out.
+  // detect.py's --data names the classes only for weights without names (not .pt files) and is not even
+  // read otherwise; kestrel weights always carry theirs. It is read for a warning when its names differ,
+  // and a file that cannot be used (missing, malformed, data not downloaded) is only a warning too.
   if (!o.data.empty()) {
-    const data::DatasetConfig dataset = data::load_dataset_config(o.data);
-    if (dataset.names != names)
-      std::cout << "WARNING: --data " << o.data << " names " << dataset.nc << " classes unlike the " << names.size()
-                << " of " << o.weights << " (" << (names.empty() ? std::string("none") : names[0])
-                << (names.size() > 1 ? ", ..." : "") << "); the class names come from the weights\n";
+    try {
+      const data::DatasetConfig dataset = data::load_dataset_config(o.data);
+      if (dataset.names != names)
+        std::cout << "WARNING: --data " << o.data << " names " << dataset.nc << " classes unlike the " << names.size()
+                  << " of " << o.weights << " (" << (names.empty() ? std::string("none") : names[0])
+                  << (names.size() > 1 ? ", ..." : "") << "); the class names come from the weights\n";
+    } catch (const Error& e) {
+      std::cout << "WARNING: --data ignored (the class names come from the weights): " << e.what() << "\n";
+    }
   }
 
   eval::DetectorOptions d;
@@ -215,7 +220,7 @@ void add_detect_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("detect", "detect objects in images (a file, a folder or a .txt list), a video file or a camera");
   cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
   cmd->add_option("--data", o->data, "dataset YAML (optional, as detect.py: kestrel weights carry their class names; "
-                  "a warning when the YAML's differ)");
+                  "a warning when the YAML's differ or it cannot be read)");
   cmd->add_option("--source", o->source, "image file, folder (searched recursively), .txt list of images, video file (mp4, avi, mov ...), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
