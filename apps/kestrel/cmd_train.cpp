@@ -80,6 +80,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--quiet", o->quiet, "no per-iteration progress line");
   // Tests stop a (multi-process) run at a known batch, as Ctrl-C would; not shown in --help.
   cmd->add_option("--interrupt-after", o->interrupt_after, "")->group("");
+  // train.py's Weights & Biases and Google Cloud flags: refused with the reason rather than CLI11's
+  // "not expected" (kestrel logs to TensorBoard event files and results.csv in the run folder).
+  auto unsupported = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();
+  for (const std::string name : {"--entity", "--bbox_interval", "--artifact_alias", "--bucket", "--upload_dataset"})
+    unsupported->emplace_back(name, cmd->add_option(name)->expected(0, 1)->group(""));
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc-per-node", *nproc,
                   "data-parallel processes on this node (runs this command N times with RANK, WORLD_SIZE, "
@@ -88,7 +93,11 @@ void add_train_command(CLI::App& app) {
   auto generations = std::make_shared<int>(0);
   cmd->add_option("--evolve", *generations, "evolve the hyperparameters for N generations (default 300) into runs/evolve")
       ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
-  cmd->callback([o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache] {
+  cmd->callback([o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache, unsupported] {
+    for (const auto& [name, option] : *unsupported)
+      if (option->count() > 0)
+        throw CLI::ValidationError(name, "kestrel has no W&B or Google Cloud logging; it writes TensorBoard "
+                                   "event files and results.csv into the run folder (tensorboard --logdir runs/train)");
     o->img_size = img_sizes->at(0);
     o->img_size_test = img_sizes->size() > 1 ? img_sizes->at(1) : 0;
     // A YOLOv7 spelling beside a different YOLOv5 one is a contradiction, not a silent override.

@@ -194,6 +194,14 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   r = test::run_command(test::kestrel_binary() + " val --weights " + dir.file("fake.safetensors"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir.file("fake.safetensors")), std::string::npos) << r.output;
+  // train.py's W&B / Google Cloud flags: refused with the reason, before any work.
+  for (const std::string flag : {"--entity me", "--bbox_interval 5", "--artifact_alias latest", "--bucket b", "--upload_dataset"}) {
+    r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --project " + dir.file("runs") + " " + flag);
+    EXPECT_NE(r.exit_code, 0) << flag;
+    EXPECT_NE(r.output.find(flag.substr(0, flag.find(' ')) + ": kestrel has no W&B or Google Cloud logging"), std::string::npos)
+        << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs")));
 }
 
 }  // namespace
