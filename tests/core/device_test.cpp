@@ -4,6 +4,7 @@
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
+#include "test_support.h"
 
 namespace kestrel {
 namespace {
@@ -25,6 +26,10 @@ TEST(Device, EachRankTakesItsEntryOfTheList) {
   EXPECT_EQ(device_of_rank("0,1", 0), "0");
   EXPECT_EQ(device_of_rank("2,3", 1), "3");
   EXPECT_EQ(device_of_rank(" 4, 5 ,6", 2), "6");
+  EXPECT_EQ(device_of_rank("cpu,cpu", 1), "cpu");  // Gloo ranks may share the CPU
+  // NCCL takes one GPU per rank: a device listed twice (in any spelling) is named.
+  for (const char* spec : {"0,0", "1,cuda:1", "cuda,0"})
+    EXPECT_NE(test::error_message([&] { device_of_rank(spec, 0); }).find("is listed twice"), std::string::npos) << spec;
   EXPECT_EQ(device_of_rank("cuda:0", 3), "cuda:0");  // no list: unchanged (the caller picks cuda:LOCAL_RANK)
   EXPECT_EQ(device_of_rank("", 1), "");
   EXPECT_THROW(device_of_rank("0,1", 2), Error);     // more ranks on this node than devices listed

@@ -1,5 +1,7 @@
 #include "kestrel/core/device.h"
 
+#include <algorithm>
+
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/autocast_mode.h>
@@ -47,6 +49,19 @@ std::string device_of_rank(const std::string& spec, int local_rank) {
     if (entry.empty()) fail("--device ", spec, ": an empty entry in the device list");
     entries.push_back(entry);
     entry.clear();
+  }
+  // One GPU per process: NCCL refuses two ranks on one device ("Duplicate GPU detected") at the first
+  // collective, so a repeated entry is named here. CPU entries may repeat (Gloo ranks share the CPU).
+  std::vector<std::string> seen;
+  for (const std::string& e : entries) {
+    std::string key = e;
+    for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (key.find_first_not_of("0123456789") == std::string::npos) key = "cuda:" + key;
+    if (key == "cuda") key = "cuda:0";
+    if (key == "cpu") continue;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      fail("--device ", spec, ": ", key, " is listed twice (one GPU per process: NCCL does not run two ranks on one device)");
+    seen.push_back(key);
   }
   if (local_rank < 0 || local_rank >= static_cast<int>(entries.size()))
     fail("--device ", spec, ": ", entries.size(), " devices listed for local rank ", local_rank,

@@ -273,6 +273,10 @@ void barrier(const DistContext& ctx) {
   ctx.group->barrier()->wait();
 }
 
+void shutdown(const DistContext& ctx) {
+  if (ctx.enabled && ctx.group) ctx.group->shutdown();
+}
+
 // Runs on the autograd engine's thread right after `param`'s .grad received this backward's gradient.
 struct GradientReducer::Hook : torch::autograd::PostAccumulateGradHook {
   Hook(GradientReducer* r, size_t i) : reducer(r), index(i) {}

@@ -79,6 +79,9 @@ void broadcast_tensors(const std::vector<at::Tensor>& tensors, const DistContext
 // Every rank calls it: true on all ranks if any rank passed true (e.g. "stop training").
 bool any_rank(bool flag, const DistContext& ctx);
 void barrier(const DistContext& ctx);
+// After the last collective: NCCL's communicators are destroyed in order (left to ProcessGroupNCCL's
+// destructor they are aborted, with a warning). A no-op for Gloo and for a disabled context.
+void shutdown(const DistContext& ctx);
 
 // Averages the gradients of `params` over the ranks, overlapped with backward as PyTorch DDP does.
 // Parameters are grouped into buckets of about `bucket_mb` MiB (DDP's bucket_cap_mb, default 25;

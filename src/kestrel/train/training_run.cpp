@@ -260,6 +260,9 @@ void TrainingRun::log_epoch(int epoch, const std::array<double, 3>& train_loss, 
 // last (and best, and every --save-period) weights of the EMA; and the state a resume needs: both
 // models, the optimiser and scaler state, and the progression.
 void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_done) {
+  // Rank 0 alone writes, as upstream (RANK in {-1, 0}): the others' copies would only fill their scratch
+  // folders every epoch.
+  if (!dist_ctx.is_main()) return;
   models::WeightsInfo w = info;
   w.extra = {{"epoch", std::to_string(epoch_done)}, {"best_fitness", cat(p.best_fitness)}};
   models::save_model_weights(last_path, ema->model(), w);
@@ -301,6 +304,7 @@ TrainResult TrainingRun::finish() {
     result.best.clear();
   }
   dist::barrier(dist_ctx);
+  dist::shutdown(dist_ctx);
   return result;
 }
 

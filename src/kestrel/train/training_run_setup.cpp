@@ -8,6 +8,8 @@
 #include <iostream>
 #include <map>
 
+#include <torch/cuda.h>
+
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/image_files.h"
@@ -51,8 +53,14 @@ void TrainingRun::join_ranks() {
   // LOCAL_RANK of the list, and without a list cuda:LOCAL_RANK.
   const bool listed = o.device.find(',') != std::string::npos;
   device = parse_device(dist_env.world_size > 1 ? device_of_rank(o.device, dist_env.local_rank) : o.device);
-  if (dist_env.world_size > 1 && device.is_cuda() && !listed)
+  if (dist_env.world_size > 1 && device.is_cuda() && !listed) {
+    const int count = static_cast<int>(torch::cuda::device_count());
+    if (dist_env.local_rank >= count)
+      fail("distributed: local rank ", dist_env.local_rank, " would train on cuda:", dist_env.local_rank, ", but this machine "
+           "shows ", count, " CUDA device(s): start at most ", count, " processes per node (one GPU each), or name the "
+           "devices with --device");
     device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist_env.local_rank));
+  }
   // cuDNN autotuning: the training shapes repeat (YOLOv7's train.py turns it on too; YOLOv5 v7.0 leaves it off).
   if (device.is_cuda()) set_cudnn_benchmark(true);
   dist_ctx = dist::init(dist_env, device, std::chrono::seconds(3600));
