@@ -27,6 +27,26 @@ if(KESTREL_WITH_CUDA)
 endif()
 
 find_package(Torch REQUIRED)
+
+# kestrel's process group code compiles against the toolkit's nccl.h, while the NCCL library at run time is
+# the one torch was built for (the wheel pins it). ProcessGroupNCCL's options embed NCCL's config struct,
+# so the two versions must agree: say so at configure time when they do not.
+if(KESTREL_WITH_CUDA)
+  find_file(KESTREL_NCCL_HEADER nccl.h HINTS ${CMAKE_CUDA_TOOLKIT_INCLUDE_DIRECTORIES} /usr/local/cuda/include)
+  execute_process(COMMAND ${KESTREL_PYTHON} -c
+                  "import importlib.metadata as m, re; print(next((re.sub(r'.*==\\s*', '', r.split(';')[0]).strip() for r in (m.requires('torch') or []) if r.startswith('nvidia-nccl')), ''))"
+                  OUTPUT_VARIABLE _torch_nccl OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc ERROR_QUIET)
+  if(KESTREL_NCCL_HEADER AND _rc EQUAL 0 AND _torch_nccl)
+    file(STRINGS "${KESTREL_NCCL_HEADER}" _nccl_defs REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
+    string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*NCCL_MINOR ([0-9]+).*NCCL_PATCH ([0-9]+).*" "\\1.\\2.\\3" _header_nccl "${_nccl_defs}")
+    if(NOT _header_nccl STREQUAL _torch_nccl)
+      message(WARNING "kestrel: ${KESTREL_NCCL_HEADER} is NCCL ${_header_nccl}, but torch runs with NCCL ${_torch_nccl}: "
+                      "multi-GPU training (ProcessGroupNCCL) may misbehave. Use the NCCL headers of version ${_torch_nccl}.")
+    else()
+      message(STATUS "kestrel: NCCL ${_header_nccl} headers, as torch's")
+    endif()
+  endif()
+endif()
 # Executables find the wheel's libraries (and, through their RPATH, its nvidia/* libraries) at run time.
 get_filename_component(KESTREL_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 set(CMAKE_BUILD_RPATH "${KESTREL_TORCH_LIB_DIR}")
