@@ -176,5 +176,29 @@ TEST(CudaGraphStep, CapturedAndEagerStepsGiveTheSameWeightsOnCuda) {
   }
 }
 
+// One shape, every call an update, and the momentum changing after its graph was captured: the graph is
+// captured again (the old one is kept until the new capture is complete: it holds the graphs' memory
+// pool, the only graph there is), and the steps still equal the plain ones.
+TEST(CudaGraphStep, RecapturesWhenTheMomentumChangesOnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device cuda(c10::kCUDA, 0);
+  Rig plain(cuda, false), graphed(cuda, false);
+  GraphStepOptions o;
+  o.warmup = 1;
+  CudaGraphStep graph_step(*graphed.step, cuda, o);
+  for (int i = 0; i < 10; ++i) {
+    const StepSettings s{{0.01, 0.01, 0.01}, i < 5 ? 0.9 : 0.8, 1};
+    const Batch b = make_batch(20, 300 + static_cast<uint64_t>(i), cuda);
+    const loss::YoloLoss::Result want = plain.step->forward_backward(b.images, b.targets, b.mask);
+    plain.step->optimizer_step(s);
+    const loss::YoloLoss::Result got = graph_step.run(b.images, b.targets, b.mask, s, true);
+    ASSERT_NEAR(got.total.item<double>(), want.total.item<double>(), 1e-4 * std::abs(want.total.item<double>())) << i;
+  }
+  EXPECT_EQ(graph_step.graphs_captured(), 2);  // at momentum 0.9, then again at 0.8
+  EXPECT_GE(graph_step.replays(), 4);
+  const auto a = plain.model->named_parameters(), b = graphed.model->named_parameters();
+  for (const auto& p : a) EXPECT_TRUE(at::allclose(p.value().cpu(), b[p.key()].cpu(), 1e-4, 1e-6)) << p.key();
+}
+
 }  // namespace
 }  // namespace kestrel::train

@@ -184,24 +184,30 @@ struct CudaGraphStep::Impl {
     if (pool == c10::MempoolId_t{0, 0}) pool = at::cuda::graph_pool_handle();
     on_side_stream([&] {
       NoAutocastCache no_cast_cache;
-      s.graph = std::make_unique<at::cuda::CUDAGraph>();
+      // A re-capture (the momentum changed) keeps the old graph until the new one is complete: destroying
+      // it first would drop the shared pool's last reference, and capture_begin on a pool marked for
+      // release fails an internal assertion of the caching allocator.
+      auto graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local mode: the loader's threads may use CUDA (pinned memory) while this one captures.
-      s.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       try {
         s.out = body(s, update);
       } catch (const std::exception& e) {
-        // Leave capture mode and say which shape. An invalidated capture makes capture_end throw before
-        // it stops routing allocations into the graphs' pool: stop that here.
+        // Leave capture mode and say which shape. An invalidated capture makes capture_end throw, possibly
+        // before it stops routing allocations into the graphs' pool: stop that here if it did not.
         try {
-          s.graph->capture_end();
+          graph->capture_end();
         } catch (const std::exception&) {
-          c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), pool);
+          try {
+            c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), pool);
+          } catch (const std::exception&) {  // capture_end had already ended it: keep the message below
+          }
         }
-        s.graph.reset();
         fail("CUDA graph capture of the training step failed (images ", s.images.sizes(), ", ", s.targets.size(1),
              " target rows, ", update ? "with" : "without", " the update): ", e.what());
       }
-      s.graph->capture_end();
+      graph->capture_end();
+      s.graph = std::move(graph);
     });
     s.graph_momentum = s.momentum;
     ++captured;
