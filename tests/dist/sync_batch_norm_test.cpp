@@ -8,15 +8,18 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <string>
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/nn/modules/container/sequential.h>
 
 #include "kestrel/core/error.h"
 #include "kestrel/dist/process_group.h"
 #include "kestrel/dist/sync_batch_norm.h"
+#include "kestrel/models/batch_norm.h"
 #include "kestrel/models/common.h"
 #include "dist/dist_test_support.h"
 #include "test_support.h"
@@ -159,6 +162,54 @@ TEST_F(SyncBatchNorm, TwoRanksEqualOneProcessWithTheWholeBatch) {
 
 TEST_F(SyncBatchNorm, WithoutSyncTheShardsNormaliseDifferently) {
   compare_two_ranks_with_one_process(dir.file("store"), /*sync=*/false, /*expect_equal=*/false);
+}
+
+// A bfloat16 input (autocast's) on 2 ranks against float32 batch norm over the whole batch of the same
+// values: the statistics and gradients are computed in float32, the output and input gradient come back
+// in bfloat16, and the backward is the one operation that keeps x in its own dtype.
+TEST_F(SyncBatchNorm, Bfloat16InputOnTwoRanksMatchesFloat32OnTheWholeBatch) {
+  torch::manual_seed(4);
+  const at::Tensor x = (at::randn({4, 5, 6, 6}) * 2 + 1).to(at::kBFloat16), g = at::randn({4, 5, 6, 6});
+  auto reference = models::make_batch_norm(5);
+  {
+    torch::NoGradGuard no_grad;
+    reference->weight.uniform_(0.5, 1.5);
+    reference->bias.uniform_(-0.5, 0.5);
+  }
+  reference->train();
+  const at::Tensor x32 = x.to(at::kFloat).requires_grad_();
+  const at::Tensor want = reference->forward(x32);
+  (want * g).sum().backward();
+  std::vector<at::Tensor> y(2), dx(2), dweight(2);
+  std::vector<std::string> grad_fn(2);
+  run_ranks(2, [&](int r) {
+    auto bn = models::make_batch_norm(5);
+    {
+      torch::NoGradGuard no_grad;
+      bn->weight.copy_(reference->weight);
+      bn->bias.copy_(reference->bias);
+    }
+    bn->train();
+    const DistContext ctx = file_group(dir.file("store"), r, 2);
+    convert_sync_batch_norm(*bn, ctx);
+    const at::Tensor xr = x.narrow(0, 2 * r, 2).clone().requires_grad_();
+    y[r] = bn->forward(xr);
+    grad_fn[r] = y[r].grad_fn()->name();
+    (y[r].to(at::kFloat) * g.narrow(0, 2 * r, 2)).sum().backward();
+    dx[r] = xr.grad();
+    dweight[r] = bn->weight.grad().clone();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(grad_fn[r], "kestrel::dist::SyncBatchNormBackward");
+    EXPECT_EQ(y[r].scalar_type(), at::kBFloat16);
+    EXPECT_EQ(dx[r].scalar_type(), at::kBFloat16);
+    // bfloat16's 8-bit mantissa: relative errors of a few 2^-8 of the largest value.
+    EXPECT_TRUE(close_rel(y[r].to(at::kFloat), want.detach().narrow(0, 2 * r, 2), 2e-2)) << "output, rank " << r;
+    EXPECT_TRUE(close_rel(dx[r].to(at::kFloat), x32.grad().narrow(0, 2 * r, 2), 3e-2)) << "input gradient, rank " << r;
+  }
+  // Each rank's weight gradient is its own shard's; their sum is the whole batch's (within the rounding of
+  // the bfloat16 gradient arriving at the bfloat16 output).
+  EXPECT_TRUE(close_rel(dweight[0] + dweight[1], reference->weight.grad(), 2e-2));
 }
 
 // Eval mode uses the running statistics and no collective: rank 0 alone can validate.
