@@ -137,8 +137,17 @@ DistContext init_with_store(const c10::intrusive_ptr<c10d::Store>& store, int ra
     c10::cuda::set_device(ctx.device.index());
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = op_timeout;
-    // NCCL communicators are created lazily at the first collective; the store exchange happens then.
-    ctx.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
+    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
+    // Bound to this rank's GPU and connected now, as init_process_group(device_id=...) does: NCCL's own
+    // failures (two ranks on one GPU, a peer that cannot be reached) are reported here with the rank,
+    // instead of surfacing unnamed from the first broadcast. Every rank is here at the same point.
+    group->setBoundDeviceId(ctx.device);
+    try {
+      group->eagerConnectSingleDevice(ctx.device);
+    } catch (const std::exception& e) {
+      fail("distributed: rank ", rank, " of ", world_size, " could not connect NCCL on ", ctx.device.str(), ": ", e.what());
+    }
+    ctx.group = group;
     return ctx;
 #else
     fail("distributed: device ", device.str(), " needs NCCL, but this kestrel build has no NCCL support "
