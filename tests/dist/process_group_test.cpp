@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -346,7 +347,7 @@ TEST_F(DistGloo, ReducerEdgeCases) {
     if (r == 1) params[r][2].mutable_grad() = at::full({7}, 4.0f);  // rank 0 has no gradient here
   }
   std::vector<size_t> buckets(2);
-  std::vector<bool> any(4);
+  std::array<bool, 4> any{};  // not std::vector<bool>: its bits share words, and the ranks write concurrently
   run_ranks(2, [&](int rank) {
     const DistContext ctx = file_group(dir.file("store"), rank, 2);
     GradientReducer reducer(params[rank], ctx);
@@ -367,6 +368,25 @@ TEST_F(DistGloo, ReducerEdgeCases) {
   }
 }
 
+// The training loop's Ctrl-C vote: each vote returns the previous one's OR over the ranks (false first),
+// the same on every rank.
+TEST_F(DistGloo, DeferredAnyRankReturnsThePreviousVote) {
+  // rank 1 votes true in its second vote only; rank 0 in its fourth only.
+  const std::vector<std::vector<bool>> votes{{false, false, false, true, false}, {false, true, false, false, false}};
+  std::vector<std::vector<bool>> seen(2);
+  run_ranks(2, [&](int rank) {
+    DeferredAnyRank vote(file_group(dir.file("store"), rank, 2));
+    for (bool v : votes[rank]) seen[rank].push_back(vote.vote(v));
+  });
+  const std::vector<bool> want{false, false, true, false, true};
+  EXPECT_EQ(seen[0], want);
+  EXPECT_EQ(seen[1], want);
+  // One process: the flag itself, at once.
+  DeferredAnyRank alone{DistContext{}};
+  EXPECT_TRUE(alone.vote(true));
+  EXPECT_FALSE(alone.vote(false));
+}
+
 TEST_F(DistGloo, MissingRankIsAClearErrorNotAHang) {
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -384,7 +404,7 @@ TEST_F(DistGloo, TcpStoreRendezvousAndMissingRank) {
   env.master_addr = "127.0.0.1";
   env.master_port = free_port();
   // Both ranks through the real path: rank 0 hosts the TCPStore, rank 1 connects; then an all-reduce.
-  std::vector<bool> stop(2);
+  std::array<bool, 2> stop{};  // one bool each (std::vector<bool> packs them into one word)
   run_ranks(2, [&](int rank) {
     DistEnv e = env;
     e.rank = e.local_rank = rank;

@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/Event.h>
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -78,6 +80,23 @@ void broadcast_tensors(const std::vector<at::Tensor>& tensors, const DistContext
 
 // Every rank calls it: true on all ranks if any rank passed true (e.g. "stop training").
 bool any_rank(bool flag, const DistContext& ctx);
+
+// any_rank inside the training loop, without draining the GPU: each vote() starts the reduction of this
+// rank's flag and returns the previous vote's result (false at the first), which every rank reads at the
+// same call. With NCCL the result is copied to pinned host memory behind the all-reduce; reading it one
+// vote later waits for that copy, long done, where any_rank's .item() would wait for every step queued
+// on the device. With Gloo the reduction completes within vote().
+class DeferredAnyRank {
+ public:
+  explicit DeferredAnyRank(DistContext ctx);
+  bool vote(bool flag);
+
+ private:
+  DistContext ctx_;
+  bool cuda_ = false, pending_ = false;
+  at::Tensor device_flag_, host_flag_;  // [1] float32 on the group's device; [1] pinned (NCCL) or the same (Gloo)
+  std::optional<c10::Event> copied_;    // NCCL: the copy of the last vote's result reached host_flag_
+};
 void barrier(const DistContext& ctx);
 // After the last collective: NCCL's communicators are destroyed in order (left to ProcessGroupNCCL's
 // destructor they are aborted, with a warning). A no-op for Gloo and for a disabled context.

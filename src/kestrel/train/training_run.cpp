@@ -190,10 +190,14 @@ bool TrainingRun::optimiser_step(const StepSettings& s, int64_t ni) {
     step->optimizer_step(s);
   }
   progression.last_opt_step = ni;
-  // Ctrl-C is honoured here, where no gradient is half accumulated. Several ranks agree on it
-  // every 8 optimiser steps (a collective: all ranks stop at the same step).
+  // Ctrl-C is honoured here, where no gradient is half accumulated. Several ranks vote on it every 8
+  // optimiser steps and act on the previous vote's result (a collective read without draining the GPU):
+  // all ranks stop at the same step, 8 to 16 steps after the signal.
   bool stop_now = g_stop_requested;
-  if (dist_ctx.enabled) stop_now = ++dist_stop_checks % 8 == 0 && dist::any_rank(stop_now, dist_ctx);
+  if (dist_ctx.enabled) {
+    if (!stop_vote) stop_vote.emplace(dist_ctx);
+    stop_now = ++dist_stop_checks % 8 == 0 && stop_vote->vote(stop_now);
+  }
   return stop_now || (o.interrupt_after >= 0 && batches_run + 1 >= o.interrupt_after);
 }
 

@@ -138,7 +138,8 @@ class TrainingRun {
   ProgressLine progress;
   TrainResult result;
   int64_t batches_run = 0;
-  int64_t dist_stop_checks = 0;    // optimiser steps of this process (ranks agree on Ctrl-C every 8th)
+  int64_t dist_stop_checks = 0;    // optimiser steps of this process (ranks vote on Ctrl-C every 8th)
+  std::optional<dist::DeferredAnyRank> stop_vote;  // data parallel: the Ctrl-C vote, read one vote later
   eval::ValidationResult last_val;
 };
 
