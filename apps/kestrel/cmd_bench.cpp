@@ -46,7 +46,11 @@ void run_bench_data(const BenchDataOptions& o) {
     fail("bench data: ", o.data, ": ", dataset->size(), " images make no whole batch of ", o.batch,
          " (use a smaller --batch-size or --repeat N)");
   nlohmann::json result = {{"what", "loader"}, {"img", o.img}, {"batch", o.batch}, {"workers", o.workers},
-                           {"cache", o.cache.empty() ? "none" : o.cache}, {"images_per_epoch", loader.num_batches() * o.batch}};
+                           {"prefetch", loader.prefetch()}, {"cache", o.cache.empty() ? "none" : o.cache},
+                           {"images_per_epoch", loader.num_batches() * o.batch}};
+  if (!o.json)
+    std::printf("loader: %d workers, up to %d batches of %d built ahead, %lld images an epoch\n", o.workers,
+                loader.prefetch(), o.batch, static_cast<long long>(loader.num_batches() * o.batch));
   std::vector<double> rates;
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     const auto t0 = std::chrono::steady_clock::now();

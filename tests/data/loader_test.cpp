@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include <ATen/ATen.h>
 
@@ -35,6 +37,29 @@ std::vector<Batch> epoch(const std::shared_ptr<const YoloDataset>& ds, LoaderOpt
   std::vector<Batch> out;
   while (auto b = loader.next()) out.push_back(std::move(*b));
   return out;
+}
+
+// Each worker builds whole batches, so the bound on batches ahead must leave every worker one to build:
+// by default two per worker (PyTorch's prefetch_factor). With 3 workers and nothing taken, exactly 6
+// batches are built (a fixed bound of 4 kept 16 workers of a GPU machine to 4 busy ones).
+TEST(Loader, PrefetchDefaultsToTwoBatchesPerWorker) {
+  auto ds = demo(false, 64, false, 2);  // the 16 val images
+  LoaderOptions o;
+  o.batch_size = 2;  // 8 batches
+  o.workers = 3;
+  DataLoader loader(ds, o);
+  EXPECT_EQ(loader.prefetch(), 6);
+  loader.start_epoch(0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (loader.batches_ready() < 6 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // time to overshoot, if it would
+  EXPECT_EQ(loader.batches_ready(), 6u);
+  int64_t taken = 0;
+  while (loader.next()) ++taken;
+  EXPECT_EQ(taken, 8);
+  o.prefetch = 1;
+  EXPECT_EQ(DataLoader(ds, o).prefetch(), 1);
 }
 
 // --image-weights: draws with replacement in proportion to the weights, seeded by the epoch.

@@ -97,12 +97,17 @@ DataLoader::DataLoader(std::shared_ptr<const YoloDataset> dataset, LoaderOptions
   if (options_.batch_size < 1) fail("--batch-size must be >= 1");
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size) fail("invalid rank/world size");
   options_.workers = std::max(1, options_.workers);
-  options_.prefetch = std::max(1, options_.prefetch);
+  if (options_.prefetch <= 0) options_.prefetch = 2 * options_.workers;
   options_.pin_memory = options_.pin_memory && torch::cuda::is_available();
   if (dataset_->options().rect && options_.shuffle) fail("rectangular batches keep their order: do not shuffle them");
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
+
+size_t DataLoader::batches_ready() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ready_.size();
+}
 
 size_t DataLoader::num_batches() const {
   const size_t per_rank = (dataset_->size() + options_.world_size - 1) / options_.world_size;

@@ -20,7 +20,8 @@ namespace kestrel::data {
 struct LoaderOptions {
   int batch_size = 16;
   int workers = 8;              // threads building batches (upstream --workers)
-  int prefetch = 4;             // batches built ahead of the consumer
+  int prefetch = 0;             // batches built ahead of the consumer; 0: two per worker (PyTorch's
+                                // prefetch_factor), since each worker builds whole batches: fewer would idle workers
   int max_boxes = 400;          // fixed target capacity per image (static shapes); extra boxes dropped and counted
   bool shuffle = true;
   bool drop_last = false;
@@ -66,6 +67,8 @@ class DataLoader {
   // a permutation. Empty: permutations again. Needs shuffle; all weights >= 0, some > 0.
   void set_sample_weights(std::vector<double> weights);
   const std::vector<int64_t>& epoch_order() const { return order_; }  // dataset indices of this rank
+  int prefetch() const { return options_.prefetch; }  // the bound in effect (after the default)
+  size_t batches_ready() const;                        // built and not yet taken
 
  private:
   void stop_workers();
@@ -78,7 +81,7 @@ class DataLoader {
   std::vector<double> sample_weights_;
   int epoch_ = 0;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<int64_t, Batch> ready_;
   int64_t next_to_build_ = 0, next_to_return_ = 0;

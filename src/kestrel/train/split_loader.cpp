@@ -27,7 +27,8 @@ data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::str
 }  // namespace
 
 SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions& o, const Hyperparameters& hyp,
-                              int stride, int nc_for_check, int rank, int world_size, int repeat) {
+                              int stride, int nc_for_check, const c10::Device& device, int rank, int world_size,
+                              int repeat) {
   data::DatasetOptions d;
   d.img_size = o.img_size;
   d.augment = true;
@@ -52,7 +53,7 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   l.max_boxes = o.max_boxes;
   l.shuffle = !o.rect;
   l.seed = o.seed;
-  l.pin_memory = parse_device(o.device).is_cuda();  // page-locked batches: asynchronous host-to-device copies
+  l.pin_memory = device.is_cuda();  // page-locked batches: asynchronous host-to-device copies
   l.rank = rank;
   l.world_size = world_size;
   if (o.bind_cores) {  // this process's slice of the cores it may use, one worker per core in turn

@@ -5,6 +5,8 @@
 #include <memory>
 #include <string>
 
+#include <c10/core/Device.h>
+
 #include "kestrel/data/dataset.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/loader.h"
@@ -22,8 +24,11 @@ struct SplitLoader {
 // its dataset and loader from the training options: --img, --batch-size (divided over `world_size`
 // ranks), --rect, --cache, --workers, --single-cls, --quad, --seed. Class ids must be < nc_for_check.
 // repeat: the split that many times per epoch (benchmarks: a small dataset as a large one).
+// device: where this process trains (not o.device, which may list one device per rank); batches are
+// page-locked for a CUDA device.
 SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions& o, const Hyperparameters& hyp,
-                              int stride, int nc_for_check, int rank = 0, int world_size = 1, int repeat = 1);
+                              int stride, int nc_for_check, const c10::Device& device, int rank = 0, int world_size = 1,
+                              int repeat = 1);
 
 // val.py's loader: letterboxed rectangular batches (pad 0.5) in file order, no augmentation.
 struct ValLoaderOptions {

@@ -198,7 +198,7 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   t.device = device.str();
   const int stride = static_cast<int>(std::max<int64_t>(bench->model->max_stride(), 32));
   if (e.repeat < 1) fail("bench e2e: --repeat must be >= 1");
-  SplitLoader split = make_train_loader(data_cfg, t, hyp, stride, nc, /*rank=*/0, /*world_size=*/1, e.repeat);
+  SplitLoader split = make_train_loader(data_cfg, t, hyp, stride, nc, device, /*rank=*/0, /*world_size=*/1, e.repeat);
 
   E2eBenchResult r;
   r.batches_per_epoch = static_cast<int64_t>(split.loader->num_batches());

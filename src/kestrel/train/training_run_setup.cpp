@@ -161,7 +161,7 @@ void TrainingRun::build_data() {
   if (o.img_size_test > 0) check_img_size(o.img_size_test, 0);
   const int val_img_size = o.img_size_test > 0 ? o.img_size_test : o.img_size;
   const int nc = static_cast<int>(data_cfg.names.size());
-  train_data = make_train_loader(data_cfg, o, hyp, stride, nc, dist_ctx.rank, dist_ctx.world_size);
+  train_data = make_train_loader(data_cfg, o, hyp, stride, nc, device, dist_ctx.rank, dist_ctx.world_size);
   ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
   v.img_size = val_img_size;
   v.batch_size = o.batch_size * 2;
