@@ -450,6 +450,13 @@ TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
   EXPECT_NE(first, std::string::npos);
   EXPECT_EQ(r.output.find("epochs completed", first + 1), std::string::npos) << r.output;
 
+  // Upstream's data-parallel spelling names one device per rank (--device 0,1 on GPUs): each rank takes its
+  // entry, for the model and for its loader.
+  std::string with_list = common;
+  with_list.replace(with_list.find("--device cpu"), 12, "--device cpu,cpu");
+  const auto listed = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT " + with_list +
+                                        " --batch 4 --epochs 1 --noval --name listed");
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
   // A failing rank's error reaches the user and the launcher's exit code is non-zero.
   const auto bad = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT " + common + " --epochs 1 --batch 3");
   EXPECT_NE(bad.exit_code, 0);
