@@ -60,33 +60,43 @@ ldd $K $T | grep "not found" && echo "MISSING LIBRARIES above: nothing below can
 DATA=build-device/coco128/coco128.yaml
 [ -f "$DATA" ] || DATA=data/demo/demo.yaml
 FAST=(--batch-size 64 --img 640 --device 0 --precision fp16 --channels-last)
+# The PyTorch reference's step settings (shared/reference/pytorch_baseline.md): 8 boxes an image, 5 warm-up
+# steps, 15 timed (8 for OTA).
+REF=(--targets 8 --warmup 5 --steps 15)
+REF_OTA=(--targets 8 --warmup 5 --steps 8)
 
 run_step env 20 env.txt $K env
 run_step "cuda tests" 120 cuda_tests.txt $T '--gtest_filter=*Cuda*:*CUDA*:DevicePrefetcher*:NmsCuda*'
-# 48 images in batches of 16 at 320: 3 batches an epoch, an update every 4 (nominal batch 64), so graphs
-# are captured in the first epochs and replayed after the next epochs' gradient zeroing.
+# 48 images as one batch (of 48: --batch-size 64 > the split) at 320: an update every batch (nominal batch
+# 64), warm-up over after 3 epochs, so the update graph is captured in epoch 6 and replayed after the next
+# epochs' gradient zeroing.
 run_step "train --cuda-graph across epochs" 90 train_graph.txt \
-  $K train --cfg yolov5n --data "$DATA" --epochs 5 --batch-size 16 --img 320 --device 0 --workers 8 --cache ram \
+  $K train --cfg yolov5n --data "$DATA" --epochs 9 --batch-size 64 --img 320 --device 0 --workers 8 --cache ram \
   --cuda-graph --min-warmup-iters 0 --noval --project /tmp/kruns --name graph --exist-ok --quiet
 [ "$WHAT" = tests ] && { echo; echo "skipped: ${SKIPPED[*]:-none}; figures in $OUT"; exit 0; }
 
-run_step "ablation yolov5s" 170 ablation_yolov5s.txt $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation --steps 10
-run_step "bench yolov7 --ota" 60 bench_models.txt $K bench train --cfg yolov7 --ota "${FAST[@]}" --steps 10 --json
-run_step "bench yolov7 --ota --cuda-graph" 60 bench_models.txt $K bench train --cfg yolov7 --ota --cuda-graph "${FAST[@]}" --steps 10 --json
-run_step "bench yolov3" 50 bench_models.txt $K bench train --cfg yolov3 "${FAST[@]}" --steps 10 --json
-# --repeat 16: 48 carried images as 768 per epoch (12 batches of 64), so that 16 workers have work and
-# epochs do not restart with every step (upstream's loader figure used coco128 x 16).
-run_step "bench e2e ($DATA)" 90 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --workers 16 --repeat 16 --steps 20
-run_step "loader 16 workers ($DATA)" 60 bench_data.txt $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 16 --epochs 3
+run_step "ablation yolov5s" 170 ablation_yolov5s.txt $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation "${REF[@]}"
+run_step "bench yolov7 --ota" 60 bench_models.txt $K bench train --cfg yolov7 --ota "${FAST[@]}" "${REF_OTA[@]}" --json
+run_step "bench yolov7 --ota --cuda-graph" 60 bench_models.txt $K bench train --cfg yolov7 --ota --cuda-graph "${FAST[@]}" "${REF_OTA[@]}" --json
+run_step "bench yolov3" 50 bench_models.txt $K bench train --cfg yolov3 "${FAST[@]}" "${REF[@]}" --json
+# --repeat 43: 48 carried images as 2,064 per epoch (32 batches of 64), as the reference's coco128 x 16
+# (2,048), so that 16 workers have work and the timed steps cover whole epochs. The reference e2e is
+# fp16 NCHW; this is kestrel's fast configuration (channels-last), the NCHW row follows if time allows.
+run_step "bench e2e ($DATA)" 90 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --workers 16 --repeat 43 --steps 64
+run_step "loader 16 workers ($DATA)" 60 bench_data.txt $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 43 --epochs 3
 
 # Only with time left over.
-run_step "bench yolov5n" 40 bench_models.txt $K bench train --cfg yolov5n "${FAST[@]}" --steps 10 --json
+run_step "bench e2e NCHW, the reference's layout ($DATA)" 60 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s \
+  --batch-size 64 --img 640 --device 0 --precision fp16 --workers 16 --repeat 43 --steps 64
+run_step "bench yolov5n" 40 bench_models.txt $K bench train --cfg yolov5n "${FAST[@]}" "${REF[@]}" --json
 # YOLOv7's P6 recipe (train_aux.py: 1280 px, the auxiliary-head OTA loss); batch 16 as its README's yolov7-w6 run.
-run_step "bench yolov7-w6 1280 aux OTA" 60 bench_models.txt $K bench train --cfg yolov7-w6 --ota --batch-size 16 --img 1280 --device 0 --precision fp16 --channels-last --steps 10 --json
-run_step "bench e2e + CUDA graph" 60 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --cuda-graph --workers 16 --repeat 16 --warmup 8 --steps 20
+run_step "bench yolov7-w6 1280 aux OTA" 60 bench_models.txt $K bench train --cfg yolov7-w6 --ota --batch-size 16 --img 1280 --device 0 --precision fp16 --channels-last "${REF_OTA[@]}" --json
+run_step "bench e2e + CUDA graph" 60 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --cuda-graph --workers 16 --repeat 43 --warmup 8 --steps 64
 # Caching-allocator settings come from PyTorch's own variable (LibTorch reads it): compare peak memory and speed.
+# Its control is the same command in a fresh process without the setting (the ablation's rows share a process).
+run_step "allocator: control" 45 allocator.txt $K bench train --cfg yolov5s "${FAST[@]}" "${REF[@]}"
 run_step "allocator: expandable segments" 45 allocator.txt env PYTORCH_ALLOC_CONF=expandable_segments:True \
-  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $K bench train --cfg yolov5s "${FAST[@]}" --steps 10
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $K bench train --cfg yolov5s "${FAST[@]}" "${REF[@]}"
 run_step "train e2e ($DATA)" 120 train_e2e.txt $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 \
   --device 0 --workers 16 --cache ram --project /tmp/kruns --name gpu --exist-ok --quiet
 # export --end2end and --include-nms for TensorRT (EfficientNMS_TRT): does TensorRT, where the machine has it,
