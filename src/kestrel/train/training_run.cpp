@@ -9,8 +9,11 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
@@ -53,6 +56,42 @@ std::array<double, 3> host_items(const at::Tensor& items) {
   const at::Tensor h = items.to(at::kCPU).to(at::kDouble);
   return {h[0].item<double>(), h[1].item<double>(), h[2].item<double>()};
 }
+
+// The progress line's running mean losses without draining the GPU. On CUDA each draw shows the values
+// copied at the previous draw (a pinned copy queued behind that step, long finished: the query does not
+// wait) and queues the next copy; only the epoch's first draw reads at once. Elsewhere a plain read.
+class LaggedLossRead {
+ public:
+  std::array<double, 3> read(const at::Tensor& items) {  // items [3] on the training device
+    if (!items.is_cuda()) return host_items(items);
+    if (!host_.defined()) {
+      host_ = at::empty({3}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+      copied_.emplace(c10::DeviceType::CUDA);
+    }
+    if (pending_ && copied_->query()) {
+      const float* v = host_.data_ptr<float>();
+      shown_ = {v[0], v[1], v[2]};
+      pending_ = false;
+      have_ = true;
+    }
+    if (!have_) {
+      shown_ = host_items(items);
+      have_ = true;
+    }
+    if (!pending_) {
+      host_.copy_(items.to(at::kFloat), /*non_blocking=*/true);
+      copied_->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(items.device()));
+      pending_ = true;
+    }
+    return shown_;
+  }
+
+ private:
+  at::Tensor host_;                    // [3] pinned
+  std::optional<c10::Event> copied_;  // the last copy into host_ is done
+  std::array<double, 3> shown_{};
+  bool pending_ = false, have_ = false;
+};
 
 }  // namespace
 
@@ -99,6 +138,7 @@ EpochTotals TrainingRun::run_batches() {
   totals.lr = step_settings(sched, epoch, nb * (epoch + 1) - 1, nb).lr;
   int64_t timed_images = 0;
   Clock::time_point timing_start{};
+  LaggedLossRead progress_losses;
   // The next batch's copy to the device (a side stream on CUDA) overlaps this batch's step.
   data::DevicePrefetcher prefetcher(*train_data.loader, device, o.channels_last, /*trim_multiple=*/32);
   // Upstream's train_batch0..2.jpg: the run's first three batches as augmented (before --multi-scale's
@@ -143,8 +183,11 @@ EpochTotals TrainingRun::run_batches() {
     if (i - progression.next_batch > 2) timed_images += images.size(0);
     const bool last = i + 1 == nb || totals.interrupted;
     if (progress.due(last)) {
+      const at::Tensor mean = totals.loss_sum / static_cast<double>(progression.loss_count);
+      // The epoch's last line reads the final values (one read per epoch); the others lag a draw behind.
+      const std::array<double, 3> losses = last ? host_items(mean) : progress_losses.read(mean);
       const double secs = std::chrono::duration<double>(Clock::now() - timing_start).count();
-      progress.draw(epoch, reserved_memory_gb(device), host_items(totals.loss_sum / static_cast<double>(progression.loss_count)),
+      progress.draw(epoch, reserved_memory_gb(device), losses,
                     batch->boxes, images.size(3), i, nb, timed_images > 0 && secs > 0 ? timed_images / secs : 0, last);
     }
     if (totals.interrupted) {
