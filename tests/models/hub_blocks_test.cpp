@@ -93,6 +93,42 @@ std::shared_ptr<YoloModel> hub_net() {
   return model;
 }
 
+// The layer's attention is written out (LibTorch's MultiheadAttention::forward reads the device to compare
+// its inputs); it must equal LibTorch's own module on the same parameters. The weights are scaled up so
+// that the softmax is far from uniform, where a wrong scale or head split would show.
+TEST(TransformerBlocks, AttentionEqualsLibTorchMultiheadAttention) {
+  torch::manual_seed(2);
+  TransformerLayer layer(16, 4);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : layer.named_parameters())
+      if (p.key().rfind("ma.", 0) == 0 || p.key().rfind("q.", 0) == 0 || p.key().rfind("k.", 0) == 0) p.value().mul_(4);
+  }
+  const at::Tensor x = at::randn({10, 3, 16});  // [L, b, c]
+  const auto lin = [](const torch::nn::Linear& l, const at::Tensor& t) { return at::linear(t, l->weight, l->bias); };
+  auto& ma = const_cast<torch::nn::MultiheadAttention&>(layer.attention());
+  // The layer through LibTorch's MultiheadAttention module.
+  const auto reference = [&](const at::Tensor& in) {
+    const at::Tensor y = std::get<0>(ma->forward(lin(layer.query(), in), lin(layer.key(), in), lin(layer.value(), in))) + in;
+    return lin(layer.feed_forward2(), lin(layer.feed_forward1(), y)) + y;
+  };
+  const at::Tensor got = layer.forward(x), want = reference(x);
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>());
+  // The attention is not uniform: the layer differs from one that averages the values by far more than that.
+  const at::Tensor vx = lin(layer.value(), x);
+  const at::Tensor mean_values = at::linear(vx, ma->in_proj_weight.chunk(3, 0)[2], ma->in_proj_bias.chunk(3, 0)[2])
+                                     .mean(0, /*keepdim=*/true)
+                                     .expand_as(vx);
+  const at::Tensor attention = std::get<0>(ma->forward(lin(layer.query(), x), lin(layer.key(), x), vx));
+  EXPECT_GT((attention - ma->out_proj->forward(mean_values)).abs().max().item<double>(),
+            0.1 * attention.abs().max().item<double>());
+  // Gradients flow as through LibTorch's module.
+  at::Tensor xg = x.clone().requires_grad_(), xw = x.clone().requires_grad_();
+  layer.forward(xg).sum().backward();
+  reference(xw).sum().backward();
+  EXPECT_LT((xg.grad() - xw.grad()).abs().max().item<double>(), 1e-4 * xw.grad().abs().max().item<double>());
+}
+
 TEST(HubBlocks, SmallNetworkShapes) {
   auto model = hub_net();
   EXPECT_EQ(model->head().strides(), (std::vector<double>{8, 16}));

@@ -1,5 +1,7 @@
 #include "kestrel/models/transformer_blocks.h"
 
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <torch/nn/modules/container/modulelist.h>
 
@@ -11,6 +13,24 @@ namespace {
 torch::nn::Linear make_linear(int64_t c, bool bias) {
   charge_parameters("Linear", {c, c + (bias ? 1 : 0)});
   return torch::nn::Linear(torch::nn::LinearOptions(c, c).bias(bias));
+}
+
+// torch.nn.MultiheadAttention(query, key, value) with its own parameters (in_proj [3c, c] + [3c], out_proj,
+// the heads split from the channels, no dropout), written out: LibTorch's forward first compares query,
+// key and value with torch::equal to choose a path, two device-to-host reads per layer and step on a GPU,
+// which also break a CUDA graph capture. q, k, v [L, b, c] -> [L, b, c].
+at::Tensor multi_head_attention(const torch::nn::MultiheadAttentionImpl& ma, const at::Tensor& q, const at::Tensor& k,
+                                const at::Tensor& v) {
+  const int64_t L = q.size(0), b = q.size(1), c = q.size(2), heads = ma.options.num_heads(), d = c / heads;
+  const std::vector<at::Tensor> w = ma.in_proj_weight.chunk(3, 0), bias = ma.in_proj_bias.chunk(3, 0);
+  // [L, b, c] -> [L, b * heads, d] -> [b * heads, L, d] (torch's split) -> [b, heads, L, d]
+  const auto project = [&](const at::Tensor& x, size_t i) {
+    return at::linear(x, w[i], bias[i]).reshape({L, b * heads, d}).transpose(0, 1).reshape({b, heads, L, d});
+  };
+  const at::Tensor attended = at::scaled_dot_product_attention(project(q, 0), project(k, 1), project(v, 2));
+  // [b, heads, L, d] -> [b * heads, L, d] -> [L, b * heads, d] -> [L, b, c]
+  const at::Tensor merged = attended.reshape({b * heads, L, d}).transpose(0, 1).reshape({L, b, c});
+  return at::linear(merged, ma.out_proj->weight, ma.out_proj->bias);
 }
 
 }  // namespace
@@ -26,8 +46,7 @@ TransformerLayer::TransformerLayer(int64_t c, int64_t num_heads) {
 }
 
 at::Tensor TransformerLayer::forward(const at::Tensor& x) {
-  // need_weights false: the attention output is the same, without averaging the weights over heads.
-  const at::Tensor y = std::get<0>(ma->forward(q->forward(x), k->forward(x), v->forward(x), {}, /*need_weights=*/false)) + x;
+  const at::Tensor y = multi_head_attention(*ma, q->forward(x), k->forward(x), v->forward(x)) + x;
   return fc2->forward(fc1->forward(y)) + y;
 }
 
