@@ -75,6 +75,8 @@ std::string graph_note(const train::StepBenchResult& r) {
 nlohmann::json step_json(const train::StepBenchResult& r, const train::StepBenchOptions& o) {
   return {{"what", "train_step"}, {"cfg", o.cfg}, {"batch", o.batch_size}, {"img", o.img_size}, {"config", r.label},
           {"images_per_second", r.images_per_second}, {"ms_per_step", r.ms_per_step}, {"peak_memory_gb", r.peak_memory_gb},
+          {"peak_allocated_gb", r.peak_allocated_gb}, {"steady_memory_gb", r.steady_memory_gb}, {"steps", o.steps},
+          {"warmup", o.warmup}, {"targets_per_image", o.targets_per_image},
           {"graphs_captured", r.graphs_captured}, {"graphs_captured_timed", r.graphs_captured_timed},
           {"graph_replays", r.graph_replays}, {"error", r.error}};
 }
@@ -82,15 +84,21 @@ nlohmann::json step_json(const train::StepBenchResult& r, const train::StepBench
 // The table's rows as they are measured (flushed: a later row's failure or a timeout keeps them).
 class StepTable {
  public:
-  StepTable(const train::StepBenchOptions& o, bool json) : o_(o), json_(json) {
-    if (json_) return;
-    std::printf("%s training step, batch %d, %d px, %d timed steps after %d warm-up\n", o.cfg.c_str(), o.batch_size,
-                o.img_size, o.steps, o.warmup);
-    std::printf("%-66s %12s %10s %9s %12s\n", "configuration", "images/s", "ms/step", "speed-up", "peak mem GB");
-    std::fflush(stdout);
-  }
+  StepTable(const train::StepBenchOptions& o, bool json) : o_(o), json_(json) {}
   void add(const train::StepBenchResult& r) {
-    if (baseline_ <= 0) baseline_ = r.images_per_second;
+    if (!json_ && rows_ == 0) {  // the header with the first row: an option error comes alone
+      std::printf("%s training step, batch %d, %d px, %d timed steps after %d warm-up\n", o_.cfg.c_str(), o_.batch_size,
+                  o_.img_size, o_.steps, o_.warmup);
+      std::printf("%-66s %12s %10s %9s %12s %12s\n", "configuration", "images/s", "ms/step", "speed-up", "reserved GB",
+                  "allocated GB");
+    }
+    add_row(r);
+  }
+
+ private:
+  void add_row(const train::StepBenchResult& r) {
+    // The first row is the baseline; when it failed, no row gets a speed-up (the next is no baseline).
+    if (rows_++ == 0) baseline_ = r.error.empty() ? r.images_per_second : 0;
     if (json_) {
       std::cout << step_json(r, o_).dump() << std::endl;
       return;
@@ -100,14 +108,16 @@ class StepTable {
       std::fflush(stdout);
       return;
     }
-    std::printf("%-66s %12.1f %10.1f %8.2fx %12.2f%s\n", r.label.c_str(), r.images_per_second, r.ms_per_step,
-                r.images_per_second / baseline_, r.peak_memory_gb, graph_note(r).c_str());
+    char speed_up[32] = "n/a";
+    if (baseline_ > 0) std::snprintf(speed_up, sizeof speed_up, "%.2fx", r.images_per_second / baseline_);
+    std::printf("%-66s %12.1f %10.1f %9s %12.2f %12.2f%s\n", r.label.c_str(), r.images_per_second, r.ms_per_step,
+                speed_up, r.peak_memory_gb, r.peak_allocated_gb, graph_note(r).c_str());
     std::fflush(stdout);
   }
 
- private:
   train::StepBenchOptions o_;
   bool json_;
+  int rows_ = 0;
   double baseline_ = 0;
 };
 
@@ -196,7 +206,8 @@ void add_bench_command(CLI::App& app) {
       std::cout << nlohmann::json{{"what", "e2e"}, {"cfg", o.step.cfg}, {"data", o.data}, {"batch", o.step.batch_size},
                                   {"img", o.step.img_size}, {"workers", o.workers}, {"config", r.step.label},
                                   {"images_per_second", r.step.images_per_second}, {"ms_per_step", r.step.ms_per_step},
-                                  {"peak_memory_gb", r.step.peak_memory_gb}, {"data_wait_fraction", r.data_wait_fraction},
+                                  {"peak_memory_gb", r.step.peak_memory_gb}, {"peak_allocated_gb", r.step.peak_allocated_gb},
+                                  {"steady_memory_gb", r.step.steady_memory_gb}, {"data_wait_fraction", r.data_wait_fraction},
                                   {"graphs_captured", r.step.graphs_captured}, {"graphs_captured_timed", r.step.graphs_captured_timed},
                                   {"graph_replays", r.step.graph_replays}}
                        .dump()
@@ -205,8 +216,10 @@ void add_bench_command(CLI::App& app) {
     }
     std::printf("%s end to end on %s: batch %d, %d px, %d workers, cache %s, %s\n", o.step.cfg.c_str(), o.data.c_str(),
                 o.step.batch_size, o.step.img_size, o.workers, o.cache.empty() ? "none" : o.cache.c_str(), r.step.label.c_str());
-    std::printf("%.1f images/s, %.1f ms/step over %d steps, peak memory %.2f GB; the host waited for data %.0f %% of the time%s\n",
-                r.step.images_per_second, r.step.ms_per_step, o.step.steps, r.step.peak_memory_gb, 100 * r.data_wait_fraction,
+    std::printf("%.1f images/s, %.1f ms/step over %d steps, peak memory %.2f GB reserved, %.2f GB allocated; the host waited "
+                "for data %.0f %% of the time%s\n",
+                r.step.images_per_second, r.step.ms_per_step, o.step.steps, r.step.peak_memory_gb, r.step.peak_allocated_gb,
+                100 * r.data_wait_fraction,
                 graph_note(r.step).c_str());
   });
 }

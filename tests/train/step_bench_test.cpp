@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kestrel/core/error.h"
 #include "kestrel/train/step_bench.h"
+#include "test_support.h"
 
 namespace kestrel::train {
 namespace {
@@ -77,6 +82,22 @@ TEST(StepBench, OtaLossRunsAndBadOptionsAreErrors) {
     ADD_FAILURE() << "--cuda-graph with the foreach optimiser was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fused optimiser"), std::string::npos) << e.what();
+  }
+}
+
+// The rows set precision, layout, optimiser, graphs, fused BN-SiLU and checkpointing themselves: the same
+// options given by the user would silently change every row.
+TEST(StepBench, AblationRefusesTheOptionsItsRowsSet) {
+  for (const auto& [name, change] : std::vector<std::pair<std::string, std::function<void(StepBenchOptions&)>>>{
+           {"precision", [](StepBenchOptions& o) { o.precision = "bf16"; }},
+           {"channels-last", [](StepBenchOptions& o) { o.channels_last = true; }},
+           {"foreach", [](StepBenchOptions& o) { o.fused_optimizer = false; }},
+           {"checkpoint", [](StepBenchOptions& o) { o.checkpoint_layers = 2; }},
+           {"cuda graph", [](StepBenchOptions& o) { o.cuda_graph = true; }}}) {
+    StepBenchOptions o = small("fp32", false);
+    change(o);
+    EXPECT_NE(test::error_message([&] { bench_train_ablation(o, {}); }).find("give none of them with it"), std::string::npos)
+        << name;
   }
 }
 

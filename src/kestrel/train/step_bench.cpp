@@ -26,21 +26,37 @@
 namespace kestrel::train {
 namespace {
 
-double peak_memory_gb(const c10::Device& device) {
+// Peaks since the last reset, in GB: reserved by the caching allocator (what the process holds) and
+// allocated to tensors (torch.cuda.max_memory_allocated). CPU: the process's peak RSS for both.
+struct MemoryPeaks {
+  double reserved = 0, allocated = 0;
+};
+
+MemoryPeaks memory_peaks(const c10::Device& device) {
   if (device.is_cpu()) {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    return static_cast<double>(usage.ru_maxrss) * 1024 / 1e9;  // ru_maxrss is in KiB on Linux
+    const double rss = static_cast<double>(usage.ru_maxrss) * 1024 / 1e9;  // ru_maxrss is in KiB on Linux
+    return {rss, rss};
   }
   const auto stats = at::accelerator::getDeviceStats(device.index());
-  return static_cast<double>(stats.reserved_bytes[0].peak) / 1e9;
+  return {static_cast<double>(stats.reserved_bytes[0].peak) / 1e9, static_cast<double>(stats.allocated_bytes[0].peak) / 1e9};
 }
 
-// Cached blocks back to the device and the peak restarted from what is in use now.
+// Cached blocks back to the device and the peak restarted from what is in use now (a row's start).
 void reset_peak_memory(const c10::Device& device) {
   if (!device.is_cuda()) return;
   at::accelerator::emptyCache();
   at::accelerator::resetPeakStats(device.index());
+}
+
+// The row's figures: the whole run's peaks (warm-up, autotuning and graph capture included: what the
+// configuration needs to fit) and the timed steps' reserved peak.
+void set_memory(StepBenchResult& r, const MemoryPeaks& before_timing, const c10::Device& device) {
+  const MemoryPeaks timed = memory_peaks(device);
+  r.peak_memory_gb = std::max(before_timing.reserved, timed.reserved);
+  r.peak_allocated_gb = std::max(before_timing.allocated, timed.allocated);
+  r.steady_memory_gb = timed.reserved;
 }
 
 std::string label_of(const StepBenchOptions& o) {
@@ -66,13 +82,15 @@ struct BenchStep {
   c10::Device device{c10::kCPU};
 
   int captured_before_timing = 0;
+  MemoryPeaks before_timing;  // the peaks of the run up to the timed steps
 
-  // At the first timed step: the device idle, the graphs captured so far noted, and with graphs the peak
-  // restarted (their private pool holds the step's memory now: the warm-up's eager blocks would count twice).
+  // At the first timed step: the device idle, the graphs captured so far and the peaks so far noted, and
+  // the peak counters restarted for the timed steps' own (no blocks freed: the steps keep their memory).
   std::chrono::steady_clock::time_point start_timing() {
     synchronize(device);
     captured_before_timing = graph ? graph->graphs_captured() : 0;
-    if (graph) reset_peak_memory(device);
+    before_timing = memory_peaks(device);
+    if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
     return std::chrono::steady_clock::now();
   }
 
@@ -175,7 +193,7 @@ StepBenchResult bench_train_step(const StepBenchOptions& o) {
   bench->count_graphs(r);
   r.ms_per_step = seconds * 1000 / o.steps;
   r.images_per_second = static_cast<double>(b) * o.steps / seconds;
-  r.peak_memory_gb = peak_memory_gb(device);
+  set_memory(r, bench->before_timing, device);
   for (const auto& t : totals) r.losses.push_back(t.item<double>());  // after timing: no sync inside the loop
   return r;
 }
@@ -243,7 +261,7 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   bench->count_graphs(r.step);
   r.step.ms_per_step = seconds * 1000 / o.steps;
   r.step.images_per_second = static_cast<double>(images) / seconds;
-  r.step.peak_memory_gb = peak_memory_gb(device);
+  set_memory(r.step, bench->before_timing, device);
   r.data_wait_fraction = waited / seconds;
   for (const auto& t : totals) r.step.losses.push_back(t.item<double>());
   return r;
@@ -252,6 +270,11 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
 std::vector<StepBenchResult> bench_train_ablation(const StepBenchOptions& options,
                                                   const std::function<void(const StepBenchResult&)>& on_row) {
   const c10::Device device = parse_device(options.device);
+  // The rows set these themselves; given by the user they would change every row but say so in none.
+  if (options.cuda_graph || options.fused_bn_silu || options.checkpoint_layers != 0 || options.channels_last ||
+      !options.fused_optimizer || options.precision != "fp32")
+    fail("--ablation sets precision, channels-last, the optimiser, CUDA graphs, fused BN-SiLU and checkpointing "
+         "row by row: give none of them with it");
   StepBenchOptions o = options;
   o.channels_last = false;
   o.precision = "fp32";

@@ -31,7 +31,10 @@ struct StepBenchResult {
   std::string label;                  // e.g. "fp16 + channels-last"
   double images_per_second = 0;
   double ms_per_step = 0;
-  double peak_memory_gb = 0;          // device: peak reserved by the caching allocator; CPU: peak RSS of the process
+  // Device: peaks over the whole run (warm-up, autotuning and graph capture included), reserved by the
+  // caching allocator and allocated to tensors, and the reserved peak of the timed steps alone.
+  // CPU: the process's peak RSS in all three.
+  double peak_memory_gb = 0, peak_allocated_gb = 0, steady_memory_gb = 0;
   std::vector<double> losses;         // total loss of every step (warm-up included), for equivalence checks
   // With --cuda-graph: graphs captured in all, of them during the timed steps (a capture there costs
   // the timing), and replays.
