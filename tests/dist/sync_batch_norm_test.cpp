@@ -1,7 +1,6 @@
-// SyncBatchNorm over Gloo on CPU (ranks are threads with their own process groups): the
-// differentiable all-reduce against hand-derived gradients, and 2 ranks x batch 2 with SyncBN equal
-// to one process with batch 4 — outputs, gradients, running statistics and parameters after three
-// SGD steps — while plain BN on the same split does not.
+// SyncBatchNorm over Gloo on CPU (ranks are threads with their own process groups): 2 ranks x batch 2 with
+// SyncBN equal to one process with batch 4 — outputs, gradients, running statistics and parameters after
+// three SGD steps — while plain BN on the same split does not; bfloat16 input; eval mode alone.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -41,24 +40,6 @@ class SyncBatchNorm : public ::testing::Test {
   }
   test::TempDir dir;
 };
-
-// out = x_0 + x_1 on both ranks; loss_r = sum(out * c_r)  =>  d(loss_0 + loss_1)/dx_r = c_0 + c_1.
-TEST_F(SyncBatchNorm, AllReduceSumGradientIsTheSumOverRanks) {
-  const std::vector<at::Tensor> x = {at::tensor({1.0f, 2.0f, 3.0f}), at::tensor({10.0f, 20.0f, 30.0f})};
-  const std::vector<at::Tensor> c = {at::tensor({1.0f, 0.0f, -1.0f}), at::tensor({0.5f, 2.0f, 4.0f})};
-  std::vector<at::Tensor> out(2), grad(2);
-  run_ranks(2, [&](int r) {
-    const DistContext ctx = file_group(dir.file("store"), r, 2);
-    at::Tensor xr = x[r].clone().requires_grad_();
-    out[r] = all_reduce_sum(xr, ctx);
-    (out[r] * c[r]).sum().backward();
-    grad[r] = xr.grad().clone();
-  });
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(at::equal(out[r].detach(), at::tensor({11.0f, 22.0f, 33.0f}))) << out[r];
-    EXPECT_TRUE(at::allclose(grad[r], at::tensor({1.5f, 2.0f, 3.0f}))) << grad[r];
-  }
-}
 
 std::shared_ptr<models::Conv> conv(int64_t c1, int64_t c2, int64_t k, int64_t s) {
   models::ConvOptions o{};

@@ -26,18 +26,6 @@ at::Tensor summed_over_ranks(const at::Tensor& x, const DistContext& ctx) {
   return buf[0];
 }
 
-// Backward of all_reduce_sum: every rank's loss saw the same sum, so the gradient reaching this
-// rank's input is the sum over ranks of the gradients of the sum.
-struct AllReduceSumBackward : torch::autograd::Node {
-  explicit AllReduceSumBackward(DistContext c) : ctx(std::move(c)) {}
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {summed_over_ranks(grads[0], ctx)};
-  }
-  std::string name() const override { return "kestrel::dist::AllReduceSumBackward"; }
-  DistContext ctx;
-};
-
 // Backward of the synchronised batch norm (as torch.nn.SyncBatchNorm's): per channel Σ dy and Σ dy·x̂ of
 // this rank, summed over the ranks for the input gradient; the weight and bias gradients are this rank's
 // sums (the gradient reducer averages them with the others). Keeps x in its own dtype and two [C] vectors,
@@ -139,17 +127,6 @@ class GroupBatchNormSync : public models::BatchNormSync {
 };
 
 }  // namespace
-
-at::Tensor all_reduce_sum(const at::Tensor& x, const DistContext& ctx) {
-  if (!ctx.enabled) return x.clone();
-  at::Tensor out = summed_over_ranks(x, ctx);
-  if (torch::autograd::compute_requires_grad(x)) {
-    std::shared_ptr<AllReduceSumBackward> node(new AllReduceSumBackward(ctx), torch::autograd::deleteNode);
-    node->set_next_edges(torch::autograd::collect_next_edges(x));
-    torch::autograd::set_history(out, node);
-  }
-  return out;
-}
 
 std::shared_ptr<const models::BatchNormSync> make_batch_norm_sync(const DistContext& ctx) {
   return std::make_shared<GroupBatchNormSync>(ctx);

@@ -27,8 +27,5 @@ int convert_sync_batch_norm(torch::nn::Module& module, const DistContext& ctx);
 
 std::shared_ptr<const models::BatchNormSync> make_batch_norm_sync(const DistContext& ctx);
 
-// Sum of x over the ranks, differentiable: d(out)/d(x) passes the sum over ranks of the gradients of
-// `out` (each rank's loss depends on every rank's contribution). x is not modified.
-at::Tensor all_reduce_sum(const at::Tensor& x, const DistContext& ctx);
 
 }  // namespace kestrel::dist
