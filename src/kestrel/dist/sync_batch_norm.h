@@ -4,9 +4,9 @@
 //
 // How: each rank computes its per-channel mean and (biased) variance, these are all-gathered by one
 // all-reduce per layer ([W, 2C + 1] floats, this rank's row filled, the others zero), and combined
-// with the counts (the parallel-variance formula: no E[x^2] - E[x]^2 cancellation). The all-reduce is
-// differentiable (its backward all-reduces the gradients), so autograd derives the exact gradient of
-// the global batch statistics; no hand-written backward. No host sync: counts stay on the device.
+// with the counts (the parallel-variance formula: no E[x^2] - E[x]^2 cancellation). The backward is
+// torch.nn.SyncBatchNorm's: per channel Σ dy and Σ dy·x̂ of each rank, all-reduced, give the exact input
+// gradient of the global batch statistics; x is kept in its own dtype. No host sync: counts stay on the device.
 #pragma once
 #include <memory>
 
