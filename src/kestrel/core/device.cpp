@@ -12,15 +12,24 @@
 
 namespace kestrel {
 
-c10::Device parse_device(const std::string& spec) {
+namespace {
+
+// upstream's --device spellings in c10's: lower case, a bare index "0" -> "cuda:0".
+std::string canonical_device(const std::string& spec) {
   std::string s = spec;
   for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) s = "cuda:" + s;
+  return s;
+}
+
+}  // namespace
+
+c10::Device parse_device(const std::string& spec) {
+  std::string s = canonical_device(spec);
   if (s.empty()) return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   if (s == "cpu") return c10::Device(c10::kCPU);
   if (s.find(',') != std::string::npos)
     fail("--device ", spec, ": several devices need the multi-device launcher (one device per rank)");
-  bool all_digits = s.find_first_not_of("0123456789") == std::string::npos;
-  if (all_digits) s = "cuda:" + s;
   c10::Device device(c10::kCPU);
   try {
     device = c10::Device(s);
@@ -54,9 +63,7 @@ std::string device_of_rank(const std::string& spec, int local_rank) {
   // collective, so a repeated entry is named here. CPU entries may repeat (Gloo ranks share the CPU).
   std::vector<std::string> seen;
   for (const std::string& e : entries) {
-    std::string key = e;
-    for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (key.find_first_not_of("0123456789") == std::string::npos) key = "cuda:" + key;
+    std::string key = canonical_device(e);
     if (key == "cuda") key = "cuda:0";
     if (key == "cpu") continue;
     if (std::find(seen.begin(), seen.end(), key) != seen.end())

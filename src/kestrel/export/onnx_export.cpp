@@ -86,7 +86,7 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
   if (o.end2end || o.include_nms) {
     const std::string decoded = decode_detections(g, head, raw, prefix, {o.dynamic, o.img}, g.fresh("decoded"));
     if (o.include_nms || o.nms.tensorrt()) {
-      if (o.include_nms) append_include_nms_trt(g, decoded, o.nms);
+      if (o.include_nms) append_include_nms_trt(g, decoded, head.nc(), o.nms);
       else append_efficient_nms_trt(g, decoded, head.nc(), o.nms);
       using T = OnnxGraph::ElemType;
       g.add_output(kTensorRtOutputs[0], {batch, 1}, T::int32);

@@ -1,6 +1,7 @@
 #include "kestrel/export/onnx_nms.h"
 
 #include <cstdint>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -10,11 +11,20 @@ namespace {
 constexpr int64_t kEnd = INT64_MAX;
 
 // Scores [B, N, nc] from predictions x [B, N, nc + 5]: objectness x class probability (objectness alone,
-// [B, N, 1], for YOLOv7's one-class rule).
-std::string class_scores(OnnxGraph& g, const std::string& x, int64_t nc, const EndToEndOptions& o) {
+// [B, N, 1], for YOLOv7's one-class rule when `one_class_rule`).
+std::string class_scores(OnnxGraph& g, const std::string& x, int64_t nc, bool one_class_rule) {
   const std::string obj = g.slice(x, {4}, {5}, {2});  // [B, N, 1]
-  if (nc == 1 && o.objectness_only_single_class) return obj;
+  if (nc == 1 && one_class_rule) return obj;
   return g.node("Mul", {g.slice(x, {5}, {kEnd}, {2}), obj});
+}
+
+// Corner boxes [B, N, 4] from predictions x [B, N, ...]: [cx, cy, w, h] @ [[1, 0, 1, 0], [0, 1, 0, 1],
+// [-1/2, 0, 1/2, 0], [0, -1/2, 0, 1/2]], the matrix in float32 or (model_type) in the graph's float type.
+std::string corner_boxes(OnnxGraph& g, const std::string& x, bool model_type) {
+  const std::vector<float> to_corners{1, 0, 1, 0, 0, 1, 0, 1, -0.5f, 0, 0.5f, 0, 0, -0.5f, 0, 0.5f};
+  const std::string matrix = model_type ? g.weight(g.fresh("to_corners"), at::tensor(to_corners).view({4, 4}))
+                                        : g.float32s("to_corners", to_corners, {4, 4});
+  return g.node("MatMul", {g.slice(x, {0}, {4}, {2}), matrix});
 }
 
 }  // namespace
@@ -24,16 +34,13 @@ std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, con
   constexpr int64_t kFloat = 1;  // onnx::TensorProto::FLOAT
   const std::string x = g.half() ? g.node("Cast", {decoded}, {{"to", kFloat}}) : decoded;  // [B, N, no] float32
 
-  const std::string scores = class_scores(g, x, nc, o);  // [B, N, nc]
+  const std::string scores = class_scores(g, x, nc, o.objectness_only_single_class);  // [B, N, nc]
   // Best class and its score (the first of equal maxima). [B, N, 1] each
   const std::string cls = g.node("ArgMax", {scores}, {{"axis", int64_t{2}}, {"keepdims", int64_t{1}}});
   const std::string score = g.node("GatherElements", {scores, cls}, {{"axis", int64_t{2}}});
   const std::string cls_f = g.node("Cast", {cls}, {{"to", kFloat}});
 
-  // Corners: [cx, cy, w, h] @ [[1, 0, 1, 0], [0, 1, 0, 1], [-1/2, 0, 1/2, 0], [0, -1/2, 0, 1/2]]. [B, N, 4]
-  const std::string to_corners =
-      g.float32s("to_corners", {1, 0, 1, 0, 0, 1, 0, 1, -0.5f, 0, 0.5f, 0, 0, -0.5f, 0, 0.5f}, {4, 4});
-  const std::string corners = g.node("MatMul", {g.slice(x, {0}, {4}, {2}), to_corners});
+  const std::string corners = corner_boxes(g, x, /*model_type=*/false);  // [B, N, 4]
 
   // One suppression over all classes, each class moved into its own max_wh-wide tile.
   const float max_wh = static_cast<float>(o.max_wh.value_or(0.0));
@@ -58,7 +65,7 @@ std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, con
 
 void append_efficient_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o) {
   const std::string boxes = g.slice(decoded, {0}, {4}, {2});  // [B, N, 4]: centre x, y, w, h
-  const std::string scores = class_scores(g, decoded, nc, o);  // [B, N, nc]
+  const std::string scores = class_scores(g, decoded, nc, o.objectness_only_single_class);  // [B, N, nc]
   // YOLOv7's ONNX_TRT passes background_class and box_coding as one-element tuples, which torch.onnx
   // writes as lists (INTS); TensorRT reads either form. Written as upstream's files have them.
   g.custom_node("TRT", "EfficientNMS_TRT", {boxes, scores},
@@ -72,12 +79,9 @@ void append_efficient_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t 
                  {"score_threshold", static_cast<float>(o.conf_thres)}});
 }
 
-void append_include_nms_trt(OnnxGraph& g, const std::string& decoded, const EndToEndOptions& o) {
-  // [B, N, 4] @ [[1, 0, 1, 0], [0, 1, 0, 1], [-1/2, 0, 1/2, 0], [0, -1/2, 0, 1/2]]: centre, size -> corners
-  const at::Tensor to_corners =
-      at::tensor({1.f, 0.f, 1.f, 0.f, 0.f, 1.f, 0.f, 1.f, -0.5f, 0.f, 0.5f, 0.f, 0.f, -0.5f, 0.f, 0.5f}).view({4, 4});
-  const std::string boxes = g.node("MatMul", {g.slice(decoded, {0}, {4}, {2}), g.weight(g.fresh("convert_matrix"), to_corners)});
-  const std::string scores = g.node("Mul", {g.slice(decoded, {5}, {kEnd}, {2}), g.slice(decoded, {4}, {5}, {2})});  // [B, N, nc]
+void append_include_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o) {
+  const std::string boxes = corner_boxes(g, decoded, /*model_type=*/true);  // [B, N, 4]
+  const std::string scores = class_scores(g, decoded, nc, /*one_class_rule=*/false);  // [B, N, nc]
   // RegisterNMS's attributes as onnx-graphsurgeon writes them: plain integers, score_activation False as 0.
   g.custom_node("TRT", "EfficientNMS_TRT", {boxes, scores},
                 {kTensorRtOutputs[0], kTensorRtOutputs[1], kTensorRtOutputs[2], kTensorRtOutputs[3]},

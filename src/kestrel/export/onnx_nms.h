@@ -50,6 +50,6 @@ std::string append_nms(OnnxGraph& g, const std::string& decoded, int64_t nc, con
 void append_efficient_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o);
 
 // --include-nms: EfficientNMS_TRT on corner boxes and class x objectness scores, writing kTensorRtOutputs.
-void append_include_nms_trt(OnnxGraph& g, const std::string& decoded, const EndToEndOptions& o);
+void append_include_nms_trt(OnnxGraph& g, const std::string& decoded, int64_t nc, const EndToEndOptions& o);
 
 }  // namespace kestrel::exporting
