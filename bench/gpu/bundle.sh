@@ -19,7 +19,7 @@ for bin in "$OUT/kestrel" "$OUT/kestrel_tests"; do
 done | sort -u | while read -r lib; do
   case "$lib" in
     */torch/lib/*|*/cuda*/*|*/nvidia/*) continue ;;
-    */libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libgcc_s.so*|*/libstdc++.so*) continue ;;
+    */libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/libutil.so*|*/ld-linux*|*/libgcc_s.so*|*/libstdc++.so*) continue ;;
   esac
   cp -L "$lib" "$OUT/lib/"
 done

@@ -17,14 +17,25 @@
 #   6. if time is left: yolov5n, yolov7-w6 at 1280 (aux OTA), the allocator row, a training run and a
 #      TensorRT engine from export --end2end and --include-nms (where TensorRT is installed)
 # `bash bench/gpu/run.sh tests` runs step 1 and 2 only (a rerun after a fix).
+# `bash bench/gpu/run.sh cpu-check` runs every step HERE, on the CPU at toy sizes (batch 2, 64 px, 2 steps),
+# with build/'s binaries (or $K and $T): the test suite's check that the commands below are still accepted,
+# so that a GPU session is not spent on a renamed flag (tests/bench/gpu_run_script_test.cpp).
 set -uo pipefail
 WHAT=${1:-all}
 BUDGET=${BUDGET:-480}
 OUT=${OUT:-/tmp/kestrel-gpu-out}
+RUNS=${RUNS:-/tmp/kruns}
 mkdir -p "$OUT"
 PY=${KESTREL_PYTHON:-python3}
-TORCH_LIB=$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-NVIDIA_LIBS=$("$PY" - <<'PYEOF'
+if [ "$WHAT" = cpu-check ]; then
+  K=${K:-${KESTREL_BUILD_DIR:-build}/kestrel}
+  T=${T:-${KESTREL_BUILD_DIR:-build}/tests/kestrel_tests}
+fi
+K=${K:-build-device/kestrel}
+T=${T:-build-device/kestrel_tests}
+if [ "$WHAT" != cpu-check ]; then  # build/'s binaries find their libraries by their run path
+  TORCH_LIB=$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+  NVIDIA_LIBS=$("$PY" - <<'PYEOF'
 import glob, os, site
 dirs = set()
 for root in site.getsitepackages():
@@ -32,10 +43,9 @@ for root in site.getsitepackages():
         dirs.add(lib)
 print(":".join(sorted(dirs)))
 PYEOF
-)
-export LD_LIBRARY_PATH="$PWD/build-device/lib:$TORCH_LIB:$NVIDIA_LIBS:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
-K=build-device/kestrel
-T=build-device/kestrel_tests
+  )
+  export LD_LIBRARY_PATH="$PWD/build-device/lib:$TORCH_LIB:$NVIDIA_LIBS:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+fi
 SKIPPED=()
 
 # run_step NAME LIMIT OUTFILE COMMAND...: the command under timeout min(LIMIT, budget left), its output
@@ -47,9 +57,31 @@ run_step() {
   if [ "$left" -lt 25 ]; then SKIPPED+=("$name"); return; fi
   [ "$limit" -gt "$left" ] && limit=$left
   echo; echo "=== $name (limit ${limit}s, ${SECONDS}s used)"
+  [ "$WHAT" = cpu-check ] && set -- bash -c 'toy_sizes "$@"' toy_sizes "$@"
   { echo "=== $name"; timeout "$limit" "$@" 2>&1; echo "exit $? after ${SECONDS}s"; } >>"$OUT/$file"
   tail -25 "$OUT/$file"
 }
+
+# cpu-check: runs a step's command with the CPU and toy sizes in place of the GPU's settings.
+toy_sizes() {
+  local args=()
+  while (($#)); do
+    case "$1" in
+      --device) args+=(--device cpu); shift ;;
+      --img) args+=(--img 64); shift ;;
+      --batch-size) args+=(--batch-size 2); shift ;;
+      --precision) args+=(--precision bf16); shift ;;
+      --workers) args+=(--workers 2); shift ;;
+      --steps | --epochs) args+=("$1" 2); shift ;;
+      --warmup | --repeat) args+=("$1" 1); shift ;;
+      --cuda-graph) ;;  # needs CUDA
+      *) args+=("$1") ;;
+    esac
+    shift
+  done
+  "${args[@]}"
+}
+export -f toy_sizes  # run by timeout through bash
 
 # Loading: an older C++ runtime there takes the one built against; anything else missing is named.
 if ! $K --help >/dev/null 2>"$OUT/load_check.txt" && grep -q GLIBCXX "$OUT/load_check.txt"; then
@@ -72,7 +104,7 @@ run_step "cuda tests" 120 cuda_tests.txt $T '--gtest_filter=*Cuda*:*CUDA*:Device
 # epochs' gradient zeroing.
 run_step "train --cuda-graph across epochs" 90 train_graph.txt \
   $K train --cfg yolov5n --data "$DATA" --epochs 9 --batch-size 64 --img 320 --device 0 --workers 8 --cache ram \
-  --cuda-graph --min-warmup-iters 0 --noval --project /tmp/kruns --name graph --exist-ok --quiet
+  --cuda-graph --min-warmup-iters 0 --noval --project $RUNS --name graph --exist-ok --quiet
 [ "$WHAT" = tests ] && { echo; echo "skipped: ${SKIPPED[*]:-none}; figures in $OUT"; exit 0; }
 
 run_step "ablation yolov5s" 170 ablation_yolov5s.txt $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation "${REF[@]}"
@@ -98,18 +130,18 @@ run_step "allocator: control" 45 allocator.txt $K bench train --cfg yolov5s "${F
 run_step "allocator: expandable segments" 45 allocator.txt env PYTORCH_ALLOC_CONF=expandable_segments:True \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $K bench train --cfg yolov5s "${FAST[@]}" "${REF[@]}"
 run_step "train e2e ($DATA)" 120 train_e2e.txt $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 \
-  --device 0 --workers 16 --cache ram --project /tmp/kruns --name gpu --exist-ok --quiet
+  --device 0 --workers 16 --cache ram --project $RUNS --name gpu --exist-ok --quiet
 # export --end2end and --include-nms for TensorRT (EfficientNMS_TRT): does TensorRT, where the machine has it,
 # build an engine from them?
-W=/tmp/kruns/gpu/weights/last.safetensors
+W=$RUNS/gpu/weights/last.safetensors
 if [ -f "$W" ] && [ $((BUDGET - SECONDS)) -ge 25 ]; then
-  $K export --weights "$W" --end2end --topk-all 100 --iou-thres 0.65 --conf-thres 0.35 --out /tmp/kruns/e2e_trt.onnx 2>&1 | tee "$OUT/trt_end2end.txt"
-  $K export --weights "$W" --grid --include-nms --out /tmp/kruns/include_nms.onnx 2>&1 | tee -a "$OUT/trt_end2end.txt"
+  $K export --weights "$W" --end2end --topk-all 100 --iou-thres 0.65 --conf-thres 0.35 --out $RUNS/e2e_trt.onnx 2>&1 | tee "$OUT/trt_end2end.txt"
+  $K export --weights "$W" --grid --include-nms --out $RUNS/include_nms.onnx 2>&1 | tee -a "$OUT/trt_end2end.txt"
   if command -v trtexec >/dev/null; then
-    run_step "trtexec --end2end" 150 trtexec.txt trtexec --onnx=/tmp/kruns/e2e_trt.onnx --saveEngine=/tmp/kruns/e2e.engine --fp16
-    run_step "trtexec --include-nms" 150 trtexec.txt trtexec --onnx=/tmp/kruns/include_nms.onnx --saveEngine=/tmp/kruns/include_nms.engine --fp16
+    run_step "trtexec --end2end" 150 trtexec.txt trtexec --onnx=$RUNS/e2e_trt.onnx --saveEngine=$RUNS/e2e.engine --fp16
+    run_step "trtexec --include-nms" 150 trtexec.txt trtexec --onnx=$RUNS/include_nms.onnx --saveEngine=$RUNS/include_nms.engine --fp16
   elif "$PY" -c "import tensorrt" 2>/dev/null; then
-    cat >/tmp/kruns/trt_build.py <<'PYEOF'
+    cat >$RUNS/trt_build.py <<'PYEOF'
 import sys, tensorrt as trt
 log = trt.Logger(trt.Logger.WARNING)
 trt.init_libnvinfer_plugins(log, "")
@@ -123,7 +155,7 @@ for path in sys.argv[1:]:
     engine = builder.build_serialized_network(net, builder.create_builder_config()) if ok else None
     print("engine built", engine is not None)
 PYEOF
-    run_step "TensorRT (Python) build" 200 trt_end2end.txt "$PY" /tmp/kruns/trt_build.py /tmp/kruns/e2e_trt.onnx /tmp/kruns/include_nms.onnx
+    run_step "TensorRT (Python) build" 200 trt_end2end.txt "$PY" $RUNS/trt_build.py $RUNS/e2e_trt.onnx $RUNS/include_nms.onnx
   else
     echo "neither trtexec nor the tensorrt Python package here: TensorRT build skipped" | tee -a "$OUT/trt_end2end.txt"
   fi

@@ -27,8 +27,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include <c10/core/impl/VirtualGuardImpl.h>
-
 #include "kestrel/core/error.h"
 
 namespace kestrel::dist {
@@ -281,31 +279,20 @@ bool any_rank(bool flag, const DistContext& ctx) {
 
 DeferredAnyRank::DeferredAnyRank(DistContext ctx) : ctx_(std::move(ctx)) {
   if (!ctx_.enabled) return;
-  cuda_ = ctx_.group->getBackendName() == "nccl";
-  const auto options = at::TensorOptions().dtype(at::kFloat);
-  device_flag_ = at::zeros({1}, options.device(cuda_ ? ctx_.device : at::Device(at::kCPU)));
-  host_flag_ = cuda_ ? at::zeros({1}, options.pinned_memory(true)) : device_flag_;
-  if (cuda_) copied_.emplace(c10::DeviceType::CUDA);
+  const bool cuda = ctx_.group->getBackendName() == "nccl";  // NCCL reduces CUDA tensors only
+  device_flag_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(cuda ? ctx_.device : at::Device(at::kCPU)));
 }
 
 bool DeferredAnyRank::vote(bool flag) {
   if (!ctx_.enabled) return flag;
-  bool previous = false;
-  if (pending_) {
-    if (copied_) copied_->synchronize();
-    previous = host_flag_.item<float>() > 0.5f;  // a host tensor: no device synchronisation
-  }
+  // The previous vote's result, copied behind its all-reduce one vote ago: a host read.
+  const bool previous = result_.started() && result_.wait()[0].item<float>() > 0.5f;
   device_flag_.fill_(flag ? 1.0f : 0.0f);
   std::vector<at::Tensor> v{device_flag_};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
   ctx_.group->allreduce(v, opts)->wait();  // NCCL: the current stream waits; Gloo: done
-  if (copied_) {
-    host_flag_.copy_(device_flag_, /*non_blocking=*/true);
-    const c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
-    copied_->record(guard.getStream(ctx_.device));
-  }
-  pending_ = true;
+  result_.start(device_flag_);
   return previous;
 }
 

@@ -14,11 +14,12 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
-#include <c10/core/Event.h>
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "kestrel/core/async_host_copy.h"
 
 namespace torch::nn {
 class Module;
@@ -93,9 +94,8 @@ class DeferredAnyRank {
 
  private:
   DistContext ctx_;
-  bool cuda_ = false, pending_ = false;
-  at::Tensor device_flag_, host_flag_;  // [1] float32 on the group's device; [1] pinned (NCCL) or the same (Gloo)
-  std::optional<c10::Event> copied_;    // NCCL: the copy of the last vote's result reached host_flag_
+  at::Tensor device_flag_;  // [1] float32 on the group's device (CUDA for NCCL, else the CPU)
+  AsyncHostCopy result_;    // the last vote's reduced flag, on its way to the host
 };
 void barrier(const DistContext& ctx);
 // After the last collective: NCCL's communicators are destroyed in order (left to ProcessGroupNCCL's

@@ -12,9 +12,7 @@
 #include <optional>
 #include <random>
 
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
-
+#include "kestrel/core/async_host_copy.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/batch_image.h"
@@ -58,39 +56,21 @@ std::array<double, 3> host_items(const at::Tensor& items) {
 }
 
 // The progress line's running mean losses without draining the GPU. On CUDA each draw shows the values
-// copied at the previous draw (a pinned copy queued behind that step, long finished: the query does not
-// wait) and queues the next copy; only the epoch's first draw reads at once. Elsewhere a plain read.
+// copied at an earlier draw (a pinned copy queued behind that step, long finished: the query does not
+// wait) and queues the next copy; only the first draw reads at once. Elsewhere a plain read.
 class LaggedLossRead {
  public:
   std::array<double, 3> read(const at::Tensor& items) {  // items [3] on the training device
     if (!items.is_cuda()) return host_items(items);
-    if (!host_.defined()) {
-      host_ = at::empty({3}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
-      copied_.emplace(c10::DeviceType::CUDA);
-    }
-    if (pending_ && copied_->query()) {
-      const float* v = host_.data_ptr<float>();
-      shown_ = {v[0], v[1], v[2]};
-      pending_ = false;
-      have_ = true;
-    }
-    if (!have_) {
-      shown_ = host_items(items);
-      have_ = true;
-    }
-    if (!pending_) {
-      host_.copy_(items.to(at::kFloat), /*non_blocking=*/true);
-      copied_->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(items.device()));
-      pending_ = true;
-    }
+    if (copy_.started() && copy_.arrived()) shown_ = host_items(copy_.wait());
+    else if (!copy_.started()) shown_ = host_items(items);
+    if (!copy_.started() || copy_.arrived()) copy_.start(items);
     return shown_;
   }
 
  private:
-  at::Tensor host_;                    // [3] pinned
-  std::optional<c10::Event> copied_;  // the last copy into host_ is done
+  AsyncHostCopy copy_;
   std::array<double, 3> shown_{};
-  bool pending_ = false, have_ = false;
 };
 
 }  // namespace
