@@ -141,6 +141,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const Dete
 void run_detect(const DetectOptions& o) {
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
   const c10::Device device = parse_device(o.device);
+  make_current(device);
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   const std::vector<std::string>& names = loaded.info.names;
   // detect.py's --data names the classes only for weights without names (not .pt files) and is not even

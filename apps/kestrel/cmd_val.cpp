@@ -171,6 +171,7 @@ void run_val(const ValOptions& options) {
     if (o.save_hybrid) std::cerr << "WARNING: --save-hybrid will return high mAP from hybrid labels, not from predictions alone\n";
   }
   const c10::Device device = parse_device(o.device);
+  make_current(device);
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
   if (o.task == "speed") return run_speed(o, cfg, device);
   if (o.task == "study") {

@@ -334,7 +334,9 @@ void check_prefetcher(const c10::Device& device) {
   LoaderOptions o;
   o.batch_size = 8;
   o.workers = 2;
+  o.pin_memory = device.is_cuda();  // as training: asynchronous copies from pinned batches
   auto expected = epoch(ds, o, 4);
+  if (o.pin_memory) ASSERT_TRUE(expected.at(0).images.is_pinned());
   DataLoader loader(ds, o);
   loader.start_epoch(4);
   DevicePrefetcher prefetcher(loader, device, /*channels_last=*/true);
@@ -385,6 +387,7 @@ TEST(DevicePrefetcher, CudaReservedMemoryDoesNotGrowWithEpochs) {
   LoaderOptions o;
   o.batch_size = 8;
   o.workers = 2;
+  o.pin_memory = true;
   DataLoader loader(ds, o);
   std::vector<int64_t> reserved;
   for (int epoch = 0; epoch < 6; ++epoch) {

@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/autocast_mode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
 
 #include "kestrel/core/cuda_runtime_info.h"
@@ -44,6 +45,10 @@ c10::Device parse_device(const std::string& spec) {
     if (!device.has_index()) device = c10::Device(c10::kCUDA, 0);
   }
   return device;
+}
+
+void make_current(const c10::Device& device) {
+  if (device.is_cuda()) c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(device);
 }
 
 std::string device_of_rank(const std::string& spec, int local_rank) {

@@ -12,6 +12,12 @@ namespace kestrel {
 // Upstream spellings: "" (first CUDA device if any, else CPU), "cpu", "0", "cuda:0", "cuda".
 c10::Device parse_device(const std::string& spec);
 
+// Makes a CUDA `device` this thread's current device (a no-op for the CPU). Upstream's select_device
+// narrows CUDA_VISIBLE_DEVICES so that the chosen GPU is device 0; here anything that asks for the current
+// device (a stream or library call without an index) gets the chosen one, and --device 1 makes no context
+// on GPU 0. Called by each command once it has parsed --device.
+void make_current(const c10::Device& device);
+
 // Data parallel: this rank's entry of a device list ("0,1" -> "1" for local rank 1, as upstream's
 // --device 0,1 under torch.distributed.run); a spec without a comma is returned as it is.
 std::string device_of_rank(const std::string& spec, int local_rank);

@@ -54,6 +54,8 @@ struct NmsOptions {
 // conf = obj * cls and the box corners are computed in the prediction's dtype (as upstream), then
 // rows are float32 (float64 for float64 input), like upstream's torch.cat promotion. No mask channels
 // (upstream's nm, segmentation models) and no autolabelling `labels`.
+// Image by image, as upstream: on CUDA each image's candidate selection (nonzero, masked_select) and
+// nms_indices wait for the device, a few syncs an image; validation is not inside the training step.
 std::vector<at::Tensor> non_max_suppression(const at::Tensor& prediction, const NmsOptions& o = {});
 
 // ---- shared by nms.cpp and nms.cu ---------------------------------------------------------------

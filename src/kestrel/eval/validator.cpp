@@ -98,7 +98,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     std::optional<data::Batch> batch = loader.next();
     if (!batch) break;
     data::trim_targets(*batch);
-    const data::DeviceBatch input = data::to_device(*batch, device);
+    const data::DeviceBatch input = data::to_device(*batch, device, options.channels_last);
     synchronize(device);
     r.ms_per_image[0] += ms_since(t);
 

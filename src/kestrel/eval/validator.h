@@ -35,6 +35,7 @@ struct ValidationOptions {
   MetricStyle metric = MetricStyle::yolov5;
   bool single_cls = false;
   bool half = false;                    // fp16 autocast on CUDA (val.py --half; training validates in fp16)
+  bool channels_last = false;           // images as NHWC, for a model whose weights are (training's --channels-last)
   bool augment = false;                 // val.py --augment: test-time augmentation (test_time_augment.h), no loss
   bool save_json = false;               // collect COCO-format predictions
   // val.py --save-txt [--save-conf]: each image's predictions appended to <txt_dir>/<image stem>.txt as

@@ -119,6 +119,7 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
     fail("--cuda-graph needs the fused optimiser: the foreach algorithm reads the loss scaler's flag on the host");
   auto b = std::make_unique<BenchStep>();
   b->device = parse_device(o.device);
+  make_current(b->device);
   if (b->device.is_cuda()) set_cudnn_benchmark(true);  // as the PyTorch reference figures (docs/benchmarks.md)
   reset_peak_memory(b->device);  // each configuration's peak from its own start (earlier rows' blocks returned)
   torch::manual_seed(o.seed);

@@ -265,6 +265,7 @@ void TrainingRun::validate_epoch() {
   v.metric = eval::metric_style_for(ema->model(), o.v5_metric);
   v.single_cls = o.single_cls;
   v.half = amp == "fp16";
+  v.channels_last = o.channels_last;  // the EMA model's layout (training_run_setup.cpp)
   const auto val_loss = [&](const std::vector<at::Tensor>& levels, const at::Tensor& t, const at::Tensor& m) {
     return (*compute_loss)(levels, t, m).items;
   };

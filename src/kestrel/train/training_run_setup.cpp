@@ -53,6 +53,7 @@ void TrainingRun::join_ranks() {
   // LOCAL_RANK of the list, and without a list cuda:LOCAL_RANK.
   const bool listed = o.device.find(',') != std::string::npos;
   device = parse_device(dist_env.world_size > 1 ? device_of_rank(o.device, dist_env.local_rank) : o.device);
+  make_current(device);
   if (dist_env.world_size > 1 && device.is_cuda() && !listed) {
     const int count = static_cast<int>(torch::cuda::device_count());
     if (dist_env.local_rank >= count)
