@@ -6,6 +6,7 @@
 # LibTorch, the CUDA runtime and glibc are taken from there; everything else travels.
 #
 #   bash bench/gpu/bundle.sh            # after `make` (scripts/setup.sh) here
+#   sudo bash bench/gpu/rehearse.sh     # optional: the bundle in a bare stand-in for that machine, here
 #   then, with the device tool (see run.sh's header): run(command="bash bench/gpu/run.sh", carry=["build-device"], timeout_s=540)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

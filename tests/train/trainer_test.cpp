@@ -14,6 +14,7 @@
 #include "kestrel/core/safetensors.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/train/trainer.h"
+#include "kestrel/train/training_state.h"
 #include "test_support.h"
 
 namespace kestrel::train {
@@ -162,6 +163,33 @@ TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
   EXPECT_EQ(read(fs::path(whole.save_dir) / "results.csv"), read(fs::path(second.save_dir) / "results.csv"));
+}
+
+// A run trained with --cuda-graph, resumed with --device cpu: without graphs (which need CUDA), said in a
+// warning, to the end. Without the device override it would resume on its own device.
+TEST(Trainer, GraphedRunResumesOnTheCpuWithoutGraphs) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 2);
+  o.interrupt_after = 1;
+  const TrainResult first = train(o);
+  ASSERT_TRUE(first.interrupted);
+  // As if the run had been trained on a GPU with --cuda-graph: the state file's options say so.
+  const std::string state_path = training_state_path(first.save_dir);
+  TrainingState state = read_training_state(state_path);
+  state.options.cuda_graph = true;
+  write_training_state(state_path, state);
+
+  TrainOptions resume;
+  resume.resume = first.save_dir;
+  resume.quiet = true;
+  resume.device = "cpu";
+  testing::internal::CaptureStderr();
+  const TrainResult second = train(resume);
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_EQ(second.epochs_completed, 2);
+  EXPECT_NE(warnings.find("resuming on the CPU without it"), std::string::npos) << warnings;
+  EXPECT_TRUE(read_training_state(state_path).options.cuda_graph == false);  // the resumed run's own options
 }
 
 // --channels-last changes only the memory layout: the same losses, and saved weights and optimiser state

@@ -159,7 +159,12 @@ EpochTotals TrainingRun::run_batches() {
     ++progression.loss_count;
     ++batches_run;
 
-    if (i - progression.next_batch == 2) timing_start = Clock::now();  // images/s excludes the first steps
+    // images/s excludes the first steps, and counts device time: the host, which queues work ahead of a
+    // GPU, waits for it at both ends (twice an epoch).
+    if (i - progression.next_batch == 2) {
+      synchronize(device);
+      timing_start = Clock::now();
+    }
     if (i - progression.next_batch > 2) timed_images += images.size(0);
     const bool last = i + 1 == nb || totals.interrupted;
     if (progress.due(last)) {
@@ -176,6 +181,7 @@ EpochTotals TrainingRun::run_batches() {
       break;
     }
   }
+  synchronize(device);
   const double timed_seconds = std::chrono::duration<double>(Clock::now() - timing_start).count();
   totals.images_per_second = timed_images > 0 ? timed_images / timed_seconds : 0.0;
   return totals;
@@ -344,6 +350,11 @@ void TrainingRun::validate_best() {
   eval::ValidationOptions v;
   v.metric = eval::metric_style_for(*best.model, o.v5_metric);
   v.single_cls = o.single_cls;
+  v.half = true;  // upstream validates attempt_load(best).half() (fp16 autocast here; CUDA only)
+  if (o.channels_last) {
+    to_channels_last(*best.model);
+    v.channels_last = true;
+  }
   eval::ConfusionMatrix confusion(nc);
   if (!o.noplots) {
     v.confusion = &confusion;

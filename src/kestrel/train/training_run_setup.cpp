@@ -38,6 +38,11 @@ void TrainingRun::read_options(const TrainOptions& requested) {
     o.quiet = requested.quiet;
     o.interrupt_after = requested.interrupt_after;
     if (!requested.device.empty()) o.device = requested.device;
+    // A --cuda-graph run resumed on the CPU (--device cpu) trains on without graphs.
+    if (o.cuda_graph && !requested.device.empty() && parse_device(requested.device).is_cpu()) {
+      std::cerr << "WARNING: " << path << " was trained with --cuda-graph; resuming on the CPU without it\n";
+      o.cuda_graph = false;
+    }
     save_dir = fs::path(path).parent_path().parent_path().string();
   }
   if (o.epochs < 1) fail("--epochs must be >= 1");
@@ -233,6 +238,10 @@ void TrainingRun::restore_resume_state() {
               << resume_state.world_size << "\n";
   }
   if (progression.epoch >= o.epochs) fail(o.resume, ": this run already finished its ", o.epochs, " epochs; nothing to resume");
+  // Copied into the live tensors (the EMA's in build_step): the file's copies need not stay in memory.
+  resume_state.model.clear();
+  resume_state.optimizer.clear();
+  resume_state.scaler.clear();
   std::cout << "Resuming " << save_dir << " from epoch " << progression.epoch << ", batch " << progression.next_batch << "\n";
 }
 
@@ -264,6 +273,7 @@ void TrainingRun::build_step() {
   }
   ema.emplace(ema_model, *model, EmaOptions{}, resume_state.ema_updates);
   if (!o.resume.empty()) models::load_state_dict(ema->model(), resume_state.ema, true, o.resume);
+  resume_state.ema.clear();
   StepOptions step_options;
   step_options.autocast = amp != "off";
   step_options.autocast_dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
