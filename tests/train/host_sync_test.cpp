@@ -1,0 +1,217 @@
+// The design rule everything fast depends on: the training step never waits for the host. On a GPU, an op
+// that hands a device value to the host or sizes its output by the data (.item(), nonzero, masked_select,
+// boolean-mask indexing, unique, equal, ...) drains the device's queue, and a CUDA graph cannot hold it.
+// The same code runs on the CPU, so these tests record every ATen op one training step dispatches here
+// (forward, loss, backward, unscale and clipping, optimiser, loss-scale update, EMA) and fail on any of
+// those, naming it. The recorder itself is checked to see them (so that the checks can fail).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+
+#include "kestrel/models/model_config.h"
+#include "kestrel/train/param_groups.h"
+#include "kestrel/train/train_step.h"
+
+namespace kestrel::train {
+namespace {
+
+// ATen ops whose result a CUDA implementation can only give after waiting for the device: a host scalar,
+// or an output whose size depends on the values. (Boolean-mask indexing and where(cond) dispatch nonzero.)
+const std::set<std::string> kWaitsForTheDevice = {
+    "aten::_local_scalar_dense", "aten::item",          "aten::is_nonzero",     "aten::equal",
+    "aten::allclose",            "aten::nonzero",       "aten::nonzero_numpy",  "aten::masked_select",
+    "aten::_unique",             "aten::_unique2",      "aten::unique_dim",     "aten::unique_consecutive",
+    "aten::bincount",            "aten::repeat_interleave", "aten::_pin_memory"};
+
+// ATen's CPU kernels of the fused optimisers read their learning-rate and step tensors with .item(); their
+// CUDA kernels read them on the device (the tensors are checked to be on the parameters' GPU), so what
+// these do inside is not a wait there.
+const std::set<std::string> kCpuKernelsReadingScalars = {"aten::_fused_sgd_", "aten::_fused_adam_",
+                                                         "aten::_fused_adamw_"};
+
+// Every op dispatched (any thread) while alive, with the outermost op it ran inside: the op kestrel called.
+class OpRecorder {
+ public:
+  OpRecorder() {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      calls().clear();
+    }
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end).scopes(
+        {at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  }
+  ~OpRecorder() { at::removeCallback(handle_); }
+
+  // The recorded ops that wait for the device, as "op (in outer op) xN", sorted.
+  std::string waits() const {
+    std::lock_guard<std::mutex> lock(mutex());
+    std::map<std::string, int> counts;
+    for (const auto& [name, outer] : calls())
+      if (kWaitsForTheDevice.count(name) && !kCpuKernelsReadingScalars.count(outer)) ++counts[outer == name ? name : name + " (in " + outer + ")"];
+    std::string out;
+    for (const auto& [what, n] : counts) out += what + " x" + std::to_string(n) + " ";
+    return out;
+  }
+  bool saw(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mutex());
+    for (const auto& call : calls())
+      if (call.first == name) return true;
+    return false;
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::pair<std::string, std::string>>& calls() {  // (op, outermost op)
+    static std::vector<std::pair<std::string, std::string>> v;
+    return v;
+  }
+  static std::vector<std::string>& stack() {
+    thread_local std::vector<std::string> s;
+    return s;
+  }
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    stack().emplace_back(fn.name());
+    std::lock_guard<std::mutex> lock(mutex());
+    calls().emplace_back(fn.name(), stack().front());
+    return nullptr;
+  }
+  static void on_end(const at::RecordFunction&, at::ObserverContext*) {
+    if (!stack().empty()) stack().pop_back();
+  }
+  at::CallbackHandle handle_;
+};
+
+struct StepCase {
+  std::string cfg = "yolov5n";
+  int img = 64;
+  bool ota = false;
+  OptimizerKind optimizer = OptimizerKind::sgd;
+  bool fused = true;
+  bool autocast = false;  // bf16 on the CPU (fp16's code path: the same autocast guard)
+  bool scaler = false;    // dynamic loss scaling (unscale, clip, skip-on-inf, scale update)
+  bool channels_last = false;
+  bool checkpoint = false;  // every layer recomputed in backward
+};
+
+// Builds the step of `c`, runs two batches (the second with the optimiser update), recording only those.
+std::string waits_in_one_step(const StepCase& c, bool* saw_convolution = nullptr) {
+  torch::manual_seed(1);
+  const auto config = models::load_model_config(models::resolve_model_config_path(c.cfg));
+  auto model = models::build_model(config, 3);
+  auto average = models::build_model(config, 3);
+  model->train();
+  if (c.checkpoint) {
+    std::vector<int> layers(model->layers().size() - 1);
+    std::iota(layers.begin(), layers.end(), 0);
+    model->set_checkpointed_layers(layers);
+  }
+  if (c.channels_last) {
+    to_channels_last(*model);
+    to_channels_last(*average);
+  }
+  ModelEma ema(average, *model);
+  OptimizerOptions oo;
+  oo.kind = c.optimizer;
+  oo.fused = c.fused;
+  Optimizer optimizer(split_parameters(*model), oo);
+  GradScalerOptions so;
+  so.enabled = c.scaler;
+  GradScaler scaler(so, at::Device(at::kCPU));
+  StepOptions step_options;
+  step_options.autocast = c.autocast;
+  step_options.autocast_dtype = at::kBFloat16;
+  step_options.channels_last = c.channels_last;
+  TrainStep step(*model, make_loss_fn(model->head(), loss::LossOptions{}, c.img, c.ota), optimizer, scaler, &ema,
+                 step_options);
+  // 2 images, 6 target rows of which 4 are boxes (fixed capacity with a mask, as the loader gives them).
+  at::Tensor images = at::rand({2, 3, c.img, c.img});
+  if (c.channels_last) images = images.contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor targets = at::cat({at::randint(0, 3, {2, 6, 1}).to(at::kFloat), at::rand({2, 6, 2}) * 0.8 + 0.1,
+                                      at::rand({2, 6, 2}) * 0.3 + 0.05},
+                                     2);
+  const at::Tensor mask = (at::arange(6) < 4).expand({2, 6}).contiguous();
+  const StepSettings settings{{0.01, 0.01, 0.01}, 0.9, 2};
+  std::string waits;
+  {
+    OpRecorder recorder;
+    step.forward_backward(images, targets, mask);
+    step.forward_backward(images, targets, mask);
+    step.optimizer_step(settings);
+    waits = recorder.waits();
+    if (saw_convolution) *saw_convolution = recorder.saw("aten::convolution");
+  }
+  return waits;
+}
+
+TEST(HostSync, TheRecorderSeesOpsAndHostReads) {
+  OpRecorder recorder;
+  const at::Tensor x = at::rand({8});
+  (void)x.sum().item<float>();
+  (void)x.masked_select(x > 0.5);
+  EXPECT_NE(recorder.waits().find("aten::_local_scalar_dense"), std::string::npos) << recorder.waits();
+  EXPECT_NE(recorder.waits().find("aten::masked_select"), std::string::npos) << recorder.waits();
+  EXPECT_TRUE(recorder.saw("aten::sum"));
+}
+
+TEST(HostSync, Yolov5StepWithSgd) {
+  bool saw_convolution = false;
+  EXPECT_EQ(waits_in_one_step({}, &saw_convolution), "");
+  EXPECT_TRUE(saw_convolution) << "the step ran without the recorder seeing it";
+}
+
+TEST(HostSync, Yolov5StepWithAutocastLossScalingChannelsLastAndCheckpointing) {
+  StepCase c;
+  c.autocast = c.scaler = c.channels_last = c.checkpoint = true;
+  EXPECT_EQ(waits_in_one_step(c), "");
+}
+
+TEST(HostSync, AdamAndAdamWSteps) {
+  for (OptimizerKind kind : {OptimizerKind::adam, OptimizerKind::adamw}) {
+    StepCase c;
+    c.optimizer = kind;
+    c.scaler = true;
+    EXPECT_EQ(waits_in_one_step(c), "") << (kind == OptimizerKind::adam ? "Adam" : "AdamW");
+  }
+}
+
+TEST(HostSync, Yolov7StepWithTheOtaLoss) {
+  StepCase c;
+  c.cfg = "yolov7-tiny";
+  c.ota = true;
+  c.scaler = true;
+  EXPECT_EQ(waits_in_one_step(c), "");
+}
+
+// YOLOv7's P6 recipe (train_aux.py): the auxiliary head's OTA loss (IAuxDetect, always OTA).
+TEST(HostSync, Yolov7W6StepWithTheAuxiliaryOtaLoss) {
+  StepCase c;
+  c.cfg = "yolov7-w6";
+  c.img = 128;  // strides up to 64
+  c.scaler = true;
+  EXPECT_EQ(waits_in_one_step(c), "");
+}
+
+// torch.optim's multi-tensor algorithm (the ablation's PyTorch baseline, --foreach-optimizer) reads the
+// loss scaler's found_inf on the host to decide whether to step, as GradScaler.step does: the one wait
+// the rule allows, and only there. Without a scaler it has none.
+TEST(HostSync, ForeachOptimizerReadsFoundInfOnlyWithAScaler) {
+  StepCase c;
+  c.fused = false;
+  EXPECT_EQ(waits_in_one_step(c), "");
+  c.scaler = true;
+  EXPECT_EQ(waits_in_one_step(c), "aten::_local_scalar_dense (in aten::item) x1 aten::item x1 ");
+}
+
+}  // namespace
+}  // namespace kestrel::train
