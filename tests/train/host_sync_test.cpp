@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 
+#include "kestrel/core/device.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/cuda_graph_step.h"
 #include "kestrel/train/param_groups.h"
@@ -106,65 +107,82 @@ struct StepCase {
   bool graph_step = false;  // through CudaGraphStep's padded static buffers (without capture on the CPU)
 };
 
-// Builds the step of `c`, runs two batches (the second with the optimiser update), recording only those.
-std::string waits_in_one_step(const StepCase& c, bool* saw_convolution = nullptr) {
-  torch::manual_seed(1);
-  const auto config = models::load_model_config(models::resolve_model_config_path(c.cfg));
-  auto model = models::build_model(config, 3);
-  auto average = models::build_model(config, 3);
-  model->train();
-  if (c.checkpoint) {
-    std::vector<int> layers(model->layers().size() - 1);
-    std::iota(layers.begin(), layers.end(), 0);
-    model->set_checkpointed_layers(layers);
-  }
-  if (c.channels_last) {
-    to_channels_last(*model);
-    to_channels_last(*average);
-  }
-  ModelEma ema(average, *model);
-  OptimizerOptions oo;
-  oo.kind = c.optimizer;
-  oo.fused = c.fused;
-  Optimizer optimizer(split_parameters(*model), oo);
-  GradScalerOptions so;
-  so.enabled = c.scaler;
-  GradScaler scaler(so, at::Device(at::kCPU));
-  StepOptions step_options;
-  step_options.autocast = c.autocast;
-  step_options.autocast_dtype = at::kBFloat16;
-  step_options.channels_last = c.channels_last;
-  TrainStep step(*model, make_loss_fn(model->head(), loss::LossOptions{}, c.img, c.ota), optimizer, scaler, &ema,
-                 step_options);
-  // 2 images, 6 target rows of which 4 are boxes (fixed capacity with a mask, as the loader gives them).
-  at::Tensor images = at::rand({2, 3, c.img, c.img});
-  if (c.channels_last) images = images.contiguous(at::MemoryFormat::ChannelsLast);
-  const at::Tensor targets = at::cat({at::randint(0, 3, {2, 6, 1}).to(at::kFloat), at::rand({2, 6, 2}) * 0.8 + 0.1,
-                                      at::rand({2, 6, 2}) * 0.3 + 0.05},
-                                     2);
-  const at::Tensor mask = (at::arange(6) < 4).expand({2, 6}).contiguous();
-  const StepSettings settings{{0.01, 0.01, 0.01}, 0.9, 2};
+// The step of a StepCase on a device, with one batch: 2 images, 6 target rows of which 4 are boxes (fixed
+// capacity with a mask, as the loader gives them).
+struct StepRig {
+  std::shared_ptr<models::YoloModel> model, average;
+  std::unique_ptr<ModelEma> ema;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<GradScaler> scaler;
+  std::unique_ptr<TrainStep> step;
   std::unique_ptr<CudaGraphStep> graph;
-  if (c.graph_step) {
-    GraphStepOptions go;
-    go.capture = false;
-    graph = std::make_unique<CudaGraphStep>(step, at::Device(at::kCPU), go);
-  }
-  std::string waits;
-  {
-    OpRecorder recorder;
-    if (graph) {
-      // Past the warm-up: the calls a captured graph would replay.
-      for (int i = 0; i < 4; ++i) graph->run(images, targets, mask, settings, i % 2 == 1);
-    } else {
-      step.forward_backward(images, targets, mask);
-      step.forward_backward(images, targets, mask);
-      step.optimizer_step(settings);
+  at::Tensor images, targets, mask;
+  StepSettings settings{{0.01, 0.01, 0.01}, 0.9, 2};
+
+  StepRig(const StepCase& c, const c10::Device& device) {
+    torch::manual_seed(1);
+    const auto config = models::load_model_config(models::resolve_model_config_path(c.cfg));
+    model = models::build_model(config, 3);
+    average = models::build_model(config, 3);
+    model->to(device);
+    average->to(device);
+    model->train();
+    if (c.checkpoint) {
+      std::vector<int> layers(model->layers().size() - 1);
+      std::iota(layers.begin(), layers.end(), 0);
+      model->set_checkpointed_layers(layers);
     }
-    waits = recorder.waits();
-    if (saw_convolution) *saw_convolution = recorder.saw("aten::convolution");
+    if (c.channels_last) {
+      to_channels_last(*model);
+      to_channels_last(*average);
+    }
+    ema = std::make_unique<ModelEma>(average, *model);
+    OptimizerOptions oo;
+    oo.kind = c.optimizer;
+    oo.fused = c.fused;
+    optimizer = std::make_unique<Optimizer>(split_parameters(*model), oo);
+    GradScalerOptions so;
+    so.enabled = c.scaler;
+    scaler = std::make_unique<GradScaler>(so, device);
+    StepOptions step_options;
+    step_options.autocast = c.autocast;
+    step_options.autocast_dtype = device.is_cuda() ? at::kHalf : at::kBFloat16;
+    step_options.channels_last = c.channels_last;
+    step = std::make_unique<TrainStep>(*model, make_loss_fn(model->head(), loss::LossOptions{}, c.img, c.ota),
+                                       *optimizer, *scaler, ema.get(), step_options);
+    if (c.graph_step) {
+      GraphStepOptions go;
+      go.capture = false;
+      graph = std::make_unique<CudaGraphStep>(*step, device, go);
+    }
+    images = at::rand({2, 3, c.img, c.img}).to(device);
+    if (c.channels_last) images = images.contiguous(at::MemoryFormat::ChannelsLast);
+    targets = at::cat({at::randint(0, 3, {2, 6, 1}).to(at::kFloat), at::rand({2, 6, 2}) * 0.8 + 0.1,
+                       at::rand({2, 6, 2}) * 0.3 + 0.05},
+                      2)
+                  .to(device);
+    mask = (at::arange(6) < 4).expand({2, 6}).contiguous().to(device);
   }
-  return waits;
+
+  // Two batches, the second with the optimiser update (with the graph step: four, past its warm-up).
+  void run() {
+    if (graph) {
+      for (int i = 0; i < 4; ++i) graph->run(images, targets, mask, settings, i % 2 == 1);
+      return;
+    }
+    step->forward_backward(images, targets, mask);
+    step->forward_backward(images, targets, mask);
+    step->optimizer_step(settings);
+  }
+};
+
+// The ops of one step on the CPU that would wait for a GPU ("" if none).
+std::string waits_in_one_step(const StepCase& c, bool* saw_convolution = nullptr) {
+  StepRig rig(c, at::Device(at::kCPU));
+  OpRecorder recorder;
+  rig.run();
+  if (saw_convolution) *saw_convolution = recorder.saw("aten::convolution");
+  return recorder.waits();
 }
 
 TEST(HostSync, TheRecorderSeesOpsAndHostReads) {
@@ -222,6 +240,31 @@ TEST(HostSync, Yolov7W6StepWithTheAuxiliaryOtaLoss) {
   c.img = 128;  // strides up to 64
   c.scaler = true;
   EXPECT_EQ(waits_in_one_step(c), "");
+}
+
+// On a GPU the check is CUDA's own: with sync debugging set to "error", any call that makes the host wait
+// throws. One step first (lazy one-time set-up such as the loss's anchors on the device), then the checked
+// step, with fp16 autocast and loss scaling as `kestrel train` on a GPU.
+TEST(HostSync, CudaStepsRaiseNoSyncError) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device cuda(c10::kCUDA, 0);
+  StepCase yolov5;
+  yolov5.autocast = yolov5.scaler = yolov5.channels_last = true;
+  StepCase ota = yolov5;
+  ota.cfg = "yolov7-tiny";
+  ota.ota = true;
+  StepCase graphed = yolov5;
+  graphed.graph_step = true;
+  for (const StepCase& c : {yolov5, ota, graphed}) {
+    StepRig rig(c, cuda);
+    rig.run();
+    synchronize(cuda);
+    {
+      const CudaSyncErrors errors;
+      EXPECT_NO_THROW(rig.run()) << c.cfg << (c.ota ? " OTA" : "") << (c.graph_step ? " graph step" : "");
+    }
+    synchronize(cuda);
+  }
 }
 
 // torch.optim's multi-tensor algorithm (the ablation's PyTorch baseline, --foreach-optimizer) reads the

@@ -8,6 +8,10 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
 
+#ifdef KESTREL_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #include "kestrel/core/cuda_runtime_info.h"
 #include "kestrel/core/error.h"
 
@@ -50,6 +54,18 @@ c10::Device parse_device(const std::string& spec) {
 void make_current(const c10::Device& device) {
   if (device.is_cuda()) c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(device);
 }
+
+#ifdef KESTREL_WITH_CUDA
+CudaSyncErrors::CudaSyncErrors() : previous_(static_cast<int>(c10::cuda::warning_state().get_sync_debug_mode())) {
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+}
+CudaSyncErrors::~CudaSyncErrors() {
+  c10::cuda::warning_state().set_sync_debug_mode(static_cast<c10::cuda::SyncDebugMode>(previous_));
+}
+#else
+CudaSyncErrors::CudaSyncErrors() = default;
+CudaSyncErrors::~CudaSyncErrors() = default;
+#endif
 
 std::string device_of_rank(const std::string& spec, int local_rank) {
   if (spec.find(',') == std::string::npos) return spec;

@@ -33,6 +33,20 @@ struct AcceleratorInfo {
 };
 AcceleratorInfo query_accelerators();
 
+// While alive, on a CUDA build: any CUDA call that makes the host wait for the device (a copy to the host
+// or from pageable memory, a stream synchronisation: what .item(), nonzero and boolean-mask indexing do)
+// throws, as torch.cuda.set_sync_debug_mode("error"). For tests of the rule that the step never waits.
+class CudaSyncErrors {
+ public:
+  CudaSyncErrors();
+  ~CudaSyncErrors();
+  CudaSyncErrors(const CudaSyncErrors&) = delete;
+  CudaSyncErrors& operator=(const CudaSyncErrors&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 // Waits for the device's queued work (a no-op on the CPU): for timings only, never inside a step.
 void synchronize(const c10::Device& device);
 
