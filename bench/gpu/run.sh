@@ -129,8 +129,9 @@ run_step "bench e2e + CUDA graph" 60 bench_e2e.txt $K bench e2e --data "$DATA" -
 run_step "allocator: control" 45 allocator.txt $K bench train --cfg yolov5s "${FAST[@]}" "${REF[@]}"
 run_step "allocator: expandable segments" 45 allocator.txt env PYTORCH_ALLOC_CONF=expandable_segments:True \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $K bench train --cfg yolov5s "${FAST[@]}" "${REF[@]}"
+# Training's fast layout end to end: channels-last weights, activations and validation.
 run_step "train e2e ($DATA)" 120 train_e2e.txt $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 \
-  --device 0 --workers 16 --cache ram --project $RUNS --name gpu --exist-ok --quiet
+  --device 0 --workers 16 --cache ram --channels-last --project $RUNS --name gpu --exist-ok --quiet
 # export --end2end and --include-nms for TensorRT (EfficientNMS_TRT): does TensorRT, where the machine has it,
 # build an engine from them?
 W=$RUNS/gpu/weights/last.safetensors
