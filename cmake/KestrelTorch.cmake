@@ -14,13 +14,16 @@ if(NOT Torch_DIR AND NOT CMAKE_PREFIX_PATH)
 endif()
 
 if(KESTREL_WITH_CUDA)
-  # sm_90 = H100/H200. TorchConfig ignores CMAKE_CUDA_ARCHITECTURES for its own flags and reads
-  # TORCH_CUDA_ARCH_LIST instead (its default list includes archs that CUDA 13's nvcc rejects).
+  # TorchConfig sets the CUDA flags from TORCH_CUDA_ARCH_LIST (and turns CMAKE_CUDA_ARCHITECTURES off);
+  # its default list includes archs that CUDA 13's nvcc rejects. sm_90 machine code for the H100/H200,
+  # plus compute_90 PTX that the driver compiles for newer GPUs (kestrel's own kernels would otherwise
+  # have no image for them).
+  # (CMake itself wants CMAKE_CUDA_ARCHITECTURES set when CUDA is enabled.)
   if(NOT CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 90)
   endif()
   if(NOT TORCH_CUDA_ARCH_LIST)
-    set(TORCH_CUDA_ARCH_LIST "9.0")
+    set(TORCH_CUDA_ARCH_LIST "9.0+PTX")
   endif()
   set(CMAKE_CUDA_STANDARD 17)
   enable_language(CUDA)
