@@ -9,6 +9,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <ATen/Context.h>
+
 #include "kestrel/core/error.h"
 
 namespace kestrel::test {
@@ -81,5 +83,20 @@ CommandResult run_python(const std::string& script) {
 }
 
 std::string kestrel_binary() { return KESTREL_KESTREL_BINARY; }
+
+ExactCudnn::ExactCudnn()
+    : deterministic_(at::globalContext().deterministicCuDNN()),
+      benchmark_(at::globalContext().benchmarkCuDNN()),
+      tf32_(at::globalContext().allowTF32CuDNN()) {
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+}
+
+ExactCudnn::~ExactCudnn() {
+  at::globalContext().setDeterministicCuDNN(deterministic_);
+  at::globalContext().setBenchmarkCuDNN(benchmark_);
+  at::globalContext().setAllowTF32CuDNN(tf32_);
+}
 
 }  // namespace kestrel::test

@@ -37,4 +37,18 @@ CommandResult run_command(const std::string& command);
 CommandResult run_python(const std::string& script);
 std::string kestrel_binary();
 
+// While alive: cuDNN convolves float32 exactly and alike run after run — deterministic algorithms, no
+// autotuning, no TF32 (which LibTorch allows in cuDNN by default: 10-bit mantissas, differences ~1e-3).
+// For comparisons of two CUDA runs, or of CUDA against the CPU. The previous settings come back after.
+class ExactCudnn {
+ public:
+  ExactCudnn();
+  ~ExactCudnn();
+  ExactCudnn(const ExactCudnn&) = delete;
+  ExactCudnn& operator=(const ExactCudnn&) = delete;
+
+ private:
+  bool deterministic_, benchmark_, tf32_;
+};
+
 }  // namespace kestrel::test

@@ -8,7 +8,7 @@
 # Steps run in priority order; each gets at most its own limit and what is left of the budget, and a step
 # that no longer fits (under 25 s left) is skipped and listed, so the call never runs past the budget.
 #   1. kestrel env; the CUDA tests (NMS kernel vs CPU, side-stream prefetcher, fused BN-SiLU kernels,
-#      graph capture, CUDA runtime queries)
+#      graph capture, no host waits in the step, validation on CUDA vs the CPU, pinned host copies)
 #   2. a short --cuda-graph training run across epoch boundaries (graphs captured, then replayed into the
 #      same gradients after each epoch's zeroing)
 #   3. the training-step ablation (yolov5s, batch 64, 640)

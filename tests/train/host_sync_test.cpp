@@ -261,6 +261,8 @@ TEST(HostSync, CudaStepsRaiseNoSyncError) {
     synchronize(cuda);
     {
       const CudaSyncErrors errors;
+      // The check is on: a host read is an error here.
+      EXPECT_THROW((void)at::ones({1}, cuda).sum().item<float>(), c10::Error);
       EXPECT_NO_THROW(rig.run()) << c.cfg << (c.ota ? " OTA" : "") << (c.graph_step ? " graph step" : "");
     }
     synchronize(cuda);
