@@ -8,13 +8,13 @@ namespace kestrel {
 
 void AsyncHostCopy::start(const at::Tensor& src) {
   TORCH_CHECK(!started_ || arrived(), "AsyncHostCopy::start: the previous copy has not arrived yet");
-  const at::Tensor values = src.to(at::kFloat);
-  if (!values.is_cuda()) {
-    host_ = values.to(at::kCPU).clone();
+  if (!src.is_cuda()) {  // one synchronous copy (a copy even where src is float32 already: a snapshot)
+    host_ = src.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
     done_.reset();
     started_ = true;
     return;
   }
+  const at::Tensor values = src.to(at::kFloat);
   if (!host_.defined() || host_.sizes() != values.sizes()) {
     host_ = at::empty(values.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
   }
