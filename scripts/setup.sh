@@ -50,6 +50,15 @@ fi
 cmake_args=(-S . -B "$BUILD_DIR" -G Ninja -DKESTREL_PYTHON="$VENV/bin/python")
 [ -n "${KESTREL_TORCH_DIR:-}" ] && cmake_args+=(-DTorch_DIR="$KESTREL_TORCH_DIR")
 command -v ccache >/dev/null && cmake_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+# A LibTorch asked for by KESTREL_TORCH_DIR must be the one the build folder was configured with: CMake
+# keeps the first LibTorch's libraries in its cache, so a switch needs a fresh folder.
+configured_torch=$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null || true)
+if [ -n "${KESTREL_TORCH_DIR:-}" ] && [ -n "$configured_torch" ] && \
+   [ "$(realpath -m "$KESTREL_TORCH_DIR")" != "$(realpath -m "$configured_torch")" ]; then
+  echo "setup: $BUILD_DIR was configured with Torch_DIR=$configured_torch, not KESTREL_TORCH_DIR=$KESTREL_TORCH_DIR;" \
+       "use a fresh build folder (make run BUILD_DIR=build-mytorch) or remove $BUILD_DIR" >&2
+  exit 1
+fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   say "configuring $BUILD_DIR"
   cmake "${cmake_args[@]}" >"$KESTREL_HOME/cmake-configure.log" 2>&1 || { cat "$KESTREL_HOME/cmake-configure.log"; exit 1; }

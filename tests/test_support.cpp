@@ -9,6 +9,9 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <memory>
+#include <mutex>
+
 #include <ATen/Context.h>
 
 #include "kestrel/core/error.h"
@@ -97,6 +100,44 @@ ExactCudnn::~ExactCudnn() {
   at::globalContext().setDeterministicCuDNN(deterministic_);
   at::globalContext().setBenchmarkCuDNN(benchmark_);
   at::globalContext().setAllowTF32CuDNN(tf32_);
+}
+
+namespace {
+std::mutex recorded_mutex;
+std::vector<OpRecorder::Call> recorded;
+thread_local std::vector<std::string> open_ops;  // this thread's ops being dispatched, outermost first
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  open_ops.emplace_back(fn.name());
+  std::lock_guard<std::mutex> lock(recorded_mutex);
+  recorded.push_back({fn.name(), open_ops.front(), std::this_thread::get_id()});
+  return nullptr;
+}
+void on_op_end(const at::RecordFunction&, at::ObserverContext*) {
+  if (!open_ops.empty()) open_ops.pop_back();
+}
+}  // namespace
+
+OpRecorder::OpRecorder() {
+  {
+    std::lock_guard<std::mutex> lock(recorded_mutex);
+    recorded.clear();
+  }
+  handle_ = at::addGlobalCallback(
+      at::RecordFunctionCallback(&on_op_start, &on_op_end).scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+}
+
+OpRecorder::~OpRecorder() { at::removeCallback(handle_); }
+
+std::vector<OpRecorder::Call> OpRecorder::calls() const {
+  std::lock_guard<std::mutex> lock(recorded_mutex);
+  return recorded;
+}
+
+bool OpRecorder::saw(const std::string& op) const {
+  for (const Call& call : calls())
+    if (call.op == op) return true;
+  return false;
 }
 
 }  // namespace kestrel::test

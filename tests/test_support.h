@@ -2,6 +2,10 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/record_function.h>
 
 namespace kestrel::test {
 
@@ -49,6 +53,25 @@ class ExactCudnn {
 
  private:
   bool deterministic_, benchmark_, tf32_;
+};
+
+// Every ATen op dispatched while alive, in any thread: its name, the outermost op it ran inside (the op
+// the calling code called) and the thread. One recorder at a time.
+class OpRecorder {
+ public:
+  struct Call {
+    std::string op, outermost;
+    std::thread::id thread;
+  };
+  OpRecorder();
+  ~OpRecorder();
+  OpRecorder(const OpRecorder&) = delete;
+  OpRecorder& operator=(const OpRecorder&) = delete;
+  std::vector<Call> calls() const;
+  bool saw(const std::string& op) const;
+
+ private:
+  at::CallbackHandle handle_;
 };
 
 }  // namespace kestrel::test

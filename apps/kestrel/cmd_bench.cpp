@@ -162,7 +162,8 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--checkpoint", t->checkpoint_layers, "activation checkpointing of the first N layers (-1: all)")
       ->capture_default_str();
   step->add_flag("--ablation", *ablation,
-                 "table: fp32 (foreach optimiser), + mixed precision, + channels-last, + fused optimiser, + fused BN-SiLU and + CUDA graph (CUDA), + checkpointing");
+                 "table: fp32 (foreach optimiser), + mixed precision, + channels-last, + fused optimiser, + CUDA graph (CUDA), + checkpointing, "
+                 "and (CUDA) the graph row + fused BN-SiLU");
   step->add_flag("--json", *tjson, "machine-readable output");
   step->callback([t, tjson, ablation] {
     StepTable table(*t, *tjson);  // one JSON line per row with --json

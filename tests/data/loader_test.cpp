@@ -14,6 +14,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
+#include "test_support.h"
 
 namespace kestrel::data {
 namespace {
@@ -60,6 +61,27 @@ TEST(Loader, PrefetchDefaultsToTwoBatchesPerWorker) {
   EXPECT_EQ(taken, 8);
   o.prefetch = 1;
   EXPECT_EQ(DataLoader(ds, o).prefetch(), 1);
+}
+
+// Workers dispatch no ATen kernel, only allocations: a kernel over ATen's grain size (zeroing a batch's
+// 64 x 400 x 5 targets) runs as an OpenMP region, which gives every worker thread its own team of
+// threads that spin after each batch: 16 workers x 15 threads on a 16-core machine. (--quad's stitching
+// still uses ATen kernels.)
+TEST(Loader, WorkersDispatchOnlyAllocations) {
+  auto ds = demo(true, 128);
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 2;
+  test::OpRecorder recorder;
+  ASSERT_FALSE(epoch(ds, o, 0).empty());
+  std::set<std::string> in_workers;
+  for (const auto& call : recorder.calls())
+    if (call.thread != std::this_thread::get_id()) in_workers.insert(call.op);
+  EXPECT_TRUE(in_workers.count("aten::empty")) << "the recorder saw no op of the workers";
+  std::string kernels;
+  for (const auto& op : in_workers)
+    if (op != "aten::empty" && op != "aten::empty_strided") kernels += op + " ";
+  EXPECT_EQ(kernels, "");
 }
 
 // --image-weights: draws with replacement in proportion to the weights, seeded by the epoch.
@@ -336,7 +358,9 @@ void check_prefetcher(const c10::Device& device) {
   o.workers = 2;
   o.pin_memory = device.is_cuda();  // as training: asynchronous copies from pinned batches
   auto expected = epoch(ds, o, 4);
-  if (o.pin_memory) ASSERT_TRUE(expected.at(0).images.is_pinned());
+  if (o.pin_memory) {
+    ASSERT_TRUE(expected.at(0).images.is_pinned());
+  }
   DataLoader loader(ds, o);
   loader.start_epoch(4);
   DevicePrefetcher prefetcher(loader, device, /*channels_last=*/true);

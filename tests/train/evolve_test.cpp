@@ -141,6 +141,10 @@ TEST(Evolve, ThreeGenerationsEndToEnd) {
     if (fitness(rows[i].results[2], rows[i].results[3]) > fitness(rows[best].results[2], rows[best].results[3])) best = i;
   const auto evolved = yaml_values((fs::path(r.save_dir) / "hyp_evolve.yaml").string());
   for (const auto& [k, v] : rows[best].hyp) EXPECT_NEAR(evolved.at(k), v, 1e-4 * std::max(1.0, std::fabs(v))) << k;
+  // As upstream (evolve implies --nosave and skips the final save): no generation writes weights.
+  const fs::path generation = fs::path(r.save_dir) / "generation";
+  EXPECT_TRUE(fs::exists(generation / "results.csv"));
+  EXPECT_FALSE(fs::exists(generation / "weights")) << "a generation wrote checkpoints";
 }
 
 }  // namespace

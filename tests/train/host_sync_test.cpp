@@ -7,20 +7,19 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <mutex>
 #include <numeric>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <ATen/record_function.h>
 
 #include "kestrel/core/device.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/cuda_graph_step.h"
 #include "kestrel/train/param_groups.h"
 #include "kestrel/train/train_step.h"
+#include "test_support.h"
 
 namespace kestrel::train {
 namespace {
@@ -39,60 +38,16 @@ const std::set<std::string> kWaitsForTheDevice = {
 const std::set<std::string> kCpuKernelsReadingScalars = {"aten::_fused_sgd_", "aten::_fused_adam_",
                                                          "aten::_fused_adamw_"};
 
-// Every op dispatched (any thread) while alive, with the outermost op it ran inside: the op kestrel called.
-class OpRecorder {
- public:
-  OpRecorder() {
-    {
-      std::lock_guard<std::mutex> lock(mutex());
-      calls().clear();
-    }
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end).scopes(
-        {at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
-  }
-  ~OpRecorder() { at::removeCallback(handle_); }
-
-  // The recorded ops that wait for the device, as "op (in outer op) xN", sorted.
-  std::string waits() const {
-    std::lock_guard<std::mutex> lock(mutex());
-    std::map<std::string, int> counts;
-    for (const auto& [name, outer] : calls())
-      if (kWaitsForTheDevice.count(name) && !kCpuKernelsReadingScalars.count(outer)) ++counts[outer == name ? name : name + " (in " + outer + ")"];
-    std::string out;
-    for (const auto& [what, n] : counts) out += what + " x" + std::to_string(n) + " ";
-    return out;
-  }
-  bool saw(const std::string& name) const {
-    std::lock_guard<std::mutex> lock(mutex());
-    for (const auto& call : calls())
-      if (call.first == name) return true;
-    return false;
-  }
-
- private:
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static std::vector<std::pair<std::string, std::string>>& calls() {  // (op, outermost op)
-    static std::vector<std::pair<std::string, std::string>> v;
-    return v;
-  }
-  static std::vector<std::string>& stack() {
-    thread_local std::vector<std::string> s;
-    return s;
-  }
-  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    stack().emplace_back(fn.name());
-    std::lock_guard<std::mutex> lock(mutex());
-    calls().emplace_back(fn.name(), stack().front());
-    return nullptr;
-  }
-  static void on_end(const at::RecordFunction&, at::ObserverContext*) {
-    if (!stack().empty()) stack().pop_back();
-  }
-  at::CallbackHandle handle_;
-};
+// The recorded ops that wait for the device, as "op (in outer op) xN", sorted ("" if none).
+std::string device_waits(const test::OpRecorder& recorder) {
+  std::map<std::string, int> counts;
+  for (const auto& call : recorder.calls())
+    if (kWaitsForTheDevice.count(call.op) && !kCpuKernelsReadingScalars.count(call.outermost))
+      ++counts[call.outermost == call.op ? call.op : call.op + " (in " + call.outermost + ")"];
+  std::string out;
+  for (const auto& [what, n] : counts) out += what + " x" + std::to_string(n) + " ";
+  return out;
+}
 
 struct StepCase {
   std::string cfg = "yolov5n";
@@ -179,19 +134,20 @@ struct StepRig {
 // The ops of one step on the CPU that would wait for a GPU ("" if none).
 std::string waits_in_one_step(const StepCase& c, bool* saw_convolution = nullptr) {
   StepRig rig(c, at::Device(at::kCPU));
-  OpRecorder recorder;
+  test::OpRecorder recorder;
   rig.run();
   if (saw_convolution) *saw_convolution = recorder.saw("aten::convolution");
-  return recorder.waits();
+  return device_waits(recorder);
 }
 
 TEST(HostSync, TheRecorderSeesOpsAndHostReads) {
-  OpRecorder recorder;
+  test::OpRecorder recorder;
   const at::Tensor x = at::rand({8});
   (void)x.sum().item<float>();
   (void)x.masked_select(x > 0.5);
-  EXPECT_NE(recorder.waits().find("aten::_local_scalar_dense"), std::string::npos) << recorder.waits();
-  EXPECT_NE(recorder.waits().find("aten::masked_select"), std::string::npos) << recorder.waits();
+  const std::string waits = device_waits(recorder);
+  EXPECT_NE(waits.find("aten::_local_scalar_dense"), std::string::npos) << waits;
+  EXPECT_NE(waits.find("aten::masked_select"), std::string::npos) << waits;
   EXPECT_TRUE(recorder.saw("aten::sum"));
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -31,8 +32,12 @@ void BatchWriter::add(const Sample& s, const SampleMeta& meta) {
     if (s.image.empty()) fail("collate: sample 0 has no image");
     auto bytes = at::TensorOptions().dtype(at::kByte).pinned_memory(pin_memory_);
     batch_.images = at::empty({batch_size_, 3, s.image.rows, s.image.cols}, bytes);
-    batch_.targets = at::zeros({batch_size_, max_boxes_, 5}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin_memory_));
-    batch_.target_mask = at::zeros({batch_size_, max_boxes_}, at::TensorOptions().dtype(at::kBool).pinned_memory(pin_memory_));
+    // Allocated, then zeroed by memset: a worker runs no ATen kernel, since one over ATen's grain size
+    // (64 x 400 x 5 targets) would start an OpenMP team for every worker thread.
+    batch_.targets = at::empty({batch_size_, max_boxes_, 5}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin_memory_));
+    batch_.target_mask = at::empty({batch_size_, max_boxes_}, at::TensorOptions().dtype(at::kBool).pinned_memory(pin_memory_));
+    std::memset(batch_.targets.data_ptr<float>(), 0, batch_.targets.nbytes());
+    std::memset(batch_.target_mask.data_ptr<bool>(), 0, batch_.target_mask.nbytes());
   }
   const int64_t i = added_;
   const int h = static_cast<int>(batch_.images.size(2)), w = static_cast<int>(batch_.images.size(3));
@@ -94,6 +99,10 @@ DataLoader::DataLoader(std::shared_ptr<const YoloDataset> dataset, LoaderOptions
   // Serving them from the heap instead reuses the memory (process-wide setting, harmless elsewhere).
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // OpenCV's own thread pool off, as upstream's cv2.setNumThreads(0): the workers are the parallelism.
+  // Otherwise each cvtColor or resize of one worker fans out to a pool as large as the machine while the
+  // other workers run theirs serially, and the pool's threads compete with the workers for the cores.
+  cv::setNumThreads(0);
   if (options_.batch_size < 1) fail("--batch-size must be >= 1");
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size) fail("invalid rank/world size");
   options_.workers = std::max(1, options_.workers);

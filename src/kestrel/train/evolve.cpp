@@ -188,7 +188,7 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     TrainOptions o = base;
     o.hyp = hyp_file;
     o.noval = true;  // validate after the final epoch only
-    o.nosave = true;
+    o.save_weights = false;  // upstream: evolve implies nosave, and no final checkpoint either
     o.noplots = true;  // upstream: plots = not evolve
     o.project = result.save_dir;
     o.name = "generation";

@@ -52,6 +52,10 @@ struct TrainOptions {
   bool check_nans = false;             // stop at the first non-finite loss (one host read per step)
   bool freeze_bn = false;              // keep BatchNorm statistics fixed (BN layers in eval mode)
   std::vector<int> checkpoint;         // activation checkpointing: [n] the first n layers, or those indices
+  // No flag: false writes no checkpoint at all, not even the final one or on Ctrl-C (--evolve's
+  // generations, as upstream, where only results.csv is read back); the final validation of best
+  // weights is skipped with it.
+  bool save_weights = true;
   bool cuda_graph = false;             // capture the step as CUDA graphs after the warm-up (one process, CUDA)
   // Tests only (no flag): false runs --cuda-graph's step (static buffers, gradients kept in place) without
   // capturing, on any device, so a CPU test covers everything around the capture.

@@ -231,8 +231,12 @@ bool TrainingRun::optimiser_step(const StepSettings& s, int64_t ni) {
 }
 
 void TrainingRun::save_interrupted() {
-  save_checkpoint(progression, false, progression.epoch - 1);
   result.interrupted = true;
+  if (!o.save_weights) {
+    std::cout << "\nInterrupted\n";
+    return;
+  }
+  save_checkpoint(progression, false, progression.epoch - 1);
   std::cout << "\nInterrupted: saved " << state_path << "; continue with kestrel train --resume " << save_dir << "\n";
 }
 
@@ -259,7 +263,7 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   done.next_batch = 0;
   done.loss_sum = {0, 0, 0};
   done.loss_count = 0;
-  if (!o.nosave || final_epoch || stop) save_checkpoint(done, best, epoch);
+  if (o.save_weights && (!o.nosave || final_epoch || stop)) save_checkpoint(done, best, epoch);
   progression.loss_sum = {0, 0, 0};
   progression.loss_count = 0;
   result.epochs_completed = epoch + 1;

@@ -246,7 +246,7 @@ void TrainingRun::restore_resume_state() {
 }
 
 void TrainingRun::choose_run_dir() {
-  if (o.resume.empty() && dist_ctx.is_main()) save_dir = make_run_dir(o.project, o.name, o.exist_ok);
+  if (o.resume.empty() && dist_ctx.is_main()) save_dir = make_run_dir(o.project, o.name, o.exist_ok, o.save_weights);
   run_dir = save_dir;
   if (!dist_ctx.is_main()) {
     save_dir = (fs::temp_directory_path() / cat("kestrel-rank", dist_ctx.rank, "-", ::getpid())).string();
@@ -296,7 +296,7 @@ void TrainingRun::build_step() {
 
 void TrainingRun::open_run_files() {
   weights_dir = fs::path(save_dir) / "weights";
-  fs::create_directories(weights_dir);
+  if (o.save_weights) fs::create_directories(weights_dir);
   write_text_atomic((fs::path(save_dir) / "hyp.yaml").string(), hyperparameters_yaml(hyp));
   write_text_atomic((fs::path(save_dir) / "opt.yaml").string(), options_yaml(o));
   // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
