@@ -1,6 +1,7 @@
 // The validation loader's two batch layouts: val.py's rectangular batches (pad 0.5 strides) and the square,
 // unpadded letterboxes of its --task speed. Expected shapes by hand for the demo val split (16 images, all
-// wider than tall or square, at 64 px with stride 32).
+// wider than tall or square, at 64 px with stride 32). And --cache ram's memory check (upstream's
+// check_cache_ram) with hand-made sizes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,6 +40,54 @@ TEST(ValLoader, RectangularBatchesPadHalfAStride) {
 TEST(ValLoader, SpeedTaskLetterboxesSquareWithoutPadding) {
   const std::vector<int64_t> shape = first_batch_shape(false);
   EXPECT_EQ(shape, (std::vector<int64_t>{16, 3, 64, 64}));
+}
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+// Upstream: cache = required * 1.1 < available; its message without the margin, sizes in GB to 0.1.
+TEST(RamCacheCheck, TenPercentMarginOverTheAvailableMemory) {
+  const core::HostMemory memory{15 * kGiB / 10, 8 * kGiB};  // 1.5 of 8 GiB available
+  EXPECT_EQ(ram_cache_refusal("train", kGiB, 0, memory, 1), "");                // 1.1 < 1.5
+  EXPECT_EQ(ram_cache_refusal("train", 14 * kGiB / 10, 0, memory, 1),           // 1.54 >= 1.5
+            "train: 1.4GB RAM required, 1.5/8.0GB available, not caching images (--cache ram)");
+  // Exactly at the margin is refused, as upstream's strict '<'.
+  EXPECT_NE(ram_cache_refusal("val", 10 * kGiB, 0, core::HostMemory{11 * kGiB, 16 * kGiB}, 1), "");
+  EXPECT_EQ(ram_cache_refusal("val", 10 * kGiB, 0, core::HostMemory{11 * kGiB + (1 << 20), 16 * kGiB}, 1), "");
+}
+
+TEST(RamCacheCheck, CountsTheOtherSplitAndEveryProcessOfTheMachine) {
+  const core::HostMemory memory{21 * kGiB / 10, 8 * kGiB};  // 2.1 GiB available
+  EXPECT_EQ(ram_cache_refusal("train", kGiB, 0, memory, 1), "");
+  EXPECT_EQ(ram_cache_refusal("val", kGiB, kGiB, memory, 1),  // (1 + 1) * 1.1 = 2.2
+            "val: 1.0GB RAM required (+1.0GB for the other split), 2.1/8.0GB available, not caching images (--cache ram)");
+  EXPECT_EQ(ram_cache_refusal("train", kGiB, 0, memory, 2),
+            "train: 1.0GB RAM required x 2 processes on this machine, 2.1/8.0GB available, not caching images (--cache ram)");
+  EXPECT_EQ(ram_cache_refusal("train", 1000 * kGiB, 0, core::HostMemory{}, 1), "") << "unknown memory: cache as asked";
+}
+
+// Long side to 640, the short side rounded up: 1280x960 -> 640x480, 100x50 -> 640x320, 640x640 stays,
+// 33x1000 -> 22x640 (33 * 0.64 = 21.12). 3 bytes a pixel; a record listed twice counts twice.
+TEST(RamCacheCheck, BytesOfTheResizedImagesByHand) {
+  std::vector<data::ImageRecord> records(5);
+  const int sizes[5][2] = {{1280, 960}, {100, 50}, {640, 640}, {33, 1000}, {100, 50}};
+  for (size_t i = 0; i < records.size(); ++i) records[i].width = sizes[i][0], records[i].height = sizes[i][1];
+  EXPECT_EQ(data::ram_cache_bytes(records, 640), 3ull * (640 * 480 + 640 * 320 + 640 * 640 + 22 * 640 + 640 * 320));
+}
+
+// On this machine the demo's few images fit: the loaders cache them and say how much they will hold.
+TEST(RamCacheCheck, DemoSplitsAreCachedWithTheirSize) {
+  const auto cfg = data::load_dataset_config("data/demo/demo.yaml");
+  ValLoaderOptions o;
+  o.img_size = 64;
+  o.workers = 1;
+  o.cache = "ram";
+  const SplitLoader split = make_val_loader(cfg, "val", o);
+  EXPECT_TRUE(split.dataset->options().cache_ram);
+  EXPECT_EQ(split.ram_cache_bytes, data::ram_cache_bytes(split.dataset->records(), 64));
+  EXPECT_GT(split.ram_cache_bytes, 16u * 64 * 32 * 3) << "16 images, none under 64x32 after the resize";
+  const core::HostMemory memory = core::host_memory();
+  EXPECT_GT(memory.total, 0u);
+  EXPECT_LE(memory.available, memory.total);
 }
 
 }  // namespace

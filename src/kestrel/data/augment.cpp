@@ -104,16 +104,22 @@ void check_labels(const Sample& sample, const char* where) {
 
 // ---- resize and letterbox -------------------------------------------------------------------------
 
+cv::Size long_side_size(cv::Size size, int img_size) {
+  const int64_t longest = std::max(size.width, size.height);
+  if (longest <= 0 || img_size <= 0) fail("long_side_size: sizes must be positive, got ", size.width, "x", size.height, " and ", img_size);
+  // ceil(side * img_size / longest) in integers: the float product can land a hair above an integer.
+  auto side = [&](int64_t v) { return int((v * img_size + longest - 1) / longest); };
+  return {side(size.width), side(size.height)};
+}
+
 cv::Mat resize_long_side(const cv::Mat& img, int img_size, bool augment) {
   if (img.empty()) fail("resize_long_side: empty image");
   if (img_size <= 0) fail("resize_long_side: image size must be positive, got ", img_size);
-  const int64_t h = img.rows, w = img.cols, longest = std::max(h, w);
+  const int longest = std::max(img.rows, img.cols);
   if (longest == img_size) return img;
-  // ceil(side * img_size / longest) in integers: the float product can land a hair above an integer.
-  auto side = [&](int64_t v) { return int((v * img_size + longest - 1) / longest); };
   const int interp = (augment || img_size > longest) ? cv::INTER_LINEAR : cv::INTER_AREA;
   cv::Mat out;
-  cv::resize(img, out, cv::Size(side(w), side(h)), 0, 0, interp);
+  cv::resize(img, out, long_side_size(img.size(), img_size), 0, 0, interp);
   return out;
 }
 

@@ -42,6 +42,8 @@ void check_labels(const Sample& sample, const char* where);
 // INTER_LINEAR when augmenting or enlarging, INTER_AREA when shrinking for evaluation.
 // Returns `img` itself (not a copy) when it already has that long side.
 cv::Mat resize_long_side(const cv::Mat& img, int img_size, bool augment);
+// The size resize_long_side gives an image of `size`.
+cv::Size long_side_size(cv::Size size, int img_size);
 
 // resize_long_side on the image; boxes and polygons scale by the same per-axis factors.
 Sample resize_sample(const Sample& sample, int img_size, bool augment);

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kestrel/core/error.h"
+#include "kestrel/data/augment.h"
 #include "kestrel/data/disk_cache.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/mosaic.h"
@@ -60,6 +61,15 @@ std::vector<cv::Size> rect_shapes(const std::vector<ImageRecord>& records, const
 }
 
 }  // namespace
+
+uint64_t ram_cache_bytes(const std::vector<ImageRecord>& records, int img_size) {
+  uint64_t bytes = 0;
+  for (const ImageRecord& r : records) {
+    const cv::Size s = long_side_size({r.width, r.height}, img_size);
+    bytes += 3ull * static_cast<uint64_t>(s.width) * static_cast<uint64_t>(s.height);
+  }
+  return bytes;
+}
 
 uint64_t sample_seed(uint64_t seed, int epoch, uint64_t index) {
   return splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(epoch)) ^ index);

@@ -75,4 +75,8 @@ class YoloDataset {
 // 64-bit mix of (seed, epoch, index) into a generator seed, so each sample has its own stream.
 uint64_t sample_seed(uint64_t seed, int epoch, uint64_t index);
 
+// The bytes of pixels a RAM cache of these records holds once every one has been loaded: each image
+// resized to `img_size` on its long side, 3 bytes a pixel (a record listed twice is cached twice).
+uint64_t ram_cache_bytes(const std::vector<ImageRecord>& records, int img_size);
+
 }  // namespace kestrel::data

@@ -1,6 +1,7 @@
 #include "kestrel/train/split_loader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 
 #include "kestrel/core/device.h"
@@ -24,7 +25,35 @@ data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::str
   return index;
 }
 
+// --cache ram's check (upstream's check_cache_ram): whether the split's resized images may be kept in
+// memory; prints why not when they may not.
+bool ram_cache_allowed(const std::string& split, const data::DatasetIndex& index, int img_size, uint64_t other, int processes,
+                       uint64_t* bytes) {
+  *bytes = data::ram_cache_bytes(index.records, img_size);
+  const std::string refusal = ram_cache_refusal(split, *bytes, other, core::host_memory(), processes);
+  if (refusal.empty()) return true;
+  std::cout << refusal << "\n";
+  *bytes = 0;
+  return false;
+}
+
 }  // namespace
+
+std::string ram_cache_refusal(const std::string& split, uint64_t required, uint64_t other, const core::HostMemory& memory,
+                              int processes) {
+  if (memory.total == 0) return "";  // unknown: cache, as asked
+  const double need = (static_cast<double>(required) + static_cast<double>(other)) * std::max(1, processes);
+  if (need * 1.1 < static_cast<double>(memory.available)) return "";
+  const auto gb = [](double bytes) {  // upstream's f"{bytes / gb:.1f}GB"
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", bytes / (1 << 30));
+    return std::string(text);
+  };
+  std::string line = cat(split, ": ", gb(required), "GB RAM required");
+  if (other > 0) line += cat(" (+", gb(other), "GB for the other split)");
+  if (processes > 1) line += cat(" x ", processes, " processes on this machine");
+  return line + cat(", ", gb(memory.available), "/", gb(memory.total), "GB available, not caching images (--cache ram)");
+}
 
 SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions& o, const Hyperparameters& hyp,
                               int stride, int nc_for_check, const c10::Device& device, int rank, int world_size,
@@ -46,6 +75,9 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   const auto records = index.records;
   for (int r = 1; r < repeat; ++r) index.records.insert(index.records.end(), records.begin(), records.end());
   SplitLoader out;
+  // Each process of this machine caches the whole split (its share changes every epoch), as upstream.
+  if (d.cache_ram)
+    d.cache_ram = ram_cache_allowed("train", index, d.img_size, 0, dist::read_env().local_world_size, &out.ram_cache_bytes);
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = d.batch_size;
@@ -81,8 +113,9 @@ SplitLoader make_val_loader(const data::DatasetConfig& cfg, const std::string& s
   d.cache_ram = o.cache == "ram";
   d.cache_disk = o.cache == "disk";
   SplitLoader out;
-  out.dataset = std::make_shared<const data::YoloDataset>(
-      verified_split(cfg, split, o.workers, o.nc_for_check, o.single_cls), d);
+  data::DatasetIndex index = verified_split(cfg, split, o.workers, o.nc_for_check, o.single_cls);
+  if (d.cache_ram) d.cache_ram = ram_cache_allowed(split, index, d.img_size, o.other_ram_cache_bytes, 1, &out.ram_cache_bytes);
+  out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = o.batch_size;
   l.workers = std::max(1, o.workers);

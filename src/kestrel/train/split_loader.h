@@ -2,11 +2,13 @@
 // shuffling, ranks), shared by the trainer and `kestrel bench e2e` so that the benchmark measures
 // exactly the training pipeline; and val.py's loader, shared by training's validation and `kestrel val`.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include <c10/core/Device.h>
 
+#include "kestrel/core/host_memory.h"
 #include "kestrel/data/dataset.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/loader.h"
@@ -18,7 +20,15 @@ namespace kestrel::train {
 struct SplitLoader {
   std::shared_ptr<const data::YoloDataset> dataset;
   std::unique_ptr<data::DataLoader> loader;
+  uint64_t ram_cache_bytes = 0;  // what its --cache ram holds once filled (0: it caches nothing in RAM)
 };
+
+// Upstream's check_cache_ram for --cache ram: a split's images are kept in memory only when each of the
+// `processes` on this machine can hold `required` bytes, plus `other` bytes it already promised to other
+// caches, with a 10 % margin. The cache fills during the first epoch, so this is checked before it.
+// Returns "" when they fit (or the memory is unknown), else the line saying that they will not be cached.
+std::string ram_cache_refusal(const std::string& split, uint64_t required, uint64_t other,
+                              const core::HostMemory& memory, int processes);
 
 // Indexes and verifies the training split of `cfg` (skipped files are reported on stdout), then builds
 // its dataset and loader from the training options: --img, --batch-size (divided over `world_size`
@@ -40,6 +50,7 @@ struct ValLoaderOptions {
   int nc_for_check = 0;     // class ids must be below it
   int max_boxes = 400;
   std::string cache;        // "", "ram" or "disk"
+  uint64_t other_ram_cache_bytes = 0;  // promised to this process's other RAM caches (training's)
   bool pin_memory = false;  // page-locked batches for asynchronous copies to a GPU
   bool rect = true;         // rectangular batches (val.py), or square letterboxes (its --task speed)
   double pad = 0.5;         // rectangular batches' padding, in strides
