@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <set>
 
 #include <ATen/ATen.h>
 
@@ -46,6 +47,37 @@ std::string annotated_name(const fs::path& source) {
   return ext == ".jpg" || ext == ".jpeg" ? source.filename().string() : source.stem().string() + ".jpg";
 }
 
+// Where each image's outputs go, relative to the run folder: upstream's names (the annotated image under
+// its file name, the label file under its stem) for a folder's own images, a file or a list; for images in
+// subfolders of a --source folder (which upstream does not search) the same subfolders, so that a/x.jpg and
+// b/x.jpg do not overwrite each other. A name still taken (x.jpg and x.png both label x.txt; a list naming
+// two x.jpg) gets upstream's increment: x2, x3, ...
+struct OutputNames {
+  fs::path annotated;  // e.g. a/x.jpg
+  fs::path labels;     // e.g. a/x.txt (under labels/)
+};
+std::vector<OutputNames> output_names(const std::vector<std::string>& images, const std::string& source) {
+  const bool folder = fs::is_directory(source);
+  std::set<std::string> taken_annotated, taken_labels;
+  const auto unique = [](std::set<std::string>& taken, const fs::path& dir, const std::string& stem, const std::string& ext) {
+    fs::path path = dir / (stem + ext);
+    for (int n = 2; !taken.insert(path.string()).second; ++n) path = dir / cat(stem, n, ext);
+    return path;
+  };
+  std::vector<OutputNames> names;
+  for (const std::string& image : images) {
+    fs::path dir;
+    if (folder) {
+      const fs::path relative = fs::absolute(image).lexically_normal().lexically_relative(fs::absolute(source).lexically_normal());
+      if (!relative.empty() && *relative.begin() != "..") dir = relative.parent_path();
+    }
+    const fs::path annotated = annotated_name(image);
+    names.push_back({unique(taken_annotated, dir, annotated.stem().string(), annotated.extension().string()),
+                     unique(taken_labels, dir, fs::path(image).stem().string(), ".txt")});
+  }
+  return names;
+}
+
 // upstream's increment_path for a file: dir/stem.jpg, else dir/stem2.jpg, dir/stem3.jpg, ...
 fs::path free_crop_path(const fs::path& dir, const std::string& stem) {
   fs::path path = dir / (stem + ".jpg");
@@ -53,7 +85,7 @@ fs::path free_crop_path(const fs::path& dir, const std::string& stem) {
   return path;
 }
 
-// One image or video frame: its label file (appended, one line per detection in upstream's order:
+// One image or video frame: its label file (written whole, one line per detection in upstream's order:
 // reversed, least confident first), with --save-crop each box cut from the unannotated image into
 // crops/<class name>/<stem>.jpg (same order), the boxes drawn in place, and upstream's per-image line.
 void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o, const std::vector<std::string>& names,
@@ -63,7 +95,8 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
   const eval::Detections det = detector.detect(image, features);
   const int64_t count = det.boxes.size(0);
   if (o.save_txt && count > 0) {
-    std::ofstream out(txt, std::ios::app);
+    fs::create_directories(txt.parent_path());
+    std::ofstream out(txt);  // one write per image: a rerun with --exist-ok replaces the file
     for (int64_t k = count - 1; k >= 0; --k) out << eval::label_line(det.boxes[k], image.size(), o.save_conf) << "\n";
     if (!out) fail(txt.string(), ": write failed");
   }
@@ -87,6 +120,7 @@ void detect_images(eval::Detector& detector, const std::vector<std::string>& ima
                    const std::vector<std::string>& names, const fs::path& save_dir) {
   int64_t skipped = 0;
   const size_t n = images.size();
+  const std::vector<OutputNames> outputs = output_names(images, o.source);
   for (size_t i = 0; i < n; ++i) {
     const fs::path path = images[i];
     const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
@@ -98,9 +132,12 @@ void detect_images(eval::Detector& detector, const std::vector<std::string>& ima
       ++skipped;
       continue;
     }
-    detect_one(detector, decoded.image, o, names, save_dir / "labels" / (path.stem().string() + ".txt"), save_dir,
-               path.stem().string(), prefix);
-    if (!o.nosave) data::write_jpeg((save_dir / annotated_name(path)).string(), decoded.image);
+    detect_one(detector, decoded.image, o, names, save_dir / "labels" / outputs[i].labels, save_dir, path.stem().string(), prefix);
+    if (!o.nosave) {
+      const fs::path annotated = save_dir / outputs[i].annotated;
+      fs::create_directories(annotated.parent_path());
+      data::write_jpeg(annotated.string(), decoded.image);
+    }
   }
   if (detector.images() == 0) fail("--source ", o.source, ": none of the ", n, " images could be read");
   if (skipped) std::printf("%lld of %zu images skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n);
@@ -206,7 +243,7 @@ void run_detect(const DetectOptions& o) {
     std::cout << "Results saved to " << save_dir.string();
     if (o.save_txt) {
       int64_t labels = 0;
-      for (const auto& entry : fs::directory_iterator(save_dir / "labels"))
+      for (const auto& entry : fs::recursive_directory_iterator(save_dir / "labels"))
         labels += entry.path().extension() == ".txt";
       std::cout << "\n" << labels << " labels saved to " << (save_dir / "labels").string();
     }

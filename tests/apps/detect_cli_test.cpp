@@ -1,6 +1,6 @@
 // kestrel detect's per-family defaults: YOLOv7's detect.py keeps at most 300 boxes an image (its NMS has no
 // max_det argument), YOLOv5's detect.py 1000 (--max-det); an explicit --max-det wins for both. And
-// detect.py's other spellings.
+// detect.py's other spellings, and where the outputs of images with the same name go.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -72,6 +72,40 @@ TEST(DetectCli, UpstreamSpellings) {
   r = test::run_command(test::kestrel_binary() + " val --device cpu --dnn --weights " + dir.file("w.safetensors"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("onnxruntime"), std::string::npos) << r.output;
+}
+
+// Images of the same name in a folder's subfolders, or beside each other with another extension, get
+// outputs of their own (a/x.jpg and b/x.jpg were one file, and their label lines were appended together);
+// a rerun into the same folder (--exist-ok) replaces the label files instead of appending to them.
+TEST(DetectCli, ImagesOfTheSameNameKeepTheirOwnOutputs) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  const std::string image = "data/demo/images/val/000000000139.jpg";
+  for (const char* sub : {"src/a", "src/b"}) std::filesystem::create_directories(dir.file(sub));
+  std::filesystem::copy_file(image, dir.file("src/x.jpg"));
+  std::filesystem::copy_file(image, dir.file("src/a/x.jpg"));
+  std::filesystem::copy_file(image, dir.file("src/b/x.jpg"));
+  std::filesystem::copy_file(image, dir.file("src/x.png"));  // same stem, other extension: labels x2.txt
+  const std::string detect = test::kestrel_binary() + " detect --device cpu --img 160 --conf-thres 0.0001 --max-det 7"
+                             " --save-txt --exist-ok --weights " + dir.file("w.safetensors") + " --source " + dir.file("src") +
+                             " --project " + dir.file("runs");
+  auto r = test::run_command(detect);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = [&](const std::string& file) {
+    std::ifstream in(dir.file("runs/exp/labels/" + file));
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  for (const char* label : {"x.txt", "x2.txt", "a/x.txt", "b/x.txt"}) EXPECT_EQ(lines(label), 7) << label;
+  // x.png is annotated as a JPEG, and listed after x.jpg: x2.jpg and x2.txt.
+  for (const char* annotated : {"x.jpg", "x2.jpg", "a/x.jpg", "b/x.jpg"})
+    EXPECT_TRUE(std::filesystem::exists(dir.file(std::string("runs/exp/") + annotated))) << annotated;
+  EXPECT_NE(r.output.find("4 labels saved to"), std::string::npos) << r.output;
+  r = test::run_command(detect);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(lines("a/x.txt"), 7) << "a rerun appended to the label file";
 }
 
 }  // namespace

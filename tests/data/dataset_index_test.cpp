@@ -103,6 +103,12 @@ TEST_F(BrokenDataset, ReportsEveryBrokenFileAndKeepsEveryGoodSample) {
   EXPECT_NE(report.find("train: 14 images, 5 labelled, 1 without label file, 1 empty, 7 skipped, 6 boxes, 1 duplicate rows removed"),
             std::string::npos) << report;
   EXPECT_NE(report.find("dup.txt: 1 duplicate row(s) removed"), std::string::npos) << report;
+  // A shorter listing says how many it left out, of the skipped files and of the warnings.
+  const std::string short_report = describe(idx, "train", 0);
+  EXPECT_NE(short_report.find("  ... and 7 more skipped\n"), std::string::npos) << short_report;
+  EXPECT_NE(short_report.find("  ... and " + std::to_string(idx.warnings.size()) + " more warnings\n"), std::string::npos)
+      << short_report;
+  EXPECT_GE(idx.warnings.size(), 1u);
 }
 
 TEST_F(BrokenDataset, CacheIsReusedUntilAFileChanges) {

@@ -1,11 +1,21 @@
 // The validation table: val.py v7.0's rows, pf = '%22s' + '%11i' * 2 + '%11.3g' * 4 with `seen` (every
 // image validated) in the Images column of every class row. Expected lines are that format string
-// evaluated by Python.
+// evaluated by Python. And --save-json's image ids against `kestrel data coco`'s.
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <map>
 
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "data/data_test_support.h"
+#include "kestrel/data/dataset_config.h"
 #include "kestrel/eval/validator.h"
+#include "kestrel/eval/yolo_to_coco.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/yolo_model.h"
+#include "kestrel/train/split_loader.h"
+#include "test_support.h"
 
 namespace kestrel::eval {
 namespace {
@@ -31,6 +41,54 @@ TEST(ValidationTable, RowsAsValPy) {
   EXPECT_EQ(format_validation_table(r, {"cat", "dog"}, /*per_class=*/false),
             "                 Class     Images  Instances          P          R      mAP50   mAP50-95\n"
             "                   all          5          4       0.75      0.125        0.3       0.21\n");
+}
+
+// Images whose stems are not numbers get ids 1..n in path order in `kestrel data coco`'s file; the
+// predictions of `val --save-json` must use the same ids although rectangular batches visit the images by
+// aspect ratio (here a, c, b). The three images differ in shape, so a detection credited to the wrong image
+// lies outside it: every detection of an untrained model (conf 1e-6, so there are many) must lie within the
+// image its id names.
+TEST(ValidationJson, ImageIdsAreTheAnnotationFilesWhateverTheBatchOrder) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("images/val"));
+  std::filesystem::create_directories(dir.file("labels/val"));
+  const std::map<std::string, cv::Size> images = {{"a", {320, 80}}, {"b", {80, 320}}, {"c", {200, 200}}};
+  for (const auto& [stem, size] : images) {
+    test::write_bytes(dir.file("images/val/" + stem + ".jpg"), test::encode_jpeg(test::coordinate_image(size.width, size.height)));
+    test::write_file(dir.file("labels/val/" + stem + ".txt"), "0 0.5 0.5 0.5 0.5\n");
+  }
+  test::write_file(dir.file("d.yaml"), "path: .\ntrain: images/val\nval: images/val\nnames: [thing]\n");
+  const data::DatasetConfig cfg = data::load_dataset_config(dir.file("d.yaml"));
+  const nlohmann::json annotations = yolo_to_coco(dir.file("images/val"), cfg.names);
+  std::map<int64_t, cv::Size> size_of_id;
+  for (const auto& image : annotations["images"]) size_of_id[image["id"].get<int64_t>()] = {image["width"], image["height"]};
+  ASSERT_EQ(size_of_id.size(), 3u);
+
+  torch::manual_seed(0);
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), cfg.nc);
+  train::ValLoaderOptions l;
+  l.img_size = 160;
+  l.batch_size = 1;
+  l.workers = 1;
+  l.nc_for_check = cfg.nc;
+  const train::SplitLoader split = train::make_val_loader(cfg, "val", l);
+  ASSERT_NE(split.dataset->records()[1].image.find("c.jpg"), std::string::npos) << "the batches are not in path order";
+  ValidationOptions v;
+  v.save_json = true;
+  v.nms.conf_thres = 1e-6;
+  const ValidationResult r = validate(*model, *split.loader, *split.dataset, c10::Device(c10::kCPU), cfg.nc, v);
+  ASSERT_GT(r.predictions.size(), 30u);
+  std::map<int64_t, int> per_image;
+  for (const auto& d : r.predictions) {
+    const int64_t id = d["image_id"].get<int64_t>();
+    ASSERT_TRUE(size_of_id.count(id)) << "image id " << id << " is not in the annotation file";
+    ++per_image[id];
+    const auto& b = d["bbox"];
+    const cv::Size size = size_of_id[id];
+    EXPECT_LE(b[0].get<double>() + b[2].get<double>(), size.width + 1e-3) << "a detection beyond image " << id << "'s width";
+    EXPECT_LE(b[1].get<double>() + b[3].get<double>(), size.height + 1e-3) << "a detection beyond image " << id << "'s height";
+  }
+  EXPECT_EQ(per_image.size(), 3u);
 }
 
 }  // namespace

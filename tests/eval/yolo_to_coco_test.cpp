@@ -101,6 +101,15 @@ TEST(YoloToCoco, ImageIdsAreNumericStemsOnlyWhenAllDistinct) {
   EXPECT_EQ(coco["images"][1]["id"], 2);
 }
 
+// The ids follow the paths as strings, not the order they are given in (validation sorts by aspect ratio).
+TEST(YoloToCoco, ImageIdsFollowThePathsNotTheirOrder) {
+  EXPECT_EQ(coco_image_ids({"/d/b.jpg", "/d/a.jpg", "/d/c.jpg"}), (std::vector<int64_t>{2, 1, 3}));
+  EXPECT_EQ(coco_image_ids({"/d/9.jpg", "/d/000000000139.jpg"}), (std::vector<int64_t>{9, 139}));
+  // "/d/10.jpg" < "/d/9.jpg" < "/d/x.jpg" as strings; one stem not a number numbers them all.
+  EXPECT_EQ(coco_image_ids({"/d/9.jpg", "/d/x.jpg", "/d/10.jpg"}), (std::vector<int64_t>{2, 3, 1}));
+  EXPECT_TRUE(coco_image_ids({}).empty());
+}
+
 TEST(YoloToCoco, ClassWithoutNameIsAnError) {
   data::DatasetIndex index;
   index.records = {record("/d/images/1.jpg", 20, 20, {box(2, 0.5f, 0.5f, 0.1f, 0.1f)})};

@@ -42,6 +42,26 @@ TEST(ValLoader, SpeedTaskLetterboxesSquareWithoutPadding) {
   EXPECT_EQ(shape, (std::vector<int64_t>{16, 3, 64, 64}));
 }
 
+// Validation images are not augmented, so the loader makes room for the fullest one's labels: --max-boxes 1
+// loses no ground truth from the metrics.
+TEST(ValLoader, KeepsEveryLabelWhateverMaxBoxes) {
+  ValLoaderOptions o;
+  o.img_size = 64;
+  o.batch_size = 4;
+  o.workers = 1;
+  o.max_boxes = 1;
+  const SplitLoader split = make_val_loader(data::load_dataset_config("data/demo/demo.yaml"), "val", o);
+  int64_t labels = 0;
+  size_t fullest = 0;
+  for (const auto& r : split.dataset->records()) labels += static_cast<int64_t>(r.rows.size()), fullest = std::max(fullest, r.rows.size());
+  ASSERT_GT(fullest, 1u) << "the demo's val split has an image with several boxes";
+  split.loader->start_epoch(0);
+  int64_t boxes = 0, dropped = 0;
+  while (auto b = split.loader->next()) boxes += b->boxes, dropped += b->dropped_boxes;
+  EXPECT_EQ(dropped, 0);
+  EXPECT_EQ(boxes, labels);
+}
+
 constexpr uint64_t kGiB = 1ull << 30;
 
 // Upstream: cache = required * 1.1 < available; its message without the margin, sizes in GB to 0.1.
@@ -63,6 +83,16 @@ TEST(RamCacheCheck, CountsTheOtherSplitAndEveryProcessOfTheMachine) {
   EXPECT_EQ(ram_cache_refusal("train", kGiB, 0, memory, 2),
             "train: 1.0GB RAM required x 2 processes on this machine, 2.1/8.0GB available, not caching images (--cache ram)");
   EXPECT_EQ(ram_cache_refusal("train", 1000 * kGiB, 0, core::HostMemory{}, 1), "") << "unknown memory: cache as asked";
+}
+
+// Upstream's check_cache_disk (YOLOv5 after v7.0): required * 1.5 must not exceed the free space; its message.
+TEST(DiskCacheCheck, FiftyPercentMarginOverTheFreeSpace) {
+  EXPECT_EQ(disk_cache_refusal("train", 2 * kGiB, 3 * kGiB, 100 * kGiB, true), "");  // 3.0 <= 3.0
+  EXPECT_EQ(disk_cache_refusal("train", 2 * kGiB, 3 * kGiB - 1, 100 * kGiB, true),
+            "train: 2.0GB disk space required, with 50% safety margin but only 3.0/100.0GB free, not caching images to "
+            "disk (--cache disk)");
+  EXPECT_EQ(disk_cache_refusal("val", 1, 1000 * kGiB, 1000 * kGiB, false),
+            "val: skipping caching images to disk, directory not writable (--cache disk)");
 }
 
 // Long side to 640, the short side rounded up: 1280x960 -> 640x480, 100x50 -> 640x320, 640x640 stays,

@@ -65,6 +65,21 @@ TrainOptions short_run(const test::TempDir& dir, int epochs) {
   return o;
 }
 
+// --max-boxes is the targets' fixed capacity per image (static shapes): what a mosaic holds beyond it is
+// left out of the loss, and said once an epoch, never silently.
+TEST(Trainer, BoxesBeyondMaxBoxesAreReported) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 1);  // mosaics of 4 images with 7 boxes among them
+  o.max_boxes = 1;
+  o.noval = true;
+  o.nosave = true;
+  o.noplots = true;
+  testing::internal::CaptureStdout();
+  train(o);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("were beyond --max-boxes 1 per image and were left out of the loss"), std::string::npos) << out;
+}
+
 TEST(Trainer, Yolov5nMemorisesFourImages) {
   test::TempDir dir;
   TrainOptions o = quick_options(dir);

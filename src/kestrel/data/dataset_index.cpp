@@ -1,6 +1,7 @@
 #include "kestrel/data/dataset_index.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -243,7 +244,8 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
   }
   if (!index.cache_path.empty()) {
     try {
-      const std::string tmp = index.cache_path + ".tmp";
+      // Per process: the ranks of a data-parallel run index the same split at once.
+      const std::string tmp = cat(index.cache_path, ".tmp", ::getpid());
       {
         std::ofstream out(tmp);
         if (!out) fail("cannot write");
@@ -271,6 +273,7 @@ std::string describe(const DatasetIndex& index, const std::string& split, size_t
   for (size_t i = 0; i < index.skipped.size() && i < limit; ++i) out << "  skipped " << index.skipped[i].reason << "\n";
   if (index.skipped.size() > limit) out << "  ... and " << index.skipped.size() - limit << " more skipped\n";
   for (size_t i = 0; i < index.warnings.size() && i < limit; ++i) out << "  warning " << index.warnings[i] << "\n";
+  if (index.warnings.size() > limit) out << "  ... and " << index.warnings.size() - limit << " more warnings\n";
   return out.str();
 }
 

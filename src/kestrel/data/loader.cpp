@@ -285,6 +285,7 @@ DeviceBatch to_device(const Batch& batch, const c10::Device& device, bool channe
   out.target_mask = batch.target_mask.to(device, true);
   out.meta = batch.meta;
   out.boxes = batch.boxes;
+  out.dropped_boxes = batch.dropped_boxes;
   return out;
 }
 

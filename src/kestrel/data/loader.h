@@ -45,7 +45,7 @@ struct Batch {
   at::Tensor target_mask;  // [B, M] bool: true for real boxes
   std::vector<SampleMeta> meta;
   int64_t boxes = 0;            // real boxes in the batch
-  int64_t dropped_boxes = 0;    // boxes beyond max_boxes (reported by the trainer)
+  int64_t dropped_boxes = 0;    // boxes beyond max_boxes, left out (the trainer warns once an epoch)
   int64_t index = 0;            // batch number within the epoch
 };
 
@@ -126,6 +126,7 @@ struct DeviceBatch {
   at::Tensor images, targets, target_mask;
   std::vector<SampleMeta> meta;
   int64_t boxes = 0;
+  int64_t dropped_boxes = 0;  // boxes beyond the capacity, left out (Batch::dropped_boxes)
 };
 DeviceBatch to_device(const Batch& batch, const c10::Device& device, bool channels_last = false);
 

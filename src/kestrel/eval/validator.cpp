@@ -17,6 +17,7 @@
 #include "kestrel/eval/detector.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/test_time_augment.h"
+#include "kestrel/eval/yolo_to_coco.h"
 #include "kestrel/models/model_family.h"
 
 namespace kestrel::eval {
@@ -74,12 +75,6 @@ at::Tensor labels_as_predictions(const data::DeviceBatch& input, int64_t nc) {
 
 }  // namespace
 
-int64_t coco_image_id(const std::string& image_path) {
-  const std::string stem = std::filesystem::path(image_path).stem().string();
-  if (stem.empty() || stem.size() > 18 || stem.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(stem);
-}
-
 ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, const data::YoloDataset& dataset,
                           const c10::Device& device, int64_t nc, const ValidationOptions& options,
                           const LossItemsFn& loss) {
@@ -88,6 +83,12 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
   model.eval();
   ValidationResult r;
   r.instances.assign(static_cast<size_t>(nc), 0);
+  std::vector<int64_t> coco_ids;  // by dataset record, as `kestrel data coco` numbers the same images
+  if (options.save_json) {
+    std::vector<std::string> paths;
+    for (const auto& record : dataset.records()) paths.push_back(record.image);
+    coco_ids = coco_image_ids(paths);
+  }
   const at::Tensor iou_thresholds = default_iou_thresholds();
   std::vector<at::Tensor> correct, conf, pred_cls, target_cls;
   at::Tensor loss_sum = at::zeros({3}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -176,20 +177,21 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
         if (!out) fail(path, ": write failed");
       }
       if (options.save_json) {
-        const std::string& path = dataset.records()[meta.index].image;
-        int64_t id = coco_image_id(path);
-        if (id < 0) id = static_cast<int64_t>(meta.index) + 1;
-        const at::Tensor b = pred_boxes.to(at::kDouble);
-        for (int64_t j = 0; j < pred.size(0); ++j) {
-          const double x1 = b[j][0].item<double>(), y1 = b[j][1].item<double>();
-          const double x2 = b[j][2].item<double>(), y2 = b[j][3].item<double>();
-          const auto c = static_cast<size_t>(pred[j][5].item<float>());
+        const int64_t id = coco_ids.at(meta.index);
+        // One copy to the host per image, then plain reads (an element read of a device tensor waits for it).
+        const at::Tensor boxes_host = pred_boxes.to(at::kCPU, at::kDouble).contiguous();
+        const at::Tensor scores_host = pred.slice(1, 4, 6).to(at::kCPU, at::kFloat).contiguous();  // conf, class
+        const auto b = boxes_host.accessor<double, 2>();
+        const auto sc = scores_host.accessor<float, 2>();
+        auto round_to = [](double v, double digits) { return std::round(v * digits) / digits; };
+        for (int64_t j = 0; j < b.size(0); ++j) {
+          const double x1 = b[j][0], y1 = b[j][1], x2 = b[j][2], y2 = b[j][3];
+          const auto c = static_cast<size_t>(sc[j][1]);
           const int category = c < options.coco_category_ids.size() ? options.coco_category_ids[c] : static_cast<int>(c);
-          auto round_to = [](double v, double digits) { return std::round(v * digits) / digits; };
           r.predictions.push_back({{"image_id", id},
                                    {"category_id", category},
                                    {"bbox", {round_to(x1, 1e3), round_to(y1, 1e3), round_to(x2 - x1, 1e3), round_to(y2 - y1, 1e3)}},
-                                   {"score", round_to(pred[j][4].item<double>(), 1e5)}});
+                                   {"score", round_to(static_cast<double>(sc[j][0]), 1e5)}});
         }
       }
     }

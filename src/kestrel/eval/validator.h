@@ -82,8 +82,5 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
 // val.py's table: header, "all" row, and one row per class with labels (when verbose or few classes).
 std::string format_validation_table(const ValidationResult& r, const std::vector<std::string>& names, bool per_class);
 
-// The COCO image id val.py uses: the file stem as an integer when it is all digits, else the stem's position
-// is not known here, so -1 (the caller numbers such images).
-int64_t coco_image_id(const std::string& image_path);
 
 }  // namespace kestrel::eval

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -16,23 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Integer stems when they are all decimal and distinct, else 1..n.
-std::vector<int64_t> image_ids(const std::vector<data::ImageRecord>& records) {
-  std::vector<int64_t> ids;
-  std::set<int64_t> seen;
-  for (const data::ImageRecord& r : records) {
-    const std::string stem = fs::path(r.image).stem().string();
-    const bool decimal = !stem.empty() && stem.size() <= 18 &&
-                         std::all_of(stem.begin(), stem.end(), [](unsigned char c) { return std::isdigit(c); });
-    if (!decimal || !seen.insert(std::stoll(stem)).second) break;
-    ids.push_back(std::stoll(stem));
-  }
-  if (ids.size() == records.size()) return ids;
-  ids.resize(records.size());
-  for (size_t i = 0; i < records.size(); ++i) ids[i] = static_cast<int64_t>(i) + 1;
-  return ids;
-}
-
 std::string file_name(const std::string& image, const std::string& images_root) {
   if (images_root.empty()) return image;
   const fs::path relative = fs::path(image).lexically_relative(images_root);
@@ -42,9 +26,30 @@ std::string file_name(const std::string& image, const std::string& images_root) 
 
 }  // namespace
 
+std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths) {
+  std::vector<int64_t> ids;
+  std::set<int64_t> seen;
+  for (const std::string& path : paths) {
+    const std::string stem = fs::path(path).stem().string();
+    const bool decimal = !stem.empty() && stem.size() <= 18 &&
+                         std::all_of(stem.begin(), stem.end(), [](unsigned char c) { return std::isdigit(c); });
+    if (!decimal || !seen.insert(std::stoll(stem)).second) break;
+    ids.push_back(std::stoll(stem));
+  }
+  if (ids.size() == paths.size()) return ids;
+  std::vector<size_t> order(paths.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return paths[a] < paths[b]; });
+  ids.assign(paths.size(), 0);
+  for (size_t rank = 0; rank < order.size(); ++rank) ids[order[rank]] = static_cast<int64_t>(rank) + 1;
+  return ids;
+}
+
 nlohmann::json coco_annotations(const data::DatasetIndex& index, const std::vector<std::string>& names,
                                 const std::string& images_root) {
-  const std::vector<int64_t> ids = image_ids(index.records);
+  std::vector<std::string> paths;
+  for (const data::ImageRecord& r : index.records) paths.push_back(r.image);
+  const std::vector<int64_t> ids = coco_image_ids(paths);
   nlohmann::json images = nlohmann::json::array(), annotations = nlohmann::json::array();
   int64_t next_id = 1;
   for (size_t i = 0; i < index.records.size(); ++i) {

@@ -24,6 +24,12 @@
 
 namespace kestrel::eval {
 
+// The COCO image ids kestrel gives images, the same in its annotation files (`kestrel data coco`) and in
+// its predictions (`kestrel val --save-json`): the integer file stems when every stem is decimal and
+// distinct (COCO's own files: 000000000139.jpg -> 139), else 1..n in the order of the paths as strings.
+// `paths` in any order (validation sorts by aspect ratio); the ids come back in that order.
+std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths);
+
 // The verified samples of `index` (index.records; skipped files are not in it) as a COCO annotation
 // JSON object (info, images, annotations, categories). `names` gives the categories; a row whose class
 // has no name is an error. file_name is the image path relative to `images_root` when the image lies

@@ -1,24 +1,32 @@
 #include "kestrel/train/split_loader.h"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_index.h"
+#include "kestrel/data/disk_cache.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/dist/process_group.h"
 
 namespace kestrel::train {
 namespace {
 
+namespace fs = std::filesystem;
+
 // The split's images, verified (skipped files reported on stdout); --single-cls makes every class 0.
 data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::string& split, int workers,
                                   int nc_for_check, bool single_cls) {
   const auto images = data::list_images(cfg.split(split), cfg.source);
   data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, workers, true});
-  if (!index.skipped.empty()) std::cout << data::describe(index, split, 20);
+  // Skipped files, and a label cache that could not be read or written (every run then verifies again).
+  if (!index.skipped.empty() || !index.cache_note.empty()) std::cout << data::describe(index, split, 20);
   if (single_cls)
     for (auto& r : index.records)
       for (auto& row : r.rows) row.box[0] = 0;
@@ -37,7 +45,43 @@ bool ram_cache_allowed(const std::string& split, const data::DatasetIndex& index
   return false;
 }
 
+// --cache disk's check (upstream's check_cache_disk): the files not yet written must fit on the disk of
+// the first image's folder; prints why not when they may not.
+bool disk_cache_allowed(const std::string& split, const data::DatasetIndex& index, int img_size, bool augment) {
+  if (index.records.empty()) return true;
+  uint64_t required = 0;
+  for (const data::ImageRecord& r : index.records) {
+    std::error_code ec;
+    if (fs::exists(data::disk_cache_path(r.image, data::ResizeKey{img_size, augment}), ec)) continue;
+    const cv::Size s = data::long_side_size({r.width, r.height}, img_size);
+    required += 3ull * static_cast<uint64_t>(s.width) * static_cast<uint64_t>(s.height) + 176;  // + header, trailer
+  }
+  if (required == 0) return true;
+  const fs::path folder = fs::path(index.records.front().image).parent_path();
+  struct statvfs fs_info {};
+  if (::statvfs(folder.empty() ? "." : folder.c_str(), &fs_info) != 0) return true;  // unknown: try, as asked
+  const uint64_t block = fs_info.f_frsize;
+  const std::string refusal = disk_cache_refusal(split, required, fs_info.f_bavail * block, fs_info.f_blocks * block,
+                                                 ::access(folder.empty() ? "." : folder.c_str(), W_OK) == 0);
+  if (refusal.empty()) return true;
+  std::cout << refusal << "\n";
+  return false;
+}
+
 }  // namespace
+
+std::string disk_cache_refusal(const std::string& split, uint64_t required, uint64_t free_bytes, uint64_t total_bytes,
+                               bool writable) {
+  if (!writable) return cat(split, ": skipping caching images to disk, directory not writable (--cache disk)");
+  if (static_cast<double>(required) * 1.5 <= static_cast<double>(free_bytes)) return "";
+  const auto gb = [](double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", bytes / (1 << 30));
+    return std::string(text);
+  };
+  return cat(split, ": ", gb(required), "GB disk space required, with 50% safety margin but only ", gb(free_bytes), "/",
+             gb(total_bytes), "GB free, not caching images to disk (--cache disk)");
+}
 
 std::string ram_cache_refusal(const std::string& split, uint64_t required, uint64_t other, const core::HostMemory& memory,
                               int processes) {
@@ -72,12 +116,15 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   d.cache_disk = o.cache == "disk";
   d.seed = o.seed;
   data::DatasetIndex index = verified_split(cfg, "train", o.workers, nc_for_check, o.single_cls);
-  const auto records = index.records;
-  for (int r = 1; r < repeat; ++r) index.records.insert(index.records.end(), records.begin(), records.end());
+  if (repeat > 1) {
+    const auto records = index.records;
+    for (int r = 1; r < repeat; ++r) index.records.insert(index.records.end(), records.begin(), records.end());
+  }
   SplitLoader out;
   // Each process of this machine caches the whole split (its share changes every epoch), as upstream.
   if (d.cache_ram)
     d.cache_ram = ram_cache_allowed("train", index, d.img_size, 0, dist::read_env().local_world_size, &out.ram_cache_bytes);
+  if (d.cache_disk) d.cache_disk = disk_cache_allowed("train", index, d.img_size, d.augment);
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = d.batch_size;
@@ -115,11 +162,15 @@ SplitLoader make_val_loader(const data::DatasetConfig& cfg, const std::string& s
   SplitLoader out;
   data::DatasetIndex index = verified_split(cfg, split, o.workers, o.nc_for_check, o.single_cls);
   if (d.cache_ram) d.cache_ram = ram_cache_allowed(split, index, d.img_size, o.other_ram_cache_bytes, 1, &out.ram_cache_bytes);
+  if (d.cache_disk) d.cache_disk = disk_cache_allowed(split, index, d.img_size, d.augment);
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = o.batch_size;
   l.workers = std::max(1, o.workers);
+  // Validation images are not augmented: room for every label of the fullest one, so that no ground
+  // truth is lost from the metrics whatever --max-boxes is.
   l.max_boxes = o.max_boxes;
+  for (const auto& r : out.dataset->records()) l.max_boxes = std::max(l.max_boxes, static_cast<int>(r.rows.size()));
   l.shuffle = false;
   l.pin_memory = o.pin_memory;
   out.loader = std::make_unique<data::DataLoader>(out.dataset, l);

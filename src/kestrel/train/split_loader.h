@@ -30,6 +30,12 @@ struct SplitLoader {
 std::string ram_cache_refusal(const std::string& split, uint64_t required, uint64_t other,
                               const core::HostMemory& memory, int processes);
 
+// --cache disk's check, as upstream YOLOv5's check_cache_disk (after v7.0): the cache files still to be
+// written, `required` bytes, must fit in the free space of the images' file system with a 50 % margin,
+// and their folder must be writable; else the line saying that the images will not be cached on disk.
+std::string disk_cache_refusal(const std::string& split, uint64_t required, uint64_t free_bytes, uint64_t total_bytes,
+                               bool writable);
+
 // Indexes and verifies the training split of `cfg` (skipped files are reported on stdout), then builds
 // its dataset and loader from the training options: --img, --batch-size (divided over `world_size`
 // ranks), --rect, --cache, --workers, --single-cls, --quad, --seed. Class ids must be < nc_for_check.
@@ -48,7 +54,7 @@ struct ValLoaderOptions {
   int workers = 8;
   bool single_cls = false;  // every class becomes 0
   int nc_for_check = 0;     // class ids must be below it
-  int max_boxes = 400;
+  int max_boxes = 400;      // target capacity per image; raised to the split's fullest image (no label is lost)
   std::string cache;        // "", "ram" or "disk"
   uint64_t other_ram_cache_bytes = 0;  // promised to this process's other RAM caches (training's)
   bool pin_memory = false;  // page-locked batches for asynchronous copies to a GPU

@@ -156,6 +156,7 @@ EpochTotals TrainingRun::run_batches() {
     if (o.check_nans) check_finite_loss(step_loss, *batch, epoch, i, ni);
     if (optimizer_step_due) totals.interrupted = optimiser_step(s, ni);
     totals.loss_sum.add_(step_loss.items.to(at::kFloat));
+    totals.dropped_boxes += batch->dropped_boxes;
     ++progression.loss_count;
     ++batches_run;
 
@@ -245,6 +246,9 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   if (scaler->enabled() && scaler->skipped_steps() > 0)
     std::cout << "  loss scale " << scaler->current_scale() << ", " << scaler->skipped_steps()
               << " optimiser steps skipped so far (inf/NaN gradients)\n";
+  if (totals.dropped_boxes > 0)  // fixed-capacity targets (static shapes): say what did not fit
+    std::cout << "WARNING: " << totals.dropped_boxes << " boxes of this epoch's augmented images were beyond --max-boxes "
+              << o.max_boxes << " per image and were left out of the loss; raise --max-boxes\n";
   const int epoch = progression.epoch;
   const std::array<double, 3> train_loss =
       host_items(totals.loss_sum / static_cast<double>(std::max<int64_t>(progression.loss_count, 1)));

@@ -46,6 +46,7 @@ struct EpochTotals {
   at::Tensor loss_sum;             // [3] float32 on the device: summed box, obj, cls loss items
   std::array<double, 3> lr{};      // per-group learning rates of the epoch's last iteration
   double images_per_second = 0;    // after the first steps; 0: too few batches to time
+  int64_t dropped_boxes = 0;       // boxes of this rank's batches beyond --max-boxes, left out of the loss
   bool interrupted = false;        // Ctrl-C or --interrupt-after: progression points after the last step
 };
 
