@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -78,11 +79,20 @@ std::vector<OutputNames> output_names(const std::vector<std::string>& images, co
   return names;
 }
 
-// upstream's increment_path for a file: dir/stem.jpg, else dir/stem2.jpg, dir/stem3.jpg, ...
+// upstream's increment_path for a crop: dir/stem.jpg, else dir/stem2.jpg, dir/stem3.jpg, ... Each (folder,
+// stem) remembers where its search ended, so a video's thousands of crops of one class cost one check each
+// (upstream checks from 2 every time), and there is no last number to overwrite (upstream stops at 9999).
 fs::path free_crop_path(const fs::path& dir, const std::string& stem) {
-  fs::path path = dir / (stem + ".jpg");
-  for (int n = 2; fs::exists(path) && n < 9999; ++n) path = dir / cat(stem, n, ".jpg");
-  return path;
+  static std::map<std::string, int64_t> next_number;  // detect runs once per process
+  int64_t& n = next_number[(dir / stem).string()];
+  if (n == 0) n = 1;
+  for (;; ++n) {
+    const fs::path path = n == 1 ? dir / (stem + ".jpg") : dir / cat(stem, n, ".jpg");
+    if (!fs::exists(path)) {
+      ++n;
+      return path;
+    }
+  }
 }
 
 // One image or video frame: its label file (written whole, one line per detection in upstream's order:

@@ -280,5 +280,22 @@ TEST(DetectCli, SaveCropCutsEveryDetectionIntoItsClassFolder) {
   EXPECT_EQ(crops, 8) << "4 detections in each of the 2 images";
 }
 
+// Crops of one class and stem are numbered on past any files already there (a rerun with --exist-ok, a
+// video's thousands of frames): upstream's search stops at 9999 and overwrites that file from then on.
+TEST(DetectCli, SaveCropNumbersPastTenThousand) {
+  DetectRun run;
+  fs::remove(run.source + "/000000000632.jpg");
+  const std::string dir = run.project + "/crops/crops/person";
+  fs::create_directories(dir);
+  std::ofstream(dir + "/000000000139.jpg").put('x');
+  for (int n = 2; n <= 9999; ++n) std::ofstream(dir + "/000000000139" + std::to_string(n) + ".jpg").put('x');
+  const auto r = run.detect("--conf-thres 0.0001 --max-det 3 --classes 0 --save-crop --nosave --name crops --exist-ok");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string file = dir + "/00000000013910000.jpg";
+  ASSERT_TRUE(fs::exists(file)) << r.output;
+  EXPECT_GT(data::decode_image_file(file).image.total(), 0u);
+  EXPECT_EQ(fs::file_size(dir + "/0000000001399999.jpg"), 1u) << "an earlier crop was overwritten";
+}
+
 }  // namespace
 }  // namespace kestrel::eval
