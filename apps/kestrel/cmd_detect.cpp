@@ -51,31 +51,39 @@ std::string annotated_name(const fs::path& source) {
 // Where each image's outputs go, relative to the run folder: upstream's names (the annotated image under
 // its file name, the label file under its stem) for a folder's own images, a file or a list; for images in
 // subfolders of a --source folder (which upstream does not search) the same subfolders, so that a/x.jpg and
-// b/x.jpg do not overwrite each other. A name still taken (x.jpg and x.png both label x.txt; a list naming
-// two x.jpg) gets upstream's increment: x2, x3, ...
+// b/x.jpg do not overwrite each other. Every image first claims its own name; a name wanted by a second
+// image (x.jpg and x.png both label x.txt; a list naming two x.jpg) gets upstream's increment x2, x3, ...,
+// skipping names that other images have as their own.
 struct OutputNames {
   fs::path annotated;  // e.g. a/x.jpg
   fs::path labels;     // e.g. a/x.txt (under labels/)
 };
 std::vector<OutputNames> output_names(const std::vector<std::string>& images, const std::string& source) {
   const bool folder = fs::is_directory(source);
-  std::set<std::string> taken_annotated, taken_labels;
-  const auto unique = [](std::set<std::string>& taken, const fs::path& dir, const std::string& stem, const std::string& ext) {
-    fs::path path = dir / (stem + ext);
-    for (int n = 2; !taken.insert(path.string()).second; ++n) path = dir / cat(stem, n, ext);
-    return path;
-  };
-  std::vector<OutputNames> names;
+  std::vector<OutputNames> wanted;
   for (const std::string& image : images) {
     fs::path dir;
     if (folder) {
       const fs::path relative = fs::absolute(image).lexically_normal().lexically_relative(fs::absolute(source).lexically_normal());
       if (!relative.empty() && *relative.begin() != "..") dir = relative.parent_path();
     }
-    const fs::path annotated = annotated_name(image);
-    names.push_back({unique(taken_annotated, dir, annotated.stem().string(), annotated.extension().string()),
-                     unique(taken_labels, dir, fs::path(image).stem().string(), ".txt")});
+    wanted.push_back({dir / annotated_name(image), dir / (fs::path(image).stem().string() + ".txt")});
   }
+  std::set<std::string> own_annotated, own_labels;  // names some image wants as its own
+  for (const OutputNames& w : wanted) own_annotated.insert(w.annotated.string()), own_labels.insert(w.labels.string());
+  std::set<std::string> taken_annotated, taken_labels;
+  const auto claim = [](const fs::path& want, const std::set<std::string>& own, std::set<std::string>& taken) {
+    if (taken.insert(want.string()).second) return want;
+    const fs::path dir = want.parent_path();
+    const std::string stem = want.stem().string(), ext = want.extension().string();
+    for (int64_t n = 2;; ++n) {
+      const fs::path candidate = dir / cat(stem, n, ext);
+      if (!own.count(candidate.string()) && taken.insert(candidate.string()).second) return candidate;
+    }
+  };
+  std::vector<OutputNames> names;
+  for (const OutputNames& w : wanted)
+    names.push_back({claim(w.annotated, own_annotated, taken_annotated), claim(w.labels, own_labels, taken_labels)});
   return names;
 }
 
@@ -104,6 +112,10 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
   const std::string features = o.visualize ? train::make_run_dir(save_dir.string(), stem, false, false) : "";
   const eval::Detections det = detector.detect(image, features);
   const int64_t count = det.boxes.size(0);
+  if (o.save_txt && count == 0) {  // nothing found: no file, also none left from an earlier run (--exist-ok)
+    std::error_code ec;
+    fs::remove(txt, ec);
+  }
   if (o.save_txt && count > 0) {
     fs::create_directories(txt.parent_path());
     std::ofstream out(txt);  // one write per image: a rerun with --exist-ok replaces the file

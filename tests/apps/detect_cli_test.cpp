@@ -86,7 +86,8 @@ TEST(DetectCli, ImagesOfTheSameNameKeepTheirOwnOutputs) {
   std::filesystem::copy_file(image, dir.file("src/x.jpg"));
   std::filesystem::copy_file(image, dir.file("src/a/x.jpg"));
   std::filesystem::copy_file(image, dir.file("src/b/x.jpg"));
-  std::filesystem::copy_file(image, dir.file("src/x.png"));  // same stem, other extension: labels x2.txt
+  std::filesystem::copy_file(image, dir.file("src/x.png"));  // same stem, other extension
+  std::filesystem::copy_file(image, dir.file("src/x2.jpg"));  // keeps its own name: x.png's outputs skip it
   const std::string detect = test::kestrel_binary() + " detect --device cpu --img 160 --conf-thres 0.0001 --max-det 7"
                              " --save-txt --exist-ok --weights " + dir.file("w.safetensors") + " --source " + dir.file("src") +
                              " --project " + dir.file("runs");
@@ -98,11 +99,12 @@ TEST(DetectCli, ImagesOfTheSameNameKeepTheirOwnOutputs) {
     for (std::string line; std::getline(in, line);) ++n;
     return n;
   };
-  for (const char* label : {"x.txt", "x2.txt", "a/x.txt", "b/x.txt"}) EXPECT_EQ(lines(label), 7) << label;
-  // x.png is annotated as a JPEG, and listed after x.jpg: x2.jpg and x2.txt.
-  for (const char* annotated : {"x.jpg", "x2.jpg", "a/x.jpg", "b/x.jpg"})
+  // x.png is annotated as a JPEG and listed after x.jpg; x2 is x2.jpg's own name: x.png's outputs are x3.
+  for (const char* label : {"x.txt", "x2.txt", "x3.txt", "a/x.txt", "b/x.txt"}) EXPECT_EQ(lines(label), 7) << label;
+  for (const char* annotated : {"x.jpg", "x2.jpg", "x3.jpg", "a/x.jpg", "b/x.jpg"})
     EXPECT_TRUE(std::filesystem::exists(dir.file(std::string("runs/exp/") + annotated))) << annotated;
-  EXPECT_NE(r.output.find("4 labels saved to"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/x22.jpg")));
+  EXPECT_NE(r.output.find("5 labels saved to"), std::string::npos) << r.output;
   r = test::run_command(detect);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(lines("a/x.txt"), 7) << "a rerun appended to the label file";

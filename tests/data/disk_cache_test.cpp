@@ -172,6 +172,26 @@ TEST(DiskCache, DatasetSamplesAreByteIdenticalAndDamageIsRebuilt) {
   }
 }
 
+// A cache file that cannot be written (a full or read-only disk; here a folder stands where the file would
+// go) costs the cache, not the run: the samples are the uncached ones and one warning says so.
+TEST(DiskCache, WriteFailureIsAWarningAndTrainingGoesOn) {
+  test::TempDir dir;
+  const auto images = copy_demo_images(dir);
+  const DatasetIndex index = index_split(images, IndexOptions{80, 1, false});
+  DatasetOptions o;
+  o.img_size = 96;
+  o.augment = false;
+  const YoloDataset plain(index, o);
+  o.cache_disk = true;
+  const YoloDataset cached(index, o);
+  for (const auto& r : index.records) fs::create_directories(disk_cache_path(r.image, ResizeKey{96, false}));
+  testing::internal::CaptureStderr();
+  expect_same_samples(plain, cached, 0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("WARNING: --cache disk: "), std::string::npos) << err;
+  EXPECT_EQ(err.find("WARNING", 1), std::string::npos) << "warned more than once: " << err;
+}
+
 TEST(DiskCache, ChangedSourceImageReplacesTheCache) {
   test::TempDir dir;
   const auto images = copy_demo_images(dir);

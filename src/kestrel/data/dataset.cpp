@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <numeric>
 
 #include "kestrel/core/error.h"
@@ -121,7 +122,14 @@ Sample YoloDataset::load_resized(size_t index, cv::Size* original, bool writable
       fresh->original = decoded.image.size();
       fresh->image = resize_long_side(decoded.image, options_.img_size, options_.augment);
       // A miss (missing, stale, truncated or corrupt file) is rewritten from the decoded image.
-      if (options_.cache_disk) write_disk_cache(cache_file, CachedImage{fresh->image, fresh->original}, stamp, key);
+      if (options_.cache_disk) {
+        try {
+          write_disk_cache(cache_file, CachedImage{fresh->image, fresh->original}, stamp, key);
+        } catch (const Error& e) {  // a full or read-only disk: train on from the decoded image, and say so once
+          if (!disk_write_failed_.exchange(true))
+            std::cerr << "WARNING: --cache disk: " << e.what() << "; images that are not cached yet are decoded each time\n";
+        }
+      }
     }
     entry = fresh;
     if (options_.cache_ram) std::atomic_store(&cache_[index], entry);

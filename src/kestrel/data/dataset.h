@@ -70,6 +70,7 @@ class YoloDataset {
     cv::Size original;
   };
   mutable std::vector<std::shared_ptr<const Cached>> cache_;  // atomic_load / atomic_store per slot
+  mutable std::atomic<bool> disk_write_failed_{false};          // --cache disk: warned once
 };
 
 // 64-bit mix of (seed, epoch, index) into a generator seed, so each sample has its own stream.

@@ -243,9 +243,9 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     index.records.push_back(std::move(v.record));
   }
   if (!index.cache_path.empty()) {
+    // Per process: the ranks of a data-parallel run index the same split at once.
+    const std::string tmp = cat(index.cache_path, ".tmp", ::getpid());
     try {
-      // Per process: the ranks of a data-parallel run index the same split at once.
-      const std::string tmp = cat(index.cache_path, ".tmp", ::getpid());
       {
         std::ofstream out(tmp);
         if (!out) fail("cannot write");
@@ -255,6 +255,8 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
       }
       fs::rename(tmp, index.cache_path);
     } catch (const std::exception& e) {
+      std::error_code ec;
+      fs::remove(tmp, ec);  // a partial file of this process
       index.cache_note = cat("cache not writable: ", index.cache_path, " (", e.what(), ")");
       index.cache_path.clear();
     }

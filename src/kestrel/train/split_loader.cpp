@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
@@ -45,26 +46,32 @@ bool ram_cache_allowed(const std::string& split, const data::DatasetIndex& index
   return false;
 }
 
-// --cache disk's check (upstream's check_cache_disk): the files not yet written must fit on the disk of
-// the first image's folder; prints why not when they may not.
-bool disk_cache_allowed(const std::string& split, const data::DatasetIndex& index, int img_size, bool augment) {
+// --cache disk's check (upstream's check_cache_disk): the files not yet written (each once, however often
+// the split lists its image), plus `other` bytes that another split will write, must fit on the disk of
+// the first image's folder; prints why not when they may not. *pending: this split's bytes to write.
+bool disk_cache_allowed(const std::string& split, const data::DatasetIndex& index, int img_size, bool augment, uint64_t other,
+                        uint64_t* pending) {
+  *pending = 0;
   if (index.records.empty()) return true;
-  uint64_t required = 0;
+  std::set<std::string> counted;
   for (const data::ImageRecord& r : index.records) {
+    const std::string file = data::disk_cache_path(r.image, data::ResizeKey{img_size, augment});
     std::error_code ec;
-    if (fs::exists(data::disk_cache_path(r.image, data::ResizeKey{img_size, augment}), ec)) continue;
+    if (!counted.insert(file).second || fs::exists(file, ec)) continue;
     const cv::Size s = data::long_side_size({r.width, r.height}, img_size);
-    required += 3ull * static_cast<uint64_t>(s.width) * static_cast<uint64_t>(s.height) + 176;  // + header, trailer
+    *pending += 3ull * static_cast<uint64_t>(s.width) * static_cast<uint64_t>(s.height) + 176;  // + header, trailer
   }
-  if (required == 0) return true;
+  if (*pending == 0) return true;
   const fs::path folder = fs::path(index.records.front().image).parent_path();
+  const std::string dir = folder.empty() ? "." : folder.string();
   struct statvfs fs_info {};
-  if (::statvfs(folder.empty() ? "." : folder.c_str(), &fs_info) != 0) return true;  // unknown: try, as asked
+  if (::statvfs(dir.c_str(), &fs_info) != 0) return true;  // unknown: try, as asked (a failed write is a warning)
   const uint64_t block = fs_info.f_frsize;
-  const std::string refusal = disk_cache_refusal(split, required, fs_info.f_bavail * block, fs_info.f_blocks * block,
-                                                 ::access(folder.empty() ? "." : folder.c_str(), W_OK) == 0);
+  const std::string refusal = disk_cache_refusal(split, *pending + other, fs_info.f_bavail * block, fs_info.f_blocks * block,
+                                                 ::access(dir.c_str(), W_OK) == 0);
   if (refusal.empty()) return true;
   std::cout << refusal << "\n";
+  *pending = 0;
   return false;
 }
 
@@ -124,7 +131,7 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   // Each process of this machine caches the whole split (its share changes every epoch), as upstream.
   if (d.cache_ram)
     d.cache_ram = ram_cache_allowed("train", index, d.img_size, 0, dist::read_env().local_world_size, &out.ram_cache_bytes);
-  if (d.cache_disk) d.cache_disk = disk_cache_allowed("train", index, d.img_size, d.augment);
+  if (d.cache_disk) d.cache_disk = disk_cache_allowed("train", index, d.img_size, d.augment, 0, &out.disk_cache_bytes);
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = d.batch_size;
@@ -162,7 +169,7 @@ SplitLoader make_val_loader(const data::DatasetConfig& cfg, const std::string& s
   SplitLoader out;
   data::DatasetIndex index = verified_split(cfg, split, o.workers, o.nc_for_check, o.single_cls);
   if (d.cache_ram) d.cache_ram = ram_cache_allowed(split, index, d.img_size, o.other_ram_cache_bytes, 1, &out.ram_cache_bytes);
-  if (d.cache_disk) d.cache_disk = disk_cache_allowed(split, index, d.img_size, d.augment);
+  if (d.cache_disk) d.cache_disk = disk_cache_allowed(split, index, d.img_size, d.augment, o.other_disk_cache_bytes, &out.disk_cache_bytes);
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = o.batch_size;

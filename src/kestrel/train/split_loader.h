@@ -20,7 +20,8 @@ namespace kestrel::train {
 struct SplitLoader {
   std::shared_ptr<const data::YoloDataset> dataset;
   std::unique_ptr<data::DataLoader> loader;
-  uint64_t ram_cache_bytes = 0;  // what its --cache ram holds once filled (0: it caches nothing in RAM)
+  uint64_t ram_cache_bytes = 0;   // what its --cache ram holds once filled (0: it caches nothing in RAM)
+  uint64_t disk_cache_bytes = 0;  // what its --cache disk still has to write (0: nothing, or no disk cache)
 };
 
 // Upstream's check_cache_ram for --cache ram: a split's images are kept in memory only when each of the
@@ -56,7 +57,8 @@ struct ValLoaderOptions {
   int nc_for_check = 0;     // class ids must be below it
   int max_boxes = 400;      // target capacity per image; raised to the split's fullest image (no label is lost)
   std::string cache;        // "", "ram" or "disk"
-  uint64_t other_ram_cache_bytes = 0;  // promised to this process's other RAM caches (training's)
+  uint64_t other_ram_cache_bytes = 0;   // promised to other RAM caches on this machine (training's, every rank's)
+  uint64_t other_disk_cache_bytes = 0;  // still to be written by the training split's --cache disk
   bool pin_memory = false;  // page-locked batches for asynchronous copies to a GPU
   bool rect = true;         // rectangular batches (val.py), or square letterboxes (its --task speed)
   double pad = 0.5;         // rectangular batches' padding, in strides

@@ -177,7 +177,9 @@ void TrainingRun::build_data() {
   v.nc_for_check = nc;
   v.max_boxes = o.max_boxes;
   v.cache = o.cache;
-  v.other_ram_cache_bytes = train_data.ram_cache_bytes;
+  // Every rank of this machine caches the whole training split in its own memory.
+  v.other_ram_cache_bytes = train_data.ram_cache_bytes * static_cast<uint64_t>(std::max(1, dist::read_env().local_world_size));
+  v.other_disk_cache_bytes = train_data.disk_cache_bytes;
   v.pin_memory = device.is_cuda();
   val_data = make_val_loader(data_cfg, "val", v);
   nb = static_cast<int64_t>(train_data.loader->num_batches());
