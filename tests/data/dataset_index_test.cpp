@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <cstring>
+#include <random>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -170,6 +172,55 @@ TEST_F(BrokenDataset, CorruptCacheValuesAreRebuiltNotTrusted) {
     EXPECT_EQ(again.records.size(), first.records.size()) << what;
     EXPECT_EQ(again.counts.boxes, first.counts.boxes) << what;
   }
+}
+
+// The cache writes each label value as the shortest decimal that reads back as the same float ("0.1", not
+// 0.10000000149011612): every value loaded from it is bit for bit the one parsed from the label file.
+TEST(DatasetIndexCache, LabelValuesRoundTripBitForBitInShortText) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("images/train"));
+  fs::create_directories(dir.file("labels/train"));
+  const auto jpeg = test::encode_jpeg(test::coordinate_image(32, 24));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  for (int i = 0; i < 20; ++i) {
+    test::write_bytes(dir.file("images/train/" + std::to_string(i) + ".jpg"), jpeg);
+    std::string rows = "0 0.1 0.2 0.3 0.4\n1 0.123456789 0.5 1e-7 1\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "2 %.9g %.9g %.9g %.9g\n", unit(rng), unit(rng), unit(rng), unit(rng));
+    rows += line;
+    if (i % 2) {  // polygon rows only
+      rows.clear();
+      for (int r = 0; r < 3; ++r) {
+        rows += "3";
+        for (int k = 0; k < 8; ++k) std::snprintf(line, sizeof line, " %.9g", unit(rng)), rows += line;
+        rows += "\n";
+      }
+    }
+    test::write_file(dir.file("labels/train/" + std::to_string(i) + ".txt"), rows);
+  }
+  const auto images = list_images({dir.file("images/train")}, "d.yaml");
+  const DatasetIndex fresh = index_split(images, IndexOptions{80, 1, true});
+  const DatasetIndex cached = index_split(images, IndexOptions{80, 1, true});
+  ASSERT_FALSE(fresh.from_cache);
+  ASSERT_TRUE(cached.from_cache);
+  ASSERT_EQ(cached.records.size(), fresh.records.size());
+  size_t values = 0;
+  for (size_t i = 0; i < fresh.records.size(); ++i) {
+    ASSERT_EQ(cached.records[i].rows.size(), fresh.records[i].rows.size());
+    for (size_t r = 0; r < fresh.records[i].rows.size(); ++r) {
+      const LabelRow &a = fresh.records[i].rows[r], &b = cached.records[i].rows[r];
+      EXPECT_EQ(std::memcmp(a.box.data(), b.box.data(), sizeof a.box), 0) << i << " " << r;
+      ASSERT_EQ(a.polygon.size(), b.polygon.size());
+      EXPECT_EQ(std::memcmp(a.polygon.data(), b.polygon.data(), a.polygon.size() * sizeof(float)), 0) << i << " " << r;
+      values += 5 + a.polygon.size();
+    }
+  }
+  EXPECT_GT(values, 500u);
+  std::ifstream in(fresh.cache_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("[0.0,0.1,0.2,0.3,0.4]"), std::string::npos) << text.substr(0, 400);
+  EXPECT_EQ(text.find("0.10000000149"), std::string::npos);
 }
 
 // Upstream's IMG_FORMATS beyond JPEG and PNG: a BMP is verified like any image (kept, its size read), a
