@@ -1,4 +1,5 @@
 // kestrel train: YOLOv5/YOLOv7 train.py's flags (same names and defaults where kestrel has them).
+#include <iostream>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -93,7 +94,18 @@ void add_train_command(CLI::App& app) {
   auto generations = std::make_shared<int>(0);
   cmd->add_option("--evolve", *generations, "evolve the hyperparameters for N generations (default 300) into runs/evolve")
       ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
-  cmd->callback([o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache, unsupported] {
+  cmd->callback([cmd, o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache, unsupported] {
+    // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
+    // --quiet and --nproc-per-node still steer the resumed process. Say which given flags are ignored.
+    if (!o->resume.empty()) {
+      std::string ignored;
+      for (const CLI::Option* option : cmd->get_options())
+        if (option->count() > 0 && !option->check_name("--resume") && !option->check_name("--device") &&
+            !option->check_name("--quiet") && !option->check_name("--nproc-per-node"))
+          ignored += " " + option->get_name();
+      if (!ignored.empty())
+        std::cerr << "WARNING: --resume continues with the run's saved options; ignored:" << ignored << "\n";
+    }
     for (const auto& [name, option] : *unsupported)
       if (option->count() > 0)
         throw CLI::ValidationError(name, "kestrel has no W&B or Google Cloud logging; it writes TensorBoard "
@@ -118,7 +130,9 @@ void add_train_command(CLI::App& app) {
       if (code != 0) throw CLI::RuntimeError(code);
       return;
     }
-    train::train(*o);
+    // Stopped by Ctrl-C or SIGTERM (saved; --resume continues): 130, as a shell reports an interrupt,
+    // so that a script can tell a stopped run from a finished one.
+    if (train::train(*o).interrupted) throw CLI::RuntimeError(130);
   });
 }
 

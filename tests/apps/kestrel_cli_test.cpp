@@ -204,5 +204,38 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs")));
 }
 
+// A scheduler's SIGTERM stops a run like Ctrl-C: saved at the next optimiser step, "--resume" named, and
+// exit code 130 (not 0: a script can tell a stopped run from a finished one; not 143: it was saved). The
+// signal is sent once the trainer has said where its results go, which it does as it starts the epochs.
+TEST(CliTrain, SigtermSavesAndExits130) {
+  test::TempDir dir;
+  const std::string log = dir.file("log.txt");
+  const std::string script =
+      test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --epochs 3 --img 64 --batch-size 16"
+      " --workers 1 --device cpu --noplots --project " + dir.file("runs") + " > " + log + " 2>&1 & pid=$!; "
+      "for i in $(seq 600); do grep -q 'results to' " + log + " && break; sleep 0.1; done; "
+      "kill -TERM $pid; wait $pid; echo \"exit=$?\"\n";
+  test::write_file(dir.file("stop.sh"), script);
+  const auto r = test::run_command("bash " + dir.file("stop.sh"));
+  std::ifstream in(log);
+  const std::string output((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(r.output.find("exit=130"), std::string::npos) << r.output << output;
+  EXPECT_NE(output.find("Stopping after the next optimiser step"), std::string::npos) << output;
+  EXPECT_NE(output.find("Interrupted: saved"), std::string::npos) << output;
+  ASSERT_TRUE(std::filesystem::exists(dir.file("runs/exp/weights/last.state.safetensors"))) << output;
+  // A partial file of a process killed while writing (a second Ctrl-C) is cleared by the resume.
+  test::write_file(dir.file("runs/exp/weights/last.safetensors.tmp.12345"), "partial");
+  // Resumed from inside weights/ by the file's bare name: the run folder is still the one above it.
+  const auto resumed = test::run_command("cd " + dir.file("runs/exp/weights") + " && " + test::kestrel_binary() +
+                                         " train --resume last.state.safetensors --quiet --epochs 9");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("WARNING: --resume continues with the run's saved options; ignored: --epochs\n"),
+            std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("3 epochs completed"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("Resuming " + dir.file("runs/exp") + " from epoch"), std::string::npos) << resumed.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/weights")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/last.safetensors.tmp.12345")));
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -45,5 +45,42 @@ TEST(RunFiles, ResultsCsvHasUpstreamColumnsAndFormat) {
   fs::remove(path);
 }
 
+// A resume drops the rows of epochs it will log again (written before a crash that lost their checkpoint).
+TEST(RunFiles, ResumeDropsRowsOfEpochsToBeLoggedAgain) {
+  const fs::path path = fs::temp_directory_path() / "kestrel_results_drop_test.csv";
+  fs::remove(path);
+  ResultsCsv csv(path.string());
+  for (int e = 0; e < 3; ++e) csv.append(e, std::vector<double>(13, 0.5 + e));
+  EXPECT_EQ(csv.drop_rows_from(3), 0);
+  EXPECT_EQ(csv.drop_rows_from(1), 2);
+  csv.append(1, std::vector<double>(13, 9.0));
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].substr(0, 21), "               epoch,");
+  EXPECT_EQ(lines[1].substr(0, 42), "                   0,                 0.5,");
+  EXPECT_EQ(lines[2].substr(0, 42), "                   1,                   9,");
+  fs::remove(path);
+}
+
+// A full disk: writes are buffered, so the failure shows only when the file is closed. It must be an error
+// naming the file, not a row lost in silence (/dev/full refuses every write with ENOSPC).
+TEST(RunFiles, FullDiskIsAnErrorNotALostRow) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const fs::path dir = fs::temp_directory_path() / "kestrel_full_disk_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::create_symlink("/dev/full", dir / "results.csv");
+  ResultsCsv csv((dir / "results.csv").string());
+  try {
+    csv.append(0, std::vector<double>(13, 0.5));
+    ADD_FAILURE() << "no error for a row that could not be written";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("results.csv: write failed (No space left on device)"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kestrel::train

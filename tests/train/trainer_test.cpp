@@ -207,6 +207,63 @@ TEST(Trainer, GraphedRunResumesOnTheCpuWithoutGraphs) {
   EXPECT_TRUE(read_training_state(state_path).options.cuda_graph == false);  // the resumed run's own options
 }
 
+// A run resumed after its dataset shrank (fewer batches per epoch): the saved last optimiser step lies
+// ahead of the resumed iteration, and no step would be due for epochs, silently. Here the state file says
+// the last step was at iteration 1000, as a larger dataset would have it: the run warns and steps again.
+TEST(Trainer, ResumeAfterTheDatasetShrankStillSteps) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 3);
+  o.interrupt_after = 1;
+  const TrainResult first = train(o);
+  ASSERT_TRUE(first.interrupted);
+  const std::string state_path = training_state_path(first.save_dir);
+  TrainingState state = read_training_state(state_path);
+  const int64_t updates_before = state.ema_updates;
+  state.progression.last_opt_step = 1000;
+  write_training_state(state_path, state);
+
+  TrainOptions resume;
+  resume.resume = first.save_dir;
+  resume.quiet = true;
+  testing::internal::CaptureStdout();
+  const TrainResult second = train(resume);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_NE(out.find("was saved with more batches per epoch than the dataset now gives"), std::string::npos) << out;
+  const TrainingState after = read_training_state(state_path);
+  EXPECT_GT(after.ema_updates, updates_before) << "no optimiser step after the resume";
+  EXPECT_LT(after.progression.last_opt_step, 1000);
+}
+
+// --patience: a run that stopped early is finished; resuming it again must not train (and log) another epoch
+// each time. The state file is edited so that the resumed epoch cannot beat the best (fitness 1.0).
+TEST(Trainer, EarlyStoppedRunIsNotResumedAgain) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 5);
+  o.interrupt_after = 1;
+  const TrainResult first = train(o);
+  ASSERT_TRUE(first.interrupted);
+  const std::string state_path = training_state_path(first.save_dir);
+  TrainingState state = read_training_state(state_path);
+  state.options.patience = 1;
+  state.progression.best_fitness = 1.0;
+  state.progression.best_epoch = 0;
+  write_training_state(state_path, state);
+
+  TrainOptions resume;
+  resume.resume = first.save_dir;
+  resume.quiet = true;
+  testing::internal::CaptureStdout();
+  TrainResult second;
+  const std::string error = test::error_message([&] { second = train(resume); });
+  const std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(error, "") << out;
+  ASSERT_NE(out.find("Stopping early"), std::string::npos) << out;
+  EXPECT_LT(second.epochs_completed, 5);
+  const std::string again = test::error_message([&] { train(resume); });
+  EXPECT_NE(again.find("this run already finished"), std::string::npos) << again;
+}
+
 // --channels-last changes only the memory layout: the same losses, and saved weights and optimiser state
 // (written in the standard layout) equal to the NCHW run's up to the convolutions' float rounding.
 TEST(Trainer, ChannelsLastTrainsLikeNchw) {

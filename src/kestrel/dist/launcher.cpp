@@ -188,15 +188,21 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
     pids[rank] = -1;
     --alive;
     const int code = exit_code_of(status);
-    if (code != 0 && result == 0) {
+    if (code == 130) {  // stopped and saved (Ctrl-C, SIGTERM): the ranks agree on the step, the others follow
+      if (result == 0) result = 130;
+      continue;
+    }
+    if (code != 0 && (result == 0 || result == 130)) {
       result = code;
       std::cerr << "launcher: rank " << rank << " failed (exit code " << code << ")"
                 << (alive > 0 ? "; stopping the others" : "") << std::endl;
     }
     if (code != 0 && !stopping) {
+      // SIGKILL: a rank that handled SIGTERM (save and stop at its next step) would wait in a collective
+      // for the failed rank until the timeout.
       stopping = true;
       for (pid_t p : pids)
-        if (p > 0) ::kill(p, SIGTERM);
+        if (p > 0) ::kill(p, SIGKILL);
     }
   }
   ::sigaction(SIGINT, &old_int, nullptr);

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,13 +16,17 @@ namespace kestrel::train {
 namespace fs = std::filesystem;
 
 std::string make_run_dir(const std::string& project, const std::string& name, bool exist_ok, bool with_weights) {
-  fs::path dir = fs::path(project) / name;
-  if (!exist_ok && fs::exists(dir))
-    for (int n = 2;; ++n) {
-      dir = fs::path(project) / (name + std::to_string(n));
-      if (!fs::exists(dir)) break;
-    }
   std::error_code ec;
+  fs::path dir = fs::path(project) / name;
+  if (!exist_ok) {
+    // Claimed by creating it: create_directory fails on a folder that exists, so two runs started at once
+    // cannot both take expN (checking first and creating after could).
+    fs::create_directories(project, ec);
+    for (int n = 2; !fs::create_directory(dir, ec); ++n) {
+      if (ec && !fs::exists(dir)) fail(dir.string(), ": cannot create the run folder (", ec.message(), ")");
+      dir = fs::path(project) / (name + std::to_string(n));
+    }
+  }
   fs::create_directories(with_weights ? dir / "weights" : dir, ec);
   if (ec) fail(dir.string(), ": cannot create the run folder (", ec.message(), ")");
   return dir.string();
@@ -29,14 +34,18 @@ std::string make_run_dir(const std::string& project, const std::string& name, bo
 
 void write_text_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  std::error_code ec;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) fail(path, ": cannot write (", std::strerror(errno), ")");
     out << text;
-    out.flush();
-    if (!out) fail(path, ": write failed");
+    out.close();  // the bytes reach the file here: a full disk shows at the close
+    if (out.fail()) {
+      const int error = errno;
+      fs::remove(tmp, ec);
+      fail(path, ": write failed (", std::strerror(error), ")");
+    }
   }
-  std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
     fs::remove(tmp, ec);
@@ -74,7 +83,27 @@ void ResultsCsv::append(int epoch, const std::vector<double>& values) const {
     line += "," + std::string(cell);
   }
   out << line << "\n";
-  if (!out) fail(path_, ": write failed");
+  out.close();  // the buffered row reaches the file here: a full disk shows at the close, not at <<
+  if (out.fail()) fail(path_, ": write failed (", std::strerror(errno), ")");
+}
+
+int ResultsCsv::drop_rows_from(int epoch) const {
+  std::ifstream in(path_);
+  if (!in) return 0;
+  std::string text, line;
+  int dropped = 0;
+  for (bool header = true; std::getline(in, line); header = false) {
+    // A row starts with its epoch ("%20.5g"); the header and anything unreadable are kept as they are.
+    char* end = nullptr;
+    const double row_epoch = header ? -1 : std::strtod(line.c_str(), &end);
+    if (!header && end != line.c_str() && *end == ',' && row_epoch >= epoch) {
+      ++dropped;
+      continue;
+    }
+    text += line + "\n";
+  }
+  if (dropped > 0) write_text_atomic(path_, text);
+  return dropped;
 }
 
 }  // namespace kestrel::train

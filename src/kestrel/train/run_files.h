@@ -21,6 +21,9 @@ class ResultsCsv {
   static const std::vector<std::string>& columns();  // epoch, train/box_loss, ..., x/lr2
   explicit ResultsCsv(std::string path) : path_(std::move(path)) {}
   void append(int epoch, const std::vector<double>& values) const;  // values: columns() without "epoch"
+  // A resumed run: drops the rows of epochs from `epoch` on (logged before a crash or a failed save, they
+  // will be logged again), rewriting the file atomically. Returns how many were dropped.
+  int drop_rows_from(int epoch) const;
   const std::string& path() const { return path_; }
 
  private:

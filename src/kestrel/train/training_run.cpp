@@ -35,10 +35,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Ctrl-C: the first one asks the loop to stop at the next safe point and save; a second one kills.
+// Ctrl-C or SIGTERM (a scheduler's stop, the launcher's forward): the first asks the loop to stop at the
+// next optimiser step and save, and says so; a second one exits at once.
 std::atomic<bool> g_stop_requested{false};
 extern "C" void on_interrupt(int) {
   if (g_stop_requested.exchange(true)) std::_Exit(130);
+  static const char note[] = "\nStopping after the next optimiser step to save the run (again to stop at once)\n";
+  const ssize_t written = ::write(STDERR_FILENO, note, sizeof note - 1);  // async-signal-safe
+  (void)written;
 }
 
 std::string first_non_finite_parameter(torch::nn::Module& model) {
@@ -85,6 +89,7 @@ void TrainingRun::start_epochs() {
             << amp << ", results to " << save_dir << "\n";
   g_stop_requested = false;
   previous_handler = std::signal(SIGINT, on_interrupt);
+  previous_term_handler = std::signal(SIGTERM, on_interrupt);
   progress = ProgressLine(o.quiet, o.epochs);
   result.save_dir = save_dir;
 }
@@ -237,7 +242,7 @@ void TrainingRun::save_interrupted() {
     std::cout << "\nInterrupted\n";
     return;
   }
-  save_checkpoint(progression, false, progression.epoch - 1);
+  save_checkpoint(progression, false, progression.epoch - 1, /*periodic=*/false);  // epoch<n> files: whole epochs only
   std::cout << "\nInterrupted: saved " << state_path << "; continue with kestrel train --resume " << save_dir << "\n";
 }
 
@@ -263,11 +268,11 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   if (stop) std::cout << "Stopping early: no improvement in the last " << o.patience << " epochs (best epoch " << progression.best_epoch << ")\n";
   log_epoch(epoch, train_loss, totals);
   Progression done = progression;
-  done.epoch = epoch + 1;
+  done.epoch = stop ? o.epochs : epoch + 1;  // an early stop ends the run: --resume has nothing left to do
   done.next_batch = 0;
   done.loss_sum = {0, 0, 0};
   done.loss_count = 0;
-  if (o.save_weights && (!o.nosave || final_epoch || stop)) save_checkpoint(done, best, epoch);
+  if (o.save_weights && (!o.nosave || final_epoch || stop)) save_checkpoint(done, best, epoch, /*periodic=*/true);
   progression.loss_sum = {0, 0, 0};
   progression.loss_count = 0;
   result.epochs_completed = epoch + 1;
@@ -301,7 +306,7 @@ void TrainingRun::log_epoch(int epoch, const std::array<double, 3>& train_loss, 
 
 // last (and best, and every --save-period) weights of the EMA; and the state a resume needs: both
 // models, the optimiser and scaler state, and the progression.
-void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_done) {
+void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_done, bool periodic) {
   // Rank 0 alone writes, as upstream (RANK in {-1, 0}): the others' copies would only fill their scratch
   // folders every epoch.
   if (!dist_ctx.is_main()) return;
@@ -309,10 +314,14 @@ void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_don
   w.extra = {{"epoch", std::to_string(epoch_done)}, {"best_fitness", cat(p.best_fitness)}};
   models::save_model_weights(last_path, ema->model(), w);
   if (best) models::save_model_weights(best_path, ema->model(), w);
-  if (o.save_period > 0 && epoch_done >= 0 && (epoch_done + 1) % o.save_period == 0)
+  if (periodic && o.save_period > 0 && epoch_done >= 0 && (epoch_done + 1) % o.save_period == 0)
     models::save_model_weights((weights_dir / cat("epoch", epoch_done, ".safetensors")).string(), ema->model(), w);
   TrainingState state;
   state.options = o;
+  // Files named relative to where training started are saved absolute, so that --resume works from any
+  // folder (opt.yaml keeps them as given, as upstream). --cfg may be a shipped name rather than a file.
+  for (std::string* file : {&state.options.data, &state.options.cfg, &state.options.hyp, &state.options.weights})
+    if (!file->empty() && fs::exists(*file)) *file = fs::absolute(*file).lexically_normal().string();
   state.progression = p;
   state.ema_updates = ema->updates();
   state.world_size = dist_ctx.world_size;
@@ -325,7 +334,10 @@ void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_don
 
 // ---- the end ----------------------------------------------------------------------------------------
 
-void TrainingRun::end_epochs() { std::signal(SIGINT, previous_handler); }
+void TrainingRun::end_epochs() {
+  std::signal(SIGINT, previous_handler);
+  std::signal(SIGTERM, previous_term_handler);
+}
 
 TrainResult TrainingRun::finish() {
   result.best_fitness = progression.best_fitness;

@@ -92,7 +92,8 @@ class TrainingRun {
   bool optimiser_step(const StepSettings& s, int64_t ni);  // true: stop here (Ctrl-C, --interrupt-after)
   void validate_epoch();
   void log_epoch(int epoch, const std::array<double, 3>& train_loss, const EpochTotals& totals);
-  void save_checkpoint(const Progression& p, bool best, int epoch_done);
+  // periodic: also --save-period's epoch<n>.safetensors (not for a Ctrl-C save in the middle of an epoch).
+  void save_checkpoint(const Progression& p, bool best, int epoch_done, bool periodic);
   void validate_best();
 
   // In the order the phases create them (and the reverse of their destruction, as locals had).
@@ -135,7 +136,8 @@ class TrainingRun {
   std::optional<ResultsCsv> results;
   std::optional<TensorBoardWriter> tensorboard;
 
-  void (*previous_handler)(int) = nullptr;
+  void (*previous_handler)(int) = nullptr;       // SIGINT's, restored after the epochs
+  void (*previous_term_handler)(int) = nullptr;  // SIGTERM's
   ProgressLine progress;
   TrainResult result;
   int64_t batches_run = 0;

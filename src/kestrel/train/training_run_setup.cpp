@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <regex>
 
 #include <torch/cuda.h>
 
@@ -43,7 +44,12 @@ void TrainingRun::read_options(const TrainOptions& requested) {
       std::cerr << "WARNING: " << path << " was trained with --cuda-graph; resuming on the CPU without it\n";
       o.cuda_graph = false;
     }
-    save_dir = fs::path(path).parent_path().parent_path().string();
+    // The run folder is the one whose weights/ holds the file (absolute: a relative file name would have
+    // no folder above it); a state file elsewhere does not say where its run is.
+    const fs::path weights_dir = fs::absolute(path).lexically_normal().parent_path();
+    if (weights_dir.filename() != "weights")
+      fail(path, ": a state file outside a run's weights/ folder; resume with the run folder or its weights/last.state.safetensors");
+    save_dir = weights_dir.parent_path().string();
   }
   if (o.epochs < 1) fail("--epochs must be >= 1");
   if (o.batch_size < 1) fail("--batch-size must be >= 1");
@@ -240,7 +246,16 @@ void TrainingRun::restore_resume_state() {
     std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
               << resume_state.world_size << "\n";
   }
-  if (progression.epoch >= o.epochs) fail(o.resume, ": this run already finished its ", o.epochs, " epochs; nothing to resume");
+  // A dataset that shrank since the save (fewer batches per epoch) puts the saved last optimiser step
+  // ahead of the iteration the run resumes at: no step would be due for epochs. Count from here.
+  const int64_t resume_iteration = nb * progression.epoch + progression.next_batch;
+  if (progression.last_opt_step >= resume_iteration) {
+    progression.last_opt_step = resume_iteration - 1;
+    std::cout << "WARNING: " << o.resume << " was saved with more batches per epoch than the dataset now gives "
+              << "(it changed?); optimiser steps are counted from here\n";
+  }
+  if (progression.epoch >= o.epochs)
+    fail(o.resume, ": this run already finished (its ", o.epochs, " epochs, or stopped early by --patience); nothing to resume");
   // Copied into the live tensors (the EMA's in build_step): the file's copies need not stay in memory.
   resume_state.model.clear();
   resume_state.optimizer.clear();
@@ -300,12 +315,26 @@ void TrainingRun::build_step() {
 void TrainingRun::open_run_files() {
   weights_dir = fs::path(save_dir) / "weights";
   if (o.save_weights) fs::create_directories(weights_dir);
+  if (!o.resume.empty() && dist_ctx.is_main()) {
+    // Partial files of a process killed while it wrote (a second Ctrl-C): <file>.tmp<pid> / <file>.tmp.<pid>.
+    const std::regex partial(R"(.*\.tmp\.?[0-9]+)");
+    std::error_code ec;
+    for (const fs::path& folder : {fs::path(save_dir), weights_dir})
+      for (const auto& entry : fs::directory_iterator(folder, ec))
+        if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), partial)) fs::remove(entry.path(), ec);
+  }
   write_text_atomic((fs::path(save_dir) / "hyp.yaml").string(), hyperparameters_yaml(hyp));
   write_text_atomic((fs::path(save_dir) / "opt.yaml").string(), options_yaml(o));
   // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
   if (o.resume.empty() && dist_ctx.is_main() && !o.noplots)
     eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
   results.emplace((fs::path(save_dir) / "results.csv").string());
+  if (!o.resume.empty() && dist_ctx.is_main()) {
+    const int dropped = results->drop_rows_from(progression.epoch);
+    if (dropped > 0)
+      std::cout << "results.csv: dropped " << dropped << " row(s) of epochs from " << progression.epoch
+                << " on, logged before the run stopped without saving them\n";
+  }
   tensorboard.emplace(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
   last_path = (weights_dir / "last.safetensors").string();
   best_path = (weights_dir / "best.safetensors").string();
