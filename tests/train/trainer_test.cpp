@@ -264,6 +264,25 @@ TEST(Trainer, EarlyStoppedRunIsNotResumedAgain) {
   EXPECT_NE(again.find("this run already finished"), std::string::npos) << again;
 }
 
+// A run whose dataset gained a class since the save cannot be resumed: the error says why and what to do
+// instead, not only which tensor shapes differ.
+TEST(Trainer, ResumeWithAChangedClassCountSaysSo) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 2);
+  o.interrupt_after = 1;
+  const TrainResult first = train(o);
+  ASSERT_TRUE(first.interrupted);
+  std::string names = "names: [";
+  for (int c = 0; c <= 80; ++c) names += (c ? ", c" : "c") + std::to_string(c);
+  test::write_file(o.data, "path: .\ntrain: images/train\nval: images/train\n" + names + "]\n");
+  TrainOptions resume;
+  resume.resume = first.save_dir;
+  resume.quiet = true;
+  const std::string error = test::error_message([&] { train(resume); });
+  EXPECT_NE(error.find("now has 81 classes"), std::string::npos) << error;
+  EXPECT_NE(error.find("start a new run with --weights"), std::string::npos) << error;
+}
+
 // --channels-last changes only the memory layout: the same losses, and saved weights and optimiser state
 // (written in the standard layout) equal to the NCHW run's up to the convolutions' float rounding.
 TEST(Trainer, ChannelsLastTrainsLikeNchw) {

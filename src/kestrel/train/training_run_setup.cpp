@@ -233,7 +233,13 @@ void TrainingRun::build_optimiser() {
 }
 
 void TrainingRun::restore_resume_state() {
-  models::load_state_dict(*model, resume_state.model, true, o.resume);
+  try {
+    models::load_state_dict(*model, resume_state.model, true, o.resume);
+  } catch (const Error& e) {  // most often the dataset's classes changed since the save
+    fail(e.what(), "\n(the dataset ", o.data, " now has ", nc, " classes; a run whose dataset or model changed since it was "
+         "saved cannot be resumed: start a new run with --weights ", fs::path(o.resume).parent_path().string(),
+         "/last.safetensors)");
+  }
   optimizer->load_state(resume_state.optimizer, o.resume);
   if (scaler->enabled() && !resume_state.scaler.empty()) scaler->load_state(resume_state.scaler, o.resume);
   progression = resume_state.progression;
