@@ -208,7 +208,7 @@ void run_val(const ValOptions& options) {
   if (o.save_txt) report_labels(out.txt_dir);
   if (save_json) {
     const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(weights).stem().string() + "_predictions.json")).string();
-    train::write_text_atomic(path, r.predictions.dump());
+    train::write_text_atomic(path, eval::coco_results_json(r.predictions));
     std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
     if (!o.coco_ann.empty()) {
       const eval::CocoSummary coco = eval::evaluate_coco(o.coco_ann, path);

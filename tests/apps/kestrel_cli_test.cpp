@@ -122,6 +122,31 @@ TEST(CliTrain, TrainsThenValidatesItsWeights) {
   // 16 val images with 115 label rows (wc -l data/demo/labels/val/*.txt): every label counts, however small
   EXPECT_NE(r.output.find("                   all         16        115"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp/best_predictions.json"))) << r.output;
+  // --coco-ann scores the written predictions with kestrel's COCOeval. The wiring is what is checked here
+  // (the evaluator itself is checked against pycocotools in tests/eval/coco_eval_test.cpp): pycocotools
+  // accepts the file for `kestrel data coco`'s annotations (its loadRes refuses image ids they do not list)
+  // and prints the same AP and AR@100, which for a 2-epoch model are near 0.
+  r = test::run_command(test::kestrel_binary() + " data coco data/demo/demo.yaml --split val --out " + dir.file("ann.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 128 --device cpu --weights " + weights +
+                        " --save-json --conf-thres 0.000001 --coco-ann " + dir.file("ann.json") + " --project " +
+                        dir.file("val") + " --name coco");  // a 2-epoch model's scores are tiny: keep them
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto line_of = [](const std::string& text, const std::string& start) {
+    const size_t at = text.find(start);
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  const std::string ap = " Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]";
+  const std::string ar = " Average Recall     (AR) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]";
+  ASSERT_NE(line_of(r.output, ap), "") << r.output;
+  ASSERT_EQ(r.output.find("Saved 0 predictions"), std::string::npos) << r.output;
+  const auto py = test::run_python("from pycocotools.coco import COCO\nfrom pycocotools.cocoeval import COCOeval\n"
+                                   "gt = COCO('" + dir.file("ann.json") + "')\n"
+                                   "e = COCOeval(gt, gt.loadRes('" + dir.file("val/coco/best_predictions.json") + "'), 'bbox')\n"
+                                   "e.evaluate(); e.accumulate(); e.summarize()\n");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  EXPECT_EQ(line_of(r.output, ap), line_of(py.output, ap)) << py.output;
+  EXPECT_EQ(line_of(r.output, ar), line_of(py.output, ar)) << py.output;
 }
 
 // YOLOv7's --img-size TRAIN TEST (its README trains with --img 640 640): the second size is the validation's;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -366,6 +367,34 @@ TEST(CocoEval, SummaryPrintsLikePycocotools) {
             " Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ] = 0.412");
   EXPECT_NE(text.find(" Average Recall     (AR) @[ IoU=0.50:0.95 | area= large | maxDets=100 ] = -1.000"),
             std::string::npos);
+}
+
+// val --save-json's writer: JSON that nlohmann and the evaluator read back to the same numbers, bit for bit
+// (the shortest text of a double reads back as that double), in the key order nlohmann's tree would write.
+TEST(CocoEval, ResultsJsonReadsBackExactly) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<double> u(0, 700);
+  std::vector<CocoDetection> dets;
+  for (int i = 0; i < 200; ++i)
+    dets.push_back({i % 7 + 1, i % 3 + 1, CocoBox{u(rng), std::round(u(rng) * 1e3) / 1e3, u(rng) / 7, 0.1 * i},
+                    std::round(u(rng) / 700 * 1e5) / 1e5});
+  dets.push_back({12, 90, CocoBox{0, 1e-7, 1e15, 3}, 1});
+  const std::string text = coco_results_json(dets);
+  EXPECT_EQ(text.substr(0, 10), "[{\"bbox\":[");
+  const nlohmann::json parsed = nlohmann::json::parse(text);
+  ASSERT_EQ(parsed.size(), dets.size());
+  for (size_t i = 0; i < dets.size(); ++i) {
+    const auto& p = parsed[i];
+    EXPECT_EQ(p["image_id"].get<int64_t>(), dets[i].image_id);
+    EXPECT_EQ(p["category_id"].get<int64_t>(), dets[i].category_id);
+    EXPECT_EQ(p["score"].get<double>(), dets[i].score) << i;
+    EXPECT_EQ(p["bbox"][0].get<double>(), dets[i].box.x) << i;
+    EXPECT_EQ(p["bbox"][1].get<double>(), dets[i].box.y) << i;
+    EXPECT_EQ(p["bbox"][2].get<double>(), dets[i].box.w) << i;
+    EXPECT_EQ(p["bbox"][3].get<double>(), dets[i].box.h) << i;
+  }
+  EXPECT_EQ(coco_results_json({}), "[]");
+  EXPECT_THROW(coco_results_json({{1, 1, CocoBox{std::nan(""), 0, 1, 1}, 0.5}}), Error);
 }
 
 }  // namespace

@@ -63,11 +63,7 @@ Pass validate_on(const c10::Device& device, bool channels_last, bool half) {
   v.channels_last = channels_last;
   Pass p;
   p.result = validate(*model, *split.loader, *split.dataset, device, cfg.nc, v);
-  for (const auto& d : p.result.predictions) {
-    const auto& b = d["bbox"];
-    p.detections.push_back({d["score"].get<double>(), b[0].get<double>(), b[1].get<double>(), b[2].get<double>(),
-                            b[3].get<double>()});
-  }
+  for (const auto& d : p.result.predictions) p.detections.push_back({d.score, d.box.x, d.box.y, d.box.w, d.box.h});
   std::sort(p.detections.begin(), p.detections.end(), [](const auto& a, const auto& b) { return a[0] > b[0]; });
   return p;
 }

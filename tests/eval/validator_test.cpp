@@ -80,13 +80,12 @@ TEST(ValidationJson, ImageIdsAreTheAnnotationFilesWhateverTheBatchOrder) {
   ASSERT_GT(r.predictions.size(), 30u);
   std::map<int64_t, int> per_image;
   for (const auto& d : r.predictions) {
-    const int64_t id = d["image_id"].get<int64_t>();
+    const int64_t id = d.image_id;
     ASSERT_TRUE(size_of_id.count(id)) << "image id " << id << " is not in the annotation file";
     ++per_image[id];
-    const auto& b = d["bbox"];
     const cv::Size size = size_of_id[id];
-    EXPECT_LE(b[0].get<double>() + b[2].get<double>(), size.width + 1e-3) << "a detection beyond image " << id << "'s width";
-    EXPECT_LE(b[1].get<double>() + b[3].get<double>(), size.height + 1e-3) << "a detection beyond image " << id << "'s height";
+    EXPECT_LE(d.box.x + d.box.w, size.width + 1e-3) << "a detection beyond image " << id << "'s width";
+    EXPECT_LE(d.box.y + d.box.h, size.height + 1e-3) << "a detection beyond image " << id << "'s height";
   }
   EXPECT_EQ(per_image.size(), 3u);
 }

@@ -1,6 +1,8 @@
 #include "kestrel/eval/coco_eval.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
@@ -428,6 +430,29 @@ std::string format_coco_summary(const CocoSummary& summary) {
                   row.max_dets, summary.stats[i]);
     out += line;
   }
+  return out;
+}
+
+std::string coco_results_json(const std::vector<CocoDetection>& detections) {
+  std::string out;
+  out.reserve(detections.size() * 96 + 2);
+  char number[32];
+  const auto add = [&](double v) {  // shortest text that reads back as v; JSON has no inf or nan
+    if (!std::isfinite(v)) fail("COCO results: a non-finite number (", v, ")");
+    const auto written = std::to_chars(number, number + sizeof number, v);
+    out.append(number, written.ptr);
+  };
+  out += '[';
+  for (size_t i = 0; i < detections.size(); ++i) {
+    const CocoDetection& d = detections[i];
+    out += i ? ",{\"bbox\":[" : "{\"bbox\":[";
+    add(d.box.x), out += ',', add(d.box.y), out += ',', add(d.box.w), out += ',', add(d.box.h);
+    out += "],\"category_id\":" + std::to_string(d.category_id) + ",\"image_id\":" + std::to_string(d.image_id) +
+           ",\"score\":";
+    add(d.score);
+    out += '}';
+  }
+  out += ']';
   return out;
 }
 

@@ -188,10 +188,9 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
           const double x1 = b[j][0], y1 = b[j][1], x2 = b[j][2], y2 = b[j][3];
           const auto c = static_cast<size_t>(sc[j][1]);
           const int category = c < options.coco_category_ids.size() ? options.coco_category_ids[c] : static_cast<int>(c);
-          r.predictions.push_back({{"image_id", id},
-                                   {"category_id", category},
-                                   {"bbox", {round_to(x1, 1e3), round_to(y1, 1e3), round_to(x2 - x1, 1e3), round_to(y2 - y1, 1e3)}},
-                                   {"score", round_to(static_cast<double>(sc[j][0]), 1e5)}});
+          r.predictions.push_back({id, category,
+                                   CocoBox{round_to(x1, 1e3), round_to(y1, 1e3), round_to(x2 - x1, 1e3), round_to(y2 - y1, 1e3)},
+                                   round_to(static_cast<double>(sc[j][0]), 1e5)});
         }
       }
     }

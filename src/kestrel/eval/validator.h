@@ -15,6 +15,7 @@
 
 #include "kestrel/data/loader.h"
 #include "kestrel/eval/ap_metrics.h"
+#include "kestrel/eval/coco_eval.h"
 #include "kestrel/eval/nms.h"
 #include "kestrel/models/yolo_model.h"
 
@@ -70,7 +71,7 @@ struct ValidationResult {
   int64_t images = 0, labels = 0;
   std::array<double, 3> loss{0, 0, 0};  // mean over batches of the loss items (zeros without a loss)
   std::array<double, 3> ms_per_image{0, 0, 0};  // pre-process, inference, NMS
-  nlohmann::json predictions = nlohmann::json::array();  // COCO results (save_json)
+  std::vector<CocoDetection> predictions;  // COCO results (save_json); coco_results_json writes them
 };
 
 // Runs `model` (put in eval mode for the pass, restored after) over every batch of `loader` from epoch 0.
