@@ -13,6 +13,9 @@
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
 #include "kestrel/data/image_io.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/weights_file.h"
+#include "kestrel/models/yolo_model.h"
 #include "kestrel/train/trainer.h"
 #include "kestrel/train/training_state.h"
 #include "test_support.h"
@@ -281,6 +284,28 @@ TEST(Trainer, ResumeWithAChangedClassCountSaysSo) {
   const std::string error = test::error_message([&] { train(resume); });
   EXPECT_NE(error.find("now has 81 classes"), std::string::npos) << error;
   EXPECT_NE(error.find("start a new run with --weights"), std::string::npos) << error;
+}
+
+// A run started from pretrained --weights (no --cfg) resumes after that file moved away: the state holds
+// the weights and the run's own last.safetensors the architecture.
+TEST(Trainer, ResumeNeedsNotThePretrainedFile) {
+  test::TempDir dir;
+  auto pretrained = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 1);
+  models::save_model_weights(dir.file("pre.safetensors"), *pretrained, models::describe_config("yolov5n", {"a"}));
+  TrainOptions o = short_run(dir, 2);
+  o.cfg.clear();
+  o.weights = dir.file("pre.safetensors");
+  o.interrupt_after = 1;
+  const TrainResult first = train(o);
+  ASSERT_TRUE(first.interrupted);
+  fs::remove(dir.file("pre.safetensors"));
+  TrainOptions resume;
+  resume.resume = first.save_dir;
+  resume.quiet = true;
+  TrainResult second;
+  EXPECT_EQ(test::error_message([&] { second = train(resume); }), "");
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_EQ(second.epochs_completed, 2);
 }
 
 // --channels-last changes only the memory layout: the same losses, and saved weights and optimiser state

@@ -101,7 +101,11 @@ void TrainingRun::load_recipe() {
 
 void TrainingRun::build_model() {
   models::LoadedModel pretrained;
-  if (!o.weights.empty()) pretrained = models::load_model_weights(o.weights);
+  // A resumed run's weights come from its state file. Without --cfg its architecture comes from the run's
+  // own last.safetensors (which every save writes beside the state), not from --weights, which may have
+  // moved since: only a fresh run transfers pretrained weights.
+  if (resuming() && o.cfg.empty()) pretrained = models::load_model_weights((fs::path(save_dir) / "weights" / "last.safetensors").string());
+  else if (!resuming() && !o.weights.empty()) pretrained = models::load_model_weights(o.weights);
   if (!o.cfg.empty()) {
     info = models::describe_config(o.cfg, names);
   } else {
@@ -115,7 +119,7 @@ void TrainingRun::build_model() {
   // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
   torch::manual_seed(o.seed);
   model = build();
-  if (pretrained.model) transfer_pretrained(pretrained);
+  if (pretrained.model && !resuming()) transfer_pretrained(pretrained);
   model->to(device);
   dist::broadcast_module(*model, dist_ctx);  // every rank starts from rank 0's weights
   if (o.sync_bn && dist_ctx.enabled)
