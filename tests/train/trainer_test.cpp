@@ -59,6 +59,30 @@ void expect_close_tensors(const TrainResult& a, const TrainResult& b, const std:
   }
 }
 
+// --resume of a run's folder, quietly: the saved options do the rest.
+TrainOptions resume_options(const TrainResult& run) {
+  TrainOptions r;
+  r.resume = run.save_dir;
+  r.quiet = true;
+  return r;
+}
+
+// The run of `o` stopped after its first optimiser step, as by Ctrl-C (saved, resumable).
+TrainResult interrupted_run(TrainOptions o) {
+  o.interrupt_after = 1;
+  TrainResult r = train(o);
+  EXPECT_TRUE(r.interrupted);
+  return r;
+}
+
+// Changes a saved run's state file, as if the run had been saved otherwise.
+void edit_state(const TrainResult& run, const std::function<void(TrainingState&)>& change) {
+  const std::string path = training_state_path(run.save_dir);
+  TrainingState state = read_training_state(path);
+  change(state);
+  write_training_state(path, state);
+}
+
 // Two batches of 2 per epoch at 128 px: the smallest run with warm-up, accumulation and epochs.
 TrainOptions short_run(const test::TempDir& dir, int epochs) {
   TrainOptions o = quick_options(dir);
@@ -161,9 +185,7 @@ TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
   const TrainResult first = train(o);
   ASSERT_TRUE(first.interrupted);
   EXPECT_EQ(first.epochs_completed, 1);
-  TrainOptions resume;
-  resume.resume = first.save_dir;
-  resume.quiet = true;
+  TrainOptions resume = resume_options(first);
   const TrainResult second = train(resume);
   ASSERT_FALSE(second.interrupted);
   EXPECT_EQ(second.save_dir, first.save_dir);
@@ -187,19 +209,12 @@ TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
 // warning, to the end. Without the device override it would resume on its own device.
 TEST(Trainer, GraphedRunResumesOnTheCpuWithoutGraphs) {
   test::TempDir dir;
-  TrainOptions o = short_run(dir, 2);
-  o.interrupt_after = 1;
-  const TrainResult first = train(o);
-  ASSERT_TRUE(first.interrupted);
+  const TrainResult first = interrupted_run(short_run(dir, 2));
   // As if the run had been trained on a GPU with --cuda-graph: the state file's options say so.
+  edit_state(first, [](TrainingState& state) { state.options.cuda_graph = true; });
   const std::string state_path = training_state_path(first.save_dir);
-  TrainingState state = read_training_state(state_path);
-  state.options.cuda_graph = true;
-  write_training_state(state_path, state);
 
-  TrainOptions resume;
-  resume.resume = first.save_dir;
-  resume.quiet = true;
+  TrainOptions resume = resume_options(first);
   resume.device = "cpu";
   testing::internal::CaptureStderr();
   const TrainResult second = train(resume);
@@ -215,19 +230,15 @@ TEST(Trainer, GraphedRunResumesOnTheCpuWithoutGraphs) {
 // the last step was at iteration 1000, as a larger dataset would have it: the run warns and steps again.
 TEST(Trainer, ResumeAfterTheDatasetShrankStillSteps) {
   test::TempDir dir;
-  TrainOptions o = short_run(dir, 3);
-  o.interrupt_after = 1;
-  const TrainResult first = train(o);
-  ASSERT_TRUE(first.interrupted);
+  const TrainResult first = interrupted_run(short_run(dir, 3));
+  int64_t updates_before = 0;
+  edit_state(first, [&](TrainingState& state) {
+    updates_before = state.ema_updates;
+    state.progression.last_opt_step = 1000;
+  });
   const std::string state_path = training_state_path(first.save_dir);
-  TrainingState state = read_training_state(state_path);
-  const int64_t updates_before = state.ema_updates;
-  state.progression.last_opt_step = 1000;
-  write_training_state(state_path, state);
 
-  TrainOptions resume;
-  resume.resume = first.save_dir;
-  resume.quiet = true;
+  TrainOptions resume = resume_options(first);
   testing::internal::CaptureStdout();
   const TrainResult second = train(resume);
   const std::string out = testing::internal::GetCapturedStdout();
@@ -242,20 +253,14 @@ TEST(Trainer, ResumeAfterTheDatasetShrankStillSteps) {
 // each time. The state file is edited so that the resumed epoch cannot beat the best (fitness 1.0).
 TEST(Trainer, EarlyStoppedRunIsNotResumedAgain) {
   test::TempDir dir;
-  TrainOptions o = short_run(dir, 5);
-  o.interrupt_after = 1;
-  const TrainResult first = train(o);
-  ASSERT_TRUE(first.interrupted);
-  const std::string state_path = training_state_path(first.save_dir);
-  TrainingState state = read_training_state(state_path);
-  state.options.patience = 1;
-  state.progression.best_fitness = 1.0;
-  state.progression.best_epoch = 0;
-  write_training_state(state_path, state);
+  const TrainResult first = interrupted_run(short_run(dir, 5));
+  edit_state(first, [](TrainingState& state) {
+    state.options.patience = 1;
+    state.progression.best_fitness = 1.0;
+    state.progression.best_epoch = 0;
+  });
 
-  TrainOptions resume;
-  resume.resume = first.save_dir;
-  resume.quiet = true;
+  TrainOptions resume = resume_options(first);
   testing::internal::CaptureStdout();
   TrainResult second;
   const std::string error = test::error_message([&] { second = train(resume); });
@@ -271,16 +276,12 @@ TEST(Trainer, EarlyStoppedRunIsNotResumedAgain) {
 // instead, not only which tensor shapes differ.
 TEST(Trainer, ResumeWithAChangedClassCountSaysSo) {
   test::TempDir dir;
-  TrainOptions o = short_run(dir, 2);
-  o.interrupt_after = 1;
-  const TrainResult first = train(o);
-  ASSERT_TRUE(first.interrupted);
+  const TrainOptions o = short_run(dir, 2);
+  const TrainResult first = interrupted_run(o);
   std::string names = "names: [";
   for (int c = 0; c <= 80; ++c) names += (c ? ", c" : "c") + std::to_string(c);
   test::write_file(o.data, "path: .\ntrain: images/train\nval: images/train\n" + names + "]\n");
-  TrainOptions resume;
-  resume.resume = first.save_dir;
-  resume.quiet = true;
+  TrainOptions resume = resume_options(first);
   const std::string error = test::error_message([&] { train(resume); });
   EXPECT_NE(error.find("now has 81 classes"), std::string::npos) << error;
   EXPECT_NE(error.find("start a new run with --weights"), std::string::npos) << error;
@@ -295,13 +296,9 @@ TEST(Trainer, ResumeNeedsNotThePretrainedFile) {
   TrainOptions o = short_run(dir, 2);
   o.cfg.clear();
   o.weights = dir.file("pre.safetensors");
-  o.interrupt_after = 1;
-  const TrainResult first = train(o);
-  ASSERT_TRUE(first.interrupted);
+  const TrainResult first = interrupted_run(o);
   fs::remove(dir.file("pre.safetensors"));
-  TrainOptions resume;
-  resume.resume = first.save_dir;
-  resume.quiet = true;
+  TrainOptions resume = resume_options(first);
   TrainResult second;
   EXPECT_EQ(test::error_message([&] { second = train(resume); }), "");
   EXPECT_FALSE(second.interrupted);
@@ -362,9 +359,7 @@ TEST(Trainer, MidEpochResumeWithAnotherNumberOfRanks) {
   progress["world_size"] = 2;
   state.metadata["progress"] = progress.dump();
   save_safetensors(state_path, state.tensors, state.metadata);
-  TrainOptions resume;
-  resume.resume = first.save_dir;
-  resume.quiet = true;
+  TrainOptions resume = resume_options(first);
   const TrainResult resumed = train(resume);
   EXPECT_FALSE(resumed.interrupted);
   EXPECT_EQ(resumed.epochs_completed, 2);
