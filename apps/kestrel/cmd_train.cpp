@@ -96,13 +96,16 @@ void add_train_command(CLI::App& app) {
       ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
   cmd->callback([cmd, o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache, unsupported] {
     // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
-    // --quiet and --nproc-per-node still steer the resumed process. Say which given flags are ignored.
+    // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options).
+    // Say which given flags are ignored.
     if (!o->resume.empty()) {
       std::string ignored;
-      for (const CLI::Option* option : cmd->get_options())
-        if (option->count() > 0 && !option->check_name("--resume") && !option->check_name("--device") &&
-            !option->check_name("--quiet") && !option->check_name("--nproc-per-node"))
-          ignored += " " + option->get_name();
+      for (const CLI::Option* option : cmd->get_options()) {
+        bool steers = false;
+        for (const char* name : {"--resume", "--device", "--quiet", "--nproc-per-node", "--interrupt-after"})
+          steers = steers || option->check_name(name);
+        if (option->count() > 0 && !steers) ignored += " " + option->get_name();
+      }
       if (!ignored.empty())
         std::cerr << "WARNING: --resume continues with the run's saved options; ignored:" << ignored << "\n";
     }
