@@ -3,9 +3,11 @@
 // evaluated by Python. And --save-json's image ids against `kestrel data coco`'s.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "data/data_test_support.h"

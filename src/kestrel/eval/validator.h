@@ -11,7 +11,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
-#include <nlohmann/json.hpp>
 
 #include "kestrel/data/loader.h"
 #include "kestrel/eval/ap_metrics.h"

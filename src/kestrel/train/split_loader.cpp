@@ -75,17 +75,19 @@ bool disk_cache_allowed(const std::string& split, const data::DatasetIndex& inde
   return false;
 }
 
+// Bytes in upstream's f"{bytes / gb:.1f}" (GiB), for the cache checks' messages.
+std::string gb(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", bytes / (1 << 30));
+  return text;
+}
+
 }  // namespace
 
 std::string disk_cache_refusal(const std::string& split, uint64_t required, uint64_t free_bytes, uint64_t total_bytes,
                                bool writable) {
   if (!writable) return cat(split, ": skipping caching images to disk, directory not writable (--cache disk)");
   if (static_cast<double>(required) * 1.5 <= static_cast<double>(free_bytes)) return "";
-  const auto gb = [](double bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f", bytes / (1 << 30));
-    return std::string(text);
-  };
   return cat(split, ": ", gb(required), "GB disk space required, with 50% safety margin but only ", gb(free_bytes), "/",
              gb(total_bytes), "GB free, not caching images to disk (--cache disk)");
 }
@@ -95,11 +97,6 @@ std::string ram_cache_refusal(const std::string& split, uint64_t required, uint6
   if (memory.total == 0) return "";  // unknown: cache, as asked
   const double need = (static_cast<double>(required) + static_cast<double>(other)) * std::max(1, processes);
   if (need * 1.1 < static_cast<double>(memory.available)) return "";
-  const auto gb = [](double bytes) {  // upstream's f"{bytes / gb:.1f}GB"
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f", bytes / (1 << 30));
-    return std::string(text);
-  };
   std::string line = cat(split, ": ", gb(required), "GB RAM required");
   if (other > 0) line += cat(" (+", gb(other), "GB for the other split)");
   if (processes > 1) line += cat(" x ", processes, " processes on this machine");
