@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "kestrel/core/device.h"
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/eval/coco_eval.h"
@@ -153,7 +154,7 @@ void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
       const eval::ValidationResult r = validate_once(o, m, cfg, device, img, PassKind::study, {});
       rows += eval::study_row(r, m.yolov7, img, o.batch_size) + "\n";
     }
-    train::write_text_atomic(file, rows);
+    write_file_atomic(file, {rows}, Durability::kFlushed);
     files.push_back(file);
   }
   const std::string png = (dir / "study.png").string();
@@ -208,7 +209,7 @@ void run_val(const ValOptions& options) {
   if (o.save_txt) report_labels(out.txt_dir);
   if (save_json) {
     const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(weights).stem().string() + "_predictions.json")).string();
-    train::write_text_atomic(path, eval::coco_results_json(r.predictions));
+    write_file_atomic(path, {eval::coco_results_json(r.predictions)}, Durability::kFlushed);
     std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
     if (!o.coco_ann.empty()) {
       const eval::CocoSummary coco = eval::evaluate_coco(o.coco_ann, path);

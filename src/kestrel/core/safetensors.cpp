@@ -1,6 +1,5 @@
 #include "kestrel/core/safetensors.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/json_number.h"
 
@@ -65,28 +65,12 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   namespace fs = std::filesystem;
   const fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(path, ": cannot write (", std::strerror(errno), ")");
-    const uint64_t n = json.size();
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(json.data(), static_cast<std::streamsize>(json.size()));
-    for (const auto& t : blobs) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      fail(path, ": write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    fail(path, ": cannot replace the file (", ec.message(), ")");
-  }
+  const uint64_t n = json.size();
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(n >> (8 * i));
+  std::vector<std::string_view> parts = {{len, 8}, json};
+  for (const auto& t : blobs) parts.emplace_back(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+  write_file_atomic(path, parts, Durability::kFlushed);
 }
 
 SafetensorsContents load_safetensors(const std::string& path) {

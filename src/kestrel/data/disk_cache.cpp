@@ -7,10 +7,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <limits>
-#include <thread>
 
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 
 namespace kestrel::data {
@@ -74,19 +73,6 @@ bool read_exact(int fd, void* out, size_t n, off_t at) {
       return false;
     }
     p += got, n -= static_cast<size_t>(got), at += got;
-  }
-  return true;
-}
-
-bool write_all(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t put = ::write(fd, p, n);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += put, n -= static_cast<size_t>(put);
   }
   return true;
 }
@@ -176,22 +162,14 @@ void write_disk_cache(const std::string& cache_path, const CachedImage& entry, c
   t.checksum = checksum(img.data, pixels);
   const std::string header = npy_header(img.rows, img.cols);
 
-  // A name of its own per writer: two threads (or ranks) filling the same entry each rename a whole file.
-  const std::string tmp =
-      cat(cache_path, ".tmp", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  Fd file{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  if (file.fd < 0)
-    fail(cache_path, ": cannot write the disk image cache (", std::strerror(errno),
-         "); use --cache ram, or no cache, for a read-only dataset");
-  const bool ok = write_all(file.fd, header.data(), header.size()) && write_all(file.fd, img.data, pixels) &&
-                  write_all(file.fd, &t, sizeof t);
-  const int error = errno;
-  ::close(file.fd);
-  file.fd = -1;
-  if (!ok || std::rename(tmp.c_str(), cache_path.c_str()) != 0) {
-    const int e = ok ? errno : error;
-    std::remove(tmp.c_str());
-    fail(cache_path, ": cannot write the disk image cache (", std::strerror(e), ")");
+  // write_file_atomic names its temporary file per process and thread: two threads (or ranks) filling the
+  // same entry each rename a whole file.
+  try {
+    write_file_atomic(cache_path,
+                      {header, {reinterpret_cast<const char*>(img.data), pixels}, {reinterpret_cast<const char*>(&t), sizeof t}},
+                      Durability::kRename);
+  } catch (const Error& e) {
+    fail("cannot write the disk image cache: ", e.what(), "; use --cache ram, or no cache, for a read-only dataset");
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <opencv2/core.hpp>
 
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/video_io.h"
 
@@ -203,13 +204,7 @@ void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality, bool f
                   quality, 0) != 0)
     fail(path, ": JPEG encoding failed (", tjGetErrorStr2(handle.get()), ")");
   std::unique_ptr<unsigned char, void (*)(unsigned char*)> owned(jpeg, tjFree);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(jpeg), static_cast<std::streamsize>(size));
-    if (!out) fail(path, ": cannot write");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": cannot write (rename failed)");
+  write_file_atomic(path, {{reinterpret_cast<const char*>(jpeg), size}}, Durability::kRename);
 }
 
 void write_png(const std::string& path, const cv::Mat& bgr) {
@@ -228,13 +223,7 @@ void write_png(const std::string& path, const cv::Mat& bgr) {
   std::vector<uint8_t> encoded(size);
   if (!png_image_write_to_memory(&png, encoded.data(), &size, 0, bgr.data, stride, nullptr))
     fail(path, ": PNG encoding failed (", png.message, ")");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(encoded.data()), static_cast<std::streamsize>(size));
-    if (!out) fail(path, ": cannot write");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": cannot write (rename failed)");
+  write_file_atomic(path, {{reinterpret_cast<const char*>(encoded.data()), size}}, Durability::kRename);
 }
 
 }  // namespace kestrel::data

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/image_files.h"
 
@@ -101,15 +101,7 @@ nlohmann::json yolo_to_coco(const std::string& images_dir, const std::vector<std
 
 void write_yolo_as_coco(const std::string& images_dir, const std::vector<std::string>& names,
                         const std::string& json_path) {
-  const std::string text = yolo_to_coco(images_dir, names).dump();
-  const std::string temporary = json_path + ".tmp";  // written whole, then renamed into place
-  {
-    std::ofstream out(temporary, std::ios::binary);
-    if (!(out << text)) fail(json_path, ": cannot write the COCO annotation file");
-  }
-  std::error_code error;
-  fs::rename(temporary, json_path, error);
-  if (error) fail(json_path, ": cannot write the COCO annotation file (", error.message(), ")");
+  write_file_atomic(json_path, {yolo_to_coco(images_dir, names).dump()}, Durability::kFlushed);
 }
 
 }  // namespace kestrel::eval

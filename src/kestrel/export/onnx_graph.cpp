@@ -1,13 +1,12 @@
 #include "kestrel/export/onnx_graph.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <ATen/ATen.h>
 
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "onnx.pb.h"
 
@@ -222,14 +221,7 @@ void OnnxGraph::save(const std::string& path) const {
   if (!proto_->model.SerializeToString(&bytes)) fail(path, ": could not serialize the ONNX model");
   const std::filesystem::path target(path);
   if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(path, ": cannot write (", std::strerror(errno), ")");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) fail(path, ": write failed");
-  }
-  std::filesystem::rename(tmp, target);
+  write_file_atomic(path, {bytes}, Durability::kFlushed);
 }
 
 }  // namespace kestrel::exporting

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/run_files.h"
@@ -184,7 +185,7 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     }
     std::string yaml;
     for (const auto& [k, v] : hyp) yaml += k + ": " + number(v, 10) + "\n";
-    write_text_atomic(hyp_file, yaml);
+    write_file_atomic(hyp_file, {yaml}, Durability::kFlushed);
     TrainOptions o = base;
     o.hyp = hyp_file;
     o.noval = true;  // validate after the final epoch only
@@ -216,7 +217,7 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     std::string best_yaml = "# kestrel --evolve: best of " + std::to_string(all.size()) + " generations, fitness " +
                             number(row_fitness(*best)) + " (0.1 mAP50 + 0.9 mAP50-95)\n";
     for (const auto& [k, v] : best->hyp) best_yaml += k + ": " + number(v, 10) + "\n";
-    write_text_atomic((fs::path(result.save_dir) / "hyp_evolve.yaml").string(), best_yaml);
+    write_file_atomic((fs::path(result.save_dir) / "hyp_evolve.yaml").string(), {best_yaml}, Durability::kFlushed);
     result.generations = gen + 1;
     result.best_fitness = row_fitness(*best);
   }

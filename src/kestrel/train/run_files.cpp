@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include <unistd.h>
 
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 
 namespace kestrel::train {
@@ -30,27 +30,6 @@ std::string make_run_dir(const std::string& project, const std::string& name, bo
   fs::create_directories(with_weights ? dir / "weights" : dir, ec);
   if (ec) fail(dir.string(), ": cannot create the run folder (", ec.message(), ")");
   return dir.string();
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  std::error_code ec;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(path, ": cannot write (", std::strerror(errno), ")");
-    out << text;
-    out.close();  // the bytes reach the file here: a full disk shows at the close
-    if (out.fail()) {
-      const int error = errno;
-      fs::remove(tmp, ec);
-      fail(path, ": write failed (", std::strerror(error), ")");
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    fail(path, ": cannot move the new file into place");
-  }
 }
 
 const std::vector<std::string>& ResultsCsv::columns() {
@@ -102,7 +81,7 @@ int ResultsCsv::drop_rows_from(int epoch) const {
     }
     text += line + "\n";
   }
-  if (dropped > 0) write_text_atomic(path_, text);
+  if (dropped > 0) write_file_atomic(path_, {text}, Durability::kFlushed);
   return dropped;
 }
 

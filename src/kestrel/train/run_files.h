@@ -1,6 +1,5 @@
 // The files of a training run under runs/train/<name>/: the run folder itself (upstream's
-// increment_path: exp, exp2, exp3 ...), results.csv with upstream's columns and formatting, and small
-// text files written atomically.
+// increment_path: exp, exp2, exp3 ...) and results.csv with upstream's columns and formatting.
 #pragma once
 #include <string>
 #include <vector>
@@ -10,9 +9,6 @@ namespace kestrel::train {
 // project/name, or project/name2, name3 ... when it exists (unless exist_ok). The folder is created,
 // with a weights/ subfolder for training runs (with_weights).
 std::string make_run_dir(const std::string& project, const std::string& name, bool exist_ok, bool with_weights = true);
-
-// Writes `text` to a temporary file beside `path` and renames it into place.
-void write_text_atomic(const std::string& path, const std::string& text);
 
 // YOLOv5's results.csv: one header line of right-aligned column names (%20s), then one row per epoch
 // (%20.5g), comma-separated. The header is written when the file does not exist yet.

@@ -12,6 +12,7 @@
 #include <torch/cuda.h>
 
 #include "kestrel/core/device.h"
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/dist/sync_batch_norm.h"
@@ -333,8 +334,8 @@ void TrainingRun::open_run_files() {
       for (const auto& entry : fs::directory_iterator(folder, ec))
         if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), partial)) fs::remove(entry.path(), ec);
   }
-  write_text_atomic((fs::path(save_dir) / "hyp.yaml").string(), hyperparameters_yaml(hyp));
-  write_text_atomic((fs::path(save_dir) / "opt.yaml").string(), options_yaml(o));
+  write_file_atomic((fs::path(save_dir) / "hyp.yaml").string(), {hyperparameters_yaml(hyp)}, Durability::kFlushed);
+  write_file_atomic((fs::path(save_dir) / "opt.yaml").string(), {options_yaml(o)}, Durability::kFlushed);
   // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
   if (o.resume.empty() && dist_ctx.is_main() && !o.noplots)
     eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
