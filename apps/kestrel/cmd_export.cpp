@@ -23,6 +23,7 @@ struct ExportOptions {
   bool grid = false;               // YOLOv7's --grid: kestrel's graph always has the decode
   double max_wh = 0;            // --max-wh, when given (then NMS for onnxruntime)
   CLI::Option* max_wh_option = nullptr;
+  std::string device;              // export.py's --device: accepted, unused
 };
 
 void run_export(const ExportOptions& o) {
@@ -41,6 +42,9 @@ void run_export(const ExportOptions& o) {
   onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
   std::string out = o.out;
   if (out.empty()) out = std::filesystem::path(o.weights).replace_extension(".onnx").string();
+  std::error_code same_error;
+  if (std::filesystem::equivalent(out, o.weights, same_error))
+    fail(out, ": is the weights file being exported; the ONNX file would replace it (give another name with -o)");
   std::map<std::string, std::string> metadata;
   metadata["names"] = nlohmann::json(loaded.info.names).dump();
   metadata["imgsz"] = nlohmann::json({onnx.img, onnx.img}).dump();
@@ -66,7 +70,7 @@ void run_export(const ExportOptions& o) {
   } else if (e.end2end) {
     std::cout << "output " << exporting::kEndToEndOutput << " [detections, 7]: image, x1, y1, x2, y2, class, score)\n";
   } else {
-    std::cout << "output output0 [" << b << ", " << (e.dynamic ? "anchors" : "N") << ", "
+    std::cout << "output " << exporting::output_name(*loaded.model) << " [" << b << ", " << (e.dynamic ? "anchors" : "N") << ", "
               << loaded.model->head().num_outputs() << "])\n";
   }
 }
@@ -110,6 +114,8 @@ void add_export_command(CLI::App& app) {
                                          "--end2end: NMS for onnxruntime with this per-class box offset in pixels (0: "
                                          "class-agnostic); not given: NMS for TensorRT");
   cmd->add_option("--out,-o", opts->out, "output file (default: the weights path with .onnx)");
+  // export.py needs --device 0 for --half; kestrel writes the same graph on any machine (float16 from fp32).
+  cmd->add_option("--device", opts->device, "accepted, as export.py's: kestrel exports on the CPU, --half included");
   cmd->callback([opts] { run_export(*opts); });
 }
 

@@ -135,5 +135,32 @@ for path in [)" + files + R"(]:
         << exports[i].first << " " << exports[i].second << ":\n" << r.output;
 }
 
+// YOLOv7's plain export as its README writes it (--device 0 for --half): the output is named "output",
+// as YOLOv7's export.py names it (YOLOv5's "output0" above). An output path that is the weights file
+// itself is refused before anything is written: the trained weights stay as they were.
+TEST(ExportCli, Yolov7NamesItsOutputAndTheWeightsAreNeverOverwritten) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov7-tiny")), 3);
+  const std::string weights = dir.file("w.safetensors");
+  models::save_model_weights(weights, *model, models::describe_config("yolov7-tiny", {"a", "b", "c"}));
+  const std::string base = test::kestrel_binary() + " export --weights " + weights + " --img 64";
+  auto r = test::run_command(base + " --device 0 --half --out " + dir.file("v7.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(describe_onnx(dir.file("v7.onnx")).find("output:FLOAT16[1,252,8]"), std::string::npos);
+
+  const auto size = std::filesystem::file_size(weights);
+  const auto time = std::filesystem::last_write_time(weights);
+  r = test::run_command(base + " -o " + weights);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(weights + ": is the weights file being exported"), std::string::npos) << r.output;
+  EXPECT_EQ(std::filesystem::file_size(weights), size);
+  EXPECT_EQ(std::filesystem::last_write_time(weights), time);
+  // The default output name of weights called *.onnx is the weights file too.
+  std::filesystem::copy_file(weights, dir.file("w.onnx"));
+  r = test::run_command(test::kestrel_binary() + " export --weights " + dir.file("w.onnx") + " --img 64");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("is the weights file being exported"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace kestrel

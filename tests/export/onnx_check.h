@@ -21,7 +21,7 @@ namespace kestrel::exporting::test_onnx {
 //   score:   max |diff| of objectness and class probabilities (0 ... 1)
 // CAST_BACK: run the graph with every float16 initializer, the input/output and Casts made float32
 // (the fp16 graph's own arithmetic in fp32). EXPECT_HALF: every float initializer is float16 except
-// Resize's scales/roi (which ONNX wants float32).
+// Resize's scales/roi (which ONNX wants float32). OUTPUT: the graph's one output's name.
 inline constexpr const char* kPythonCheck = R"PY(
 import json, sys
 import numpy as np, onnx, onnxruntime as ort
@@ -54,7 +54,7 @@ if CAST_BACK:
     onnx.checker.check_model(m)
 sess = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])
 assert [i.name for i in sess.get_inputs()] == ['images'], sess.get_inputs()
-assert [o.name for o in sess.get_outputs()] == ['output0'], sess.get_outputs()
+assert [o.name for o in sess.get_outputs()] == [OUTPUT], sess.get_outputs()
 in_type = np.float16 if sess.get_inputs()[0].type == 'tensor(float16)' else np.float32
 io = load_file(DIR + '/io.safetensors')
 ok, k = True, 0
@@ -82,7 +82,14 @@ struct CheckOptions {
   double tol = 1e-3;
   bool cast_back = false;
   bool expect_half = false;
+  std::string output = "output0";  // the output's expected name
 };
+
+// The name upstream's export gives the output: YOLOv7's export.py "output" (its models have the
+// implicit-knowledge heads IDetect / IAuxDetect), YOLOv5's "output0".
+inline std::string upstream_output_name(const models::YoloModel& model) {
+  return model.head().implicit() ? "output" : "output0";
+}
 
 // Writes the cases next to DIR/model.onnx and runs kPythonCheck.
 inline test::CommandResult run_onnxruntime(const test::TempDir& dir, const std::vector<Case>& cases,
@@ -95,7 +102,8 @@ inline test::CommandResult run_onnxruntime(const test::TempDir& dir, const std::
   save_safetensors(dir.file("io.safetensors"), tensors);
   auto py_bool = [](bool b) { return std::string(b ? "True" : "False"); };
   return test::run_python("DIR = '" + dir.path() + "'\nTOL = " + std::to_string(o.tol) + "\nCAST_BACK = " +
-                          py_bool(o.cast_back) + "\nEXPECT_HALF = " + py_bool(o.expect_half) + "\n" + kPythonCheck);
+                          py_bool(o.cast_back) + "\nEXPECT_HALF = " + py_bool(o.expect_half) + "\nOUTPUT = '" + o.output + "'\n" +
+                          kPythonCheck);
 }
 
 // BN statistics and affine parameters away from their defaults, so that fusing is exercised. Finds

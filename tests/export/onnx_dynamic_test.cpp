@@ -27,7 +27,9 @@ void check_dynamic(const std::string& config, const std::vector<std::vector<int6
   o.img = 64;  // the nominal size: no case uses it
   o.dynamic = true;
   export_onnx(*model, dir.file("model.onnx"), o);
-  const test::CommandResult r = test_onnx::run_onnxruntime(dir, cases);
+  test_onnx::CheckOptions check;
+  check.output = test_onnx::upstream_output_name(*model);
+  const test::CommandResult r = test_onnx::run_onnxruntime(dir, cases, check);
   EXPECT_EQ(r.exit_code, 0) << config << ":\n" << r.output;
   EXPECT_NE(r.output.find("input ['batch', 3, 'height', 'width'] FLOAT output ['batch', 'anchors', "), std::string::npos)
       << r.output;

@@ -36,7 +36,9 @@ void check_against_onnxruntime(models::YoloModel& model, const std::string& what
   o.img = img;
   o.batch = batch;
   export_onnx(model, dir.file("model.onnx"), o, {{"names", "[\"a\"]"}});
-  const test::CommandResult r = test_onnx::run_onnxruntime(dir, {{x, y}});
+  test_onnx::CheckOptions check;
+  check.output = test_onnx::upstream_output_name(model);
+  const test::CommandResult r = test_onnx::run_onnxruntime(dir, {{x, y}}, check);
   EXPECT_EQ(r.exit_code, 0) << what << ":\n" << r.output;
   EXPECT_NE(r.output.find("box_rel_err"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"stride\": \"" + std::to_string(model.max_stride()) + "\""), std::string::npos) << r.output;
@@ -298,6 +300,32 @@ TEST(OnnxExport, CliWritesOnnxNextToTheWeights) {
       "      [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim])\n");
   ASSERT_EQ(py.exit_code, 0) << py.output;
   EXPECT_NE(py.output.find("[\"cat\",\"dog\"] 13 [1, 252, 7]"), std::string::npos) << py.output;
+}
+
+// Each opset's file carries the lowest IR version ONNX pairs with it (onnx.helper's own table): a
+// runtime refuses a file whose IR version is newer than it knows (onnxruntime 1.9 stops at IR 7).
+TEST(OnnxExport, IrVersionIsOnnxsOwnForEachOpset) {
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 2);
+  test::TempDir dir;
+  std::string files;
+  for (int opset = 11; opset <= 21; ++opset) {
+    OnnxExportOptions o;
+    o.img = 64;
+    o.opset = opset;
+    const std::string path = dir.file(std::to_string(opset) + ".onnx");
+    export_onnx(*model, path, o);
+    files += "'" + path + "', ";
+  }
+  const test::CommandResult py = test::run_python(
+      "import onnx, onnx.helper as h\n"
+      "for f in [" + files + "]:\n"
+      "    m = onnx.load(f)\n"
+      "    opset = m.opset_import[0].version\n"
+      "    want = h.find_min_ir_version_for([h.make_opsetid('', opset)])\n"
+      "    assert m.ir_version == want, (f, opset, m.ir_version, want)\n"
+      "print('checked', len([" + files + "]))\n");
+  EXPECT_EQ(py.exit_code, 0) << py.output;
+  EXPECT_NE(py.output.find("checked 11"), std::string::npos) << py.output;
 }
 
 // The CLI's errors name the file or the option, and exit non-zero.

@@ -50,12 +50,14 @@ void check_half(const std::string& config, const std::vector<std::vector<int64_t
   test_onnx::CheckOptions half;
   half.tol = kFloat16Tolerance;
   half.expect_half = true;
+  half.output = test_onnx::upstream_output_name(*model);
   const test::CommandResult r = test_onnx::run_onnxruntime(dir, cases, half);
   EXPECT_EQ(r.exit_code, 0) << config << " fp16:\n" << r.output;
   EXPECT_NE(r.output.find("float16 box_rel_err"), std::string::npos) << r.output;  // onnxruntime returned fp16
   std::cout << config << " fp16: " << r.output;
   test_onnx::CheckOptions cast_back;
   cast_back.cast_back = true;
+  cast_back.output = half.output;
   const test::CommandResult back = test_onnx::run_onnxruntime(dir, cases, cast_back);
   EXPECT_EQ(back.exit_code, 0) << config << " fp16 cast back to fp32:\n" << back.output;
   std::cout << config << " fp16 weights cast back to fp32: " << back.output;

@@ -87,7 +87,7 @@ SafetensorsContents load_safetensors(const std::string& path) {
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
   if (n < 2 || n > kMaxHeaderBytes || n > file_size - 8)
     fail(path, ": not a safetensors file (header length ", n, " does not fit a ", file_size, "-byte file; a PyTorch .pt "
-               "checkpoint? convert it with tools/pt_to_safetensors.py)");
+               "checkpoint? convert it once with: python tools/import_pt.py W.pt W.safetensors, docs/import.md)");
   std::string json(n, '\0');
   in.read(json.data(), static_cast<std::streamsize>(n));
   nlohmann::json header;

@@ -6,6 +6,7 @@
 #include "kestrel/export/onnx_detect.h"
 #include "kestrel/export/onnx_graph.h"
 #include "kestrel/export/onnx_layers.h"
+#include "kestrel/models/model_family.h"
 
 namespace kestrel::exporting {
 namespace {
@@ -44,6 +45,10 @@ int64_t num_predictions(const models::Detect& head, int64_t img) {
 
 }  // namespace
 
+std::string output_name(const models::YoloModel& model) {
+  return models::is_yolov7_family(model) ? "output" : "output0";
+}
+
 void export_onnx(models::YoloModel& model, const std::string& path, const OnnxExportOptions& o,
                  const std::map<std::string, std::string>& metadata) {
   check_options(model, o);
@@ -52,7 +57,7 @@ void export_onnx(models::YoloModel& model, const std::string& path, const OnnxEx
 
   OnnxGraph g(model.name(), o.opset, o.half);
   OnnxLayers layers(g);
-  const std::string input = "images", output = "output0";
+  const std::string input = "images", output = output_name(model);
   const int64_t ch = model.in_channels(), no = model.head().num_outputs();
   const Dim batch = o.dynamic || o.dynamic_batch ? Dim{"batch"} : Dim{o.batch};
   if (o.dynamic) g.add_input(input, {batch, ch, "height", "width"});

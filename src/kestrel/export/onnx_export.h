@@ -1,7 +1,7 @@
 // ONNX export of YOLOv3/v5/v7 detectors (`kestrel export --format onnx`): the fused model (BN folded,
 // RepConv re-parameterised, IDetect's implicit layers folded) as an ONNX graph with the head's decode
 // included, like upstream's export: input "images" [batch, ch, height, width], output "output0"
-// [batch, N, nc + 5] (box centre x, y, w, h in input pixels, objectness, class probabilities), the
+// (YOLOv5's name; "output" for YOLOv7 models, as YOLOv7's export.py) [batch, N, nc + 5] (box centre x, y, w, h in input pixels, objectness, class probabilities), the
 // tensor YoloModel::predict returns; with end2end, NMS follows in the graph (onnx_nms.h). Graph building
 // lives in onnx_graph (protobuf), onnx_layers (body), onnx_detect (decode) and onnx_nms.
 #pragma once
@@ -17,7 +17,7 @@ struct OnnxExportOptions {
   int64_t img = 640;     // square input size; a multiple of the model's largest stride
   int64_t batch = 1;     // batch size of a static graph
   int opset = 17;        // ONNX opset (11 ... 21)
-  bool dynamic = false;  // symbolic axes: images [batch, ch, height, width], output0 [batch, anchors, no];
+  bool dynamic = false;  // symbolic axes: images [batch, ch, height, width], output [batch, anchors, no];
                          // the decode builds its grids from Shape ops (upstream's --dynamic)
   bool dynamic_batch = false;  // only the batch axis symbolic (YOLOv7's --dynamic-batch): grids stay fixed
   bool half = false;     // float16 weights, input and output (upstream's --half); written from fp32 on
@@ -29,8 +29,12 @@ struct OnnxExportOptions {
   EndToEndOptions nms;   // the settings of either
 };
 
-// The output's name with --end2end for onnxruntime (YOLOv7's); otherwise "output0" (YOLOv5's).
+// The output's name with --end2end for onnxruntime (YOLOv7's), for any model.
 inline constexpr const char* kEndToEndOutput = "output";
+
+// The decoded output's name without NMS: "output" for YOLOv7 models (YOLOv7's export.py), "output0"
+// for YOLOv5 and YOLOv3 models (YOLOv5's export.py since v6.0; its deploy code asks for it by name).
+std::string output_name(const models::YoloModel& model);
 
 // Fuses the model (in place) and writes the ONNX file to `path` (atomically).
 // metadata: extra metadata_props (e.g. "names"); "stride" and "model" are always written.

@@ -13,11 +13,12 @@
 namespace kestrel::exporting {
 namespace {
 
-// The IR version that goes with an opset (onnx/helper.py VERSION_TABLE).
+// The lowest IR version that goes with an opset (onnx/helper.py VERSION_TABLE, find_min_ir_version_for):
+// a runtime refuses a file whose IR version is newer than it knows, whatever the opset.
 int64_t ir_version_for(int opset) {
   if (opset <= 11) return 6;
-  if (opset <= 13) return 7;
-  if (opset <= 17) return 8;
+  if (opset <= 14) return 7;
+  if (opset <= 18) return 8;
   if (opset <= 20) return 9;
   return 10;
 }
