@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "kestrel/dist/launcher.h"
+#include "kestrel/dist/process_group.h"
 #include "kestrel/train/evolve.h"
 #include "kestrel/train/trainer.h"
 
@@ -128,6 +129,10 @@ void add_train_command(CLI::App& app) {
       return;
     }
     // The launcher re-executes this command line; the workers see WORLD_SIZE and train.
+    if (*nproc > 1 && dist::launched_worker() && dist::read_env().local_world_size != *nproc)
+      throw CLI::ValidationError("--nproc-per-node", std::to_string(*nproc) + ", but this process is already one of " +
+                                 std::to_string(dist::read_env().local_world_size) +
+                                 " (WORLD_SIZE is set in the environment): unset WORLD_SIZE, or drop --nproc-per-node");
     if (*nproc > 1 && !dist::launched_worker()) {
       const int code = dist::launch_local(*nproc, dist::own_command_line());
       if (code != 0) throw CLI::RuntimeError(code);

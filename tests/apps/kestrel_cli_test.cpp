@@ -226,6 +226,13 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
     EXPECT_NE(r.output.find(flag.substr(0, flag.find(' ')) + ": kestrel has no W&B or Google Cloud logging"), std::string::npos)
         << r.output;
   }
+  // WORLD_SIZE left in the environment (a torchrun shell) would make --nproc-per-node 2 train in one
+  // process without a word: it is refused, naming both.
+  r = test::run_command("WORLD_SIZE=1 " + test::kestrel_binary() + " train --cfg yolov5n --nproc-per-node 2 --project " +
+                        dir.file("runs"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--nproc-per-node: 2, but this process is already one of 1 (WORLD_SIZE is set"), std::string::npos)
+      << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs")));
 }
 

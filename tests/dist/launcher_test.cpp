@@ -3,8 +3,13 @@
 // --gtest_filter=DistLauncherChild.ExitWithRankCode.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -46,15 +51,40 @@ TEST(DistLauncherChild, ExitWithRankCode) {
     std::this_thread::sleep_for(60s);  // stopped by the launcher when rank 1 fails
   }
   if (std::string(mode) == "hang" && e.rank == 1) std::_Exit(4);
+  if (std::string(mode) == "stopped") std::_Exit(130);  // both saved and stopped (Ctrl-C handled)
+  if (std::string(mode) == "sigint") {  // rank 1 dies of SIGINT before a handler is set: it saved nothing
+    if (e.rank == 0) std::this_thread::sleep_for(60s);
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+  if (std::string(mode) == "term-then-fail") {  // a Ctrl-C forwarded to ranks that go on, then rank 1 fails
+    std::signal(SIGTERM, SIG_IGN);
+    if (e.rank == 0) std::this_thread::sleep_for(60s);
+    ::kill(::getppid(), SIGTERM);  // the launcher forwards it to both
+    std::this_thread::sleep_for(500ms);
+    std::_Exit(4);
+  }
+  if (std::string(mode).rfind("orphan:", 0) == 0) {  // writes its pid, then waits to be stopped
+    std::ofstream(std::string(mode).substr(7) + "/rank" + std::to_string(e.rank)) << ::getpid() << "\n";
+    std::this_thread::sleep_for(60s);
+  }
   if (std::string(mode).rfind("affinity:", 0) == 0) {
-    // Writes "<OMP_NUM_THREADS>: <cpu> <cpu> ..." for the parent test to check.
+    // Writes "bound|unbound <OMP_NUM_THREADS>: <cpu> <cpu> ..." for the parent test to check.
     std::ofstream out(std::string(mode).substr(9) + "/rank" + std::to_string(e.rank));
     const char* omp = std::getenv("OMP_NUM_THREADS");
-    out << (omp ? omp : "unset") << ":";
+    out << (cpus_bound_by_launcher() ? "bound " : "unbound ") << (omp ? omp : "unset") << ":";
     for (int c : allowed_cpus()) out << " " << c;
     out << "\n";
   }
   std::_Exit(0);
+}
+
+// Runs the launcher itself in a process of its own (this binary re-executed), for a test to kill it.
+TEST(DistLauncherChild, RunLauncher) {
+  const char* mode = std::getenv("KESTREL_LAUNCHER_PARENT_TEST");
+  if (mode == nullptr) GTEST_SKIP() << "only runs under DistLauncher tests";
+  ScopedEnv env({{"KESTREL_LAUNCHER_TEST", mode}, {"KESTREL_LAUNCHER_PARENT_TEST", ""}, {"WORLD_SIZE", ""}, {"MASTER_PORT", ""}});
+  std::_Exit(launch_local(2, {"kestrel_tests", "--gtest_filter=DistLauncherChild.ExitWithRankCode"}));
 }
 
 int launch_child(const std::string& mode) {
@@ -82,7 +112,8 @@ TEST(DistLauncher, BindsEachRankToItsOwnCpus) {
     std::vector<int> cpus;
     for (int c; in >> c;) cpus.push_back(c);
     ASSERT_FALSE(cpus.empty());
-    EXPECT_EQ(omp_threads, std::to_string(cpus.size())) << "rank " << r;
+    // Marked as bound, so that --bind-cores takes the rank's mask as its share (and does not split it again).
+    EXPECT_EQ(omp_threads, "bound " + std::to_string(cpus.size())) << "rank " << r;
     smallest = std::min(smallest, cpus.size());
     largest = std::max(largest, cpus.size());
     all.insert(all.end(), cpus.begin(), cpus.end());
@@ -96,6 +127,71 @@ TEST(DistLauncher, StopsTheOthersWhenOneFails) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(launch_child("hang"), 4);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+}
+
+// A rank killed by SIGINT (exit status 128 + 2, as a rank that saved and stopped reports 130) is a
+// failure: the other rank is stopped at once, not left waiting for it in a collective.
+TEST(DistLauncher, ARankKilledBySigintIsAFailure) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(launch_child("sigint"), 130);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  EXPECT_EQ(launch_child("stopped"), 130);  // both stopped by themselves: 130, nothing killed
+}
+
+// After a forwarded Ctrl-C the ranks go on to their next step; one that fails then still gets the
+// others stopped.
+TEST(DistLauncher, StopsTheOthersWhenOneFailsAfterACtrlC) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(launch_child("term-then-fail"), 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+}
+
+bool process_gone(pid_t pid) {  // exited (a zombie counts: it runs no more)
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && (text[paren + 2] == 'Z' || text[paren + 2] == 'X');
+}
+
+// A launcher killed outright (SIGKILL: no handler runs) takes its ranks with it; none is left orphaned.
+TEST(DistLauncher, RanksDoNotOutliveTheLauncher) {
+  test::TempDir dir;
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  ASSERT_GT(n, 0);
+  exe[n] = '\0';
+  const std::string mode = "KESTREL_LAUNCHER_PARENT_TEST=orphan:" + dir.path();
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    ::putenv(const_cast<char*>(mode.c_str()));
+    char filter[] = "--gtest_filter=DistLauncherChild.RunLauncher";
+    char* args[] = {exe, filter, nullptr};
+    ::execv(exe, args);
+    ::_exit(127);
+  }
+  std::vector<pid_t> ranks;
+  for (int wait = 0; wait < 300 && ranks.size() < 2; ++wait) {  // up to 30 s for both ranks to start
+    std::this_thread::sleep_for(100ms);
+    ranks.clear();
+    for (int r = 0; r < 2; ++r) {
+      std::ifstream in(dir.file("rank" + std::to_string(r)));
+      pid_t pid = 0;
+      if (in >> pid) ranks.push_back(pid);
+    }
+  }
+  ::kill(launcher, SIGKILL);
+  ::waitpid(launcher, nullptr, 0);
+  ASSERT_EQ(ranks.size(), 2u) << "the ranks did not start";
+  bool gone = false;
+  for (int wait = 0; wait < 100 && !gone; ++wait) {  // up to 10 s
+    std::this_thread::sleep_for(100ms);
+    gone = process_gone(ranks[0]) && process_gone(ranks[1]);
+  }
+  EXPECT_TRUE(gone) << "ranks " << ranks[0] << " and " << ranks[1] << " outlived their launcher";
+  for (pid_t pid : ranks)
+    if (!process_gone(pid)) ::kill(pid, SIGKILL);
 }
 
 }  // namespace

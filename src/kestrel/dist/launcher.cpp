@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -48,6 +49,8 @@ int exit_code_of(int status) {
   return 1;
 }
 
+constexpr const char* kBoundEnv = "KESTREL_LAUNCHER_BOUND_CPUS";
+
 }  // namespace
 
 std::vector<std::vector<int>> split_cpus(const std::vector<int>& cpus, int nproc) {
@@ -76,6 +79,11 @@ std::vector<int> allowed_cpus() {
 bool launched_worker() {
   const char* ws = std::getenv("WORLD_SIZE");
   return ws != nullptr && *ws != '\0';
+}
+
+bool cpus_bound_by_launcher() {
+  const char* v = std::getenv(kBoundEnv);
+  return v != nullptr && std::string(v) == "1";
 }
 
 std::vector<std::string> own_command_line() {
@@ -124,6 +132,7 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
     for (int r = 0; r < nproc; ++r)
       std::cout << "launcher: rank " << r << " on CPUs " << ranges[r].front() << "-" << ranges[r].back() << std::endl;
   std::vector<pid_t> pids(nproc, -1);
+  const pid_t launcher_pid = ::getpid();
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) fail("launcher: fork failed: ", std::strerror(errno));
@@ -133,6 +142,10 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
       ::setpgid(0, 0);
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
+      // A launcher that dies (SIGKILL, a closed terminal's SIGHUP) takes its workers with it: SIGTERM,
+      // which a training worker handles by saving and stopping with the others; none is left orphaned.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher_pid) ::_exit(1);  // it died before the line above
       const std::string rank = std::to_string(r), world = std::to_string(nproc), port = std::to_string(master_port);
       ::setenv("RANK", rank.c_str(), 1);
       ::setenv("LOCAL_RANK", rank.c_str(), 1);
@@ -150,6 +163,7 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
         // One compute thread per bound core, unless the user chose (OpenMP would otherwise start one
         // thread per core of the machine, all competing for this rank's cores).
         ::setenv("OMP_NUM_THREADS", std::to_string(ranges[r].size()).c_str(), 0);
+        ::setenv(kBoundEnv, "1", 1);
       } else if (nproc > 1) {
         ::setenv("OMP_NUM_THREADS", "1", 0);  // as torchrun: do not oversubscribe the cores
       }
@@ -165,22 +179,20 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
   }
 
   int result = 0, alive = nproc;
-  bool stopping = false;
+  bool failed = false, killed = false;
   while (alive > 0) {
+    // Polled, not a blocking wait: a signal that arrives between two waits (or while forking) is
+    // forwarded within 50 ms, not when a worker happens to exit.
+    if (const int sig = g_forward_signal.exchange(0); sig != 0)
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, sig);
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) {
-        const int sig = g_forward_signal.exchange(0);
-        if (sig != 0) {
-          for (pid_t p : pids)
-            if (p > 0) ::kill(p, sig);
-          stopping = true;
-        }
-        continue;
-      }
-      break;  // ECHILD: nothing left
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid == 0 || (pid < 0 && errno == EINTR)) {
+      ::usleep(50 * 1000);
+      continue;
     }
+    if (pid < 0) break;  // ECHILD: nothing left
     int rank = -1;
     for (int r = 0; r < nproc; ++r)
       if (pids[r] == pid) rank = r;
@@ -188,19 +200,23 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
     pids[rank] = -1;
     --alive;
     const int code = exit_code_of(status);
-    if (code == 130) {  // stopped and saved (Ctrl-C, SIGTERM): the ranks agree on the step, the others follow
-      if (result == 0) result = 130;
+    // Stopped and saved (Ctrl-C, SIGTERM): the worker exits with 130 itself; the ranks agree on the
+    // step, the others follow. A worker killed by SIGINT (128 + 2 too, but before its handler was set)
+    // saved nothing: that is a failure like any other.
+    if (WIFEXITED(status) && code == 130) {
+      if (!failed) result = 130;
       continue;
     }
-    if (code != 0 && (result == 0 || result == 130)) {
+    if (code != 0 && !failed) {  // the first failure is the result; the ranks killed after it are not
+      failed = true;
       result = code;
       std::cerr << "launcher: rank " << rank << " failed (exit code " << code << ")"
                 << (alive > 0 ? "; stopping the others" : "") << std::endl;
     }
-    if (code != 0 && !stopping) {
-      // SIGKILL: a rank that handled SIGTERM (save and stop at its next step) would wait in a collective
-      // for the failed rank until the timeout.
-      stopping = true;
+    if (code != 0 && !killed) {
+      // SIGKILL, also after a forwarded Ctrl-C: a rank that handled SIGTERM or SIGINT (save and stop at
+      // its next step) would wait in a collective for the failed rank until the timeout.
+      killed = true;
       for (pid_t p : pids)
         if (p > 0) ::kill(p, SIGKILL);
     }

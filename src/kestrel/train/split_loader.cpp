@@ -14,6 +14,7 @@
 #include "kestrel/data/dataset_index.h"
 #include "kestrel/data/disk_cache.h"
 #include "kestrel/data/image_files.h"
+#include "kestrel/dist/launcher.h"
 #include "kestrel/dist/process_group.h"
 
 namespace kestrel::train {
@@ -141,7 +142,11 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   l.world_size = world_size;
   if (o.bind_cores) {  // this process's slice of the cores it may use, one worker per core in turn
     const dist::DistEnv env = dist::read_env();
-    l.cpu_cores = data::rank_cpu_cores(data::allowed_cpu_cores(), env.local_rank, env.local_world_size);
+    // Under kestrel's launcher the mask is already this rank's slice (split again, 96 CPUs and 8 ranks
+    // would leave each rank's workers 1 core of its 12); under torchrun or mpirun it is the machine's.
+    l.cpu_cores = dist::cpus_bound_by_launcher()
+                      ? data::allowed_cpu_cores()
+                      : data::rank_cpu_cores(data::allowed_cpu_cores(), env.local_rank, env.local_world_size);
   }
   if (o.quad) {
     // Groups of four: an incomplete last batch could leave a group short, so it is dropped.

@@ -263,8 +263,10 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);
   const bool best = fi >= progression.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
   if (best) progression.best_fitness = fi, progression.best_epoch = epoch;
-  bool stop = o.patience > 0 && epoch - progression.best_epoch >= o.patience;
-  stop = dist::any_rank(stop, dist_ctx);  // rank 0 decides (only it validates); all ranks stop together
+  // Rank 0 decides: only it validates. The other ranks' fitness is 0, and after --resume their best
+  // epoch is the saved one, so their own count would stop a run that rank 0 sees improving.
+  bool stop = dist_ctx.is_main() && o.patience > 0 && epoch - progression.best_epoch >= o.patience;
+  stop = dist::any_rank(stop, dist_ctx);  // all ranks stop together
   if (stop) std::cout << "Stopping early: no improvement in the last " << o.patience << " epochs (best epoch " << progression.best_epoch << ")\n";
   log_epoch(epoch, train_loss, totals);
   Progression done = progression;
