@@ -1,9 +1,11 @@
-// index_split reading an arbitrary label cache (<labels>.kestrel.cache, JSON): the split is the three
-// images ds/images/{a,b,c}.jpg (relative to a per-process scratch folder; they do not exist, so the
-// fingerprint is fixed and the seeds carry it). A cache that is corrupt must be rebuilt with a note, never
-// crash or throw; one that is used must describe the listing: each record an image of the listing (once,
-// in order) at least 10 pixels a side, rows with a class below nc and coordinates in 0..1, polygons of
-// >= 3 points, counts that agree with the records. Seeds (make_index_seeds): caches index_split wrote.
+// index_split reading an arbitrary label cache (<labels>.kestrel.cache, binary: label_cache.h): the split
+// is the three images ds/images/{a,b,c}.jpg (relative to a per-process scratch folder; they do not exist,
+// so their stamps are fixed: size -1, time 0, and the seeds carry them). The harness appends the file's
+// checksum to the input, so that mutations reach the checks behind it. A cache that is corrupt must be
+// rebuilt with a note, never crash or throw; one that is used must describe the listing: each record an
+// image of the listing (once, in order) at least 10 pixels a side, rows with a class below nc and
+// coordinates in 0..1, polygons of >= 3 points, counts that agree with the records. Seeds
+// (make_index_seeds): caches of the absent listing with kept and skipped entries, without the checksum.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include "fuzz_util.h"
 #include "kestrel/data/dataset_index.h"
 #include "kestrel/data/image_files.h"
+#include "kestrel/data/label_cache.h"
 
 using namespace kestrel;
 
@@ -69,7 +72,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (::chdir(scratch.c_str()) != 0) std::abort();  // relative paths: the seeds' fingerprint holds for any process
-  fuzz::write_file("ds/labels.kestrel.cache", data, size);
+  std::string bytes(reinterpret_cast<const char*>(data), size);
+  const uint64_t sum = data::label_cache_checksum(bytes.data(), bytes.size());
+  bytes.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  fuzz::write_file("ds/labels.kestrel.cache", reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   try {
     data::IndexOptions options;
     options.nc = kNc;

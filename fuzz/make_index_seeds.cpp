@@ -1,44 +1,36 @@
-// Label caches for dataset_index_fuzz: index_split over ds/images/{a,b,c}.jpg with real files (a: two
-// boxes, b: polygons, c: not an image) and with no files; the first cache gets the fingerprint of the
-// second (the harness's listing of absent files); written as records.json and absent.json (*.kestrel.cache
-// files are git-ignored). make_index_seeds <out_dir>
-#include <unistd.h>
-
-#include <climits>
+// Label caches for dataset_index_fuzz, for its listing of absent files ds/images/{a,b,c}.jpg (stamps:
+// size -1, time 0): records.bin (a: two boxes, a duplicate removed; b: polygons; c: skipped) and
+// skipped.bin (all three skipped), written by encode_label_cache without the trailing checksum (the
+// harness appends it to every input). make_index_seeds <out_dir>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
-#include <vector>
 
-#include <nlohmann/json.hpp>
-#include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
+#include "kestrel/data/image_files.h"
+#include "kestrel/data/label_cache.h"
 
-#include "kestrel/data/dataset_index.h"
+using namespace kestrel::data;
 
-namespace fs = std::filesystem;
+static CacheEntry kept(const std::string& image, std::vector<LabelRow> rows, int duplicates) {
+  CacheEntry e;  // stamps: absent files
+  e.check.ok = true;
+  e.check.record = {image, label_path_for(image), 32, 24, std::move(rows)};
+  e.check.duplicates = duplicates;
+  if (duplicates) e.check.warning = label_path_for(image) + ": 1 duplicate row(s) removed";
+  return e;
+}
 
-static nlohmann::json index_in(const fs::path& dir, bool with_files) {
-  fs::create_directories(dir / "ds/images");
-  fs::create_directories(dir / "ds/labels");
-  fs::current_path(dir);
-  if (with_files) {
-    cv::Mat img(24, 32, CV_8UC3);
-    cv::randu(img, 0, 256);
-    cv::imwrite("ds/images/a.jpg", img);
-    cv::imwrite("ds/images/b.jpg", img);
-    std::ofstream("ds/images/c.jpg") << "not a jpeg";
-    std::ofstream("ds/labels/a.txt") << "0 0.5 0.5 0.25 0.25\n2 0.1 0.2 0.1 0.2\n2 0.1 0.2 0.1 0.2\n";
-    std::ofstream("ds/labels/b.txt") << "1 0.1 0.1 0.9 0.1 0.5 0.8\n0 0.2 0.2 0.4 0.2 0.4 0.4 0.2 0.4\n";
-  }
-  kestrel::data::IndexOptions o;
-  o.nc = 3;
-  o.workers = 1;
-  kestrel::data::index_split({"ds/images/a.jpg", "ds/images/b.jpg", "ds/images/c.jpg"}, o);
-  std::ifstream in("ds/labels.kestrel.cache");
-  return nlohmann::json::parse(in);
+static CacheEntry skipped(const std::string& image) {
+  CacheEntry e;
+  e.check.record.image = image;
+  e.check.problem = image + ": corrupt or truncated JPEG";
+  return e;
+}
+
+static void write_seed(const std::string& path, const LabelCache& cache) {
+  std::string bytes = encode_label_cache(cache);
+  bytes.resize(bytes.size() - 8);  // the checksum
+  std::ofstream(path, std::ios::binary) << bytes;
 }
 
 int main(int argc, char** argv) {
@@ -46,14 +38,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s <out_dir>\n", argv[0]);
     return 2;
   }
-  const fs::path out = fs::absolute(argv[1]);
-  const fs::path tmp = fs::temp_directory_path() / ("kestrel-index-seeds-" + std::to_string(::getpid()));
-  nlohmann::json full = index_in(tmp / "files", true);
-  const nlohmann::json absent = index_in(tmp / "absent", false);
-  full["hash"] = absent["hash"];
-  std::ofstream(out / "records.json") << full.dump();
-  std::ofstream(out / "absent.json") << absent.dump();
-  fs::current_path(out);
-  fs::remove_all(tmp);
+  const std::string out = argv[1];
+  LabelCache records;
+  records.nc = 3;
+  records.entries["ds/images/a.jpg"] = kept("ds/images/a.jpg", {{{0, 0.5f, 0.5f, 0.25f, 0.25f}, {}}, {{2, 0.1f, 0.2f, 0.1f, 0.2f}, {}}}, 1);
+  records.entries["ds/images/b.jpg"] =
+      kept("ds/images/b.jpg", {{{1, 0.5f, 0.45f, 0.8f, 0.7f}, {0.1f, 0.1f, 0.9f, 0.1f, 0.5f, 0.8f}},
+                               {{0, 0.3f, 0.3f, 0.2f, 0.2f}, {0.2f, 0.2f, 0.4f, 0.2f, 0.4f, 0.4f, 0.2f, 0.4f}}}, 0);
+  records.entries["ds/images/c.jpg"] = skipped("ds/images/c.jpg");
+  write_seed(out + "/records.bin", records);
+  LabelCache none;
+  none.nc = 3;
+  for (const char* image : {"ds/images/a.jpg", "ds/images/b.jpg", "ds/images/c.jpg"}) none.entries[image] = skipped(image);
+  write_seed(out + "/skipped.bin", none);
   return 0;
 }

@@ -13,7 +13,7 @@ cp -n fuzz/corpus/"$t"/* "$out/corpus/$t/" 2>/dev/null || true
 dict=()
 case $t in
   yaml) dict=(-dict=fuzz/yaml.dict) ;;
-  coco_eval|dataset_index) dict=(-dict=fuzz/json.dict) ;;
+  coco_eval) dict=(-dict=fuzz/json.dict) ;;
   safetensors|training_state|weights_file) dict=(-dict=fuzz/safetensors.dict) ;;
 esac
 # Leaks at exit inside third-party libraries are not findings.

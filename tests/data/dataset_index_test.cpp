@@ -7,17 +7,18 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "data/data_test_support.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/dataset_index.h"
 #include "kestrel/data/image_files.h"
+#include "kestrel/data/label_cache.h"
 #include "kestrel/data/video_io.h"
 #include "test_support.h"
 
@@ -116,67 +117,121 @@ TEST_F(BrokenDataset, ReportsEveryBrokenFileAndKeepsEveryGoodSample) {
 TEST_F(BrokenDataset, CacheIsReusedUntilAFileChanges) {
   DatasetIndex first = index();
   EXPECT_FALSE(first.from_cache);
+  EXPECT_EQ(first.verified, 14);
   ASSERT_EQ(first.cache_path, dir.file("labels/train.kestrel.cache"));
   EXPECT_TRUE(fs::exists(first.cache_path));
   DatasetIndex second = index();
   EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(second.verified, 0);
   EXPECT_EQ(second.records.size(), first.records.size());
   EXPECT_EQ(second.skipped.size(), first.skipped.size());
   EXPECT_EQ(second.counts.boxes, first.counts.boxes);
+  EXPECT_EQ(second.warnings, first.warnings);
   ASSERT_EQ(second.records[0].rows.size(), first.records[0].rows.size());
-  // fixing a label changes its size: the cache is rebuilt and the sample comes back
+  // Fixing a label changes its size: that sample alone is verified again, and comes back.
   test::write_file(dir.file("labels/train/nan.txt"), "0 0.5 0.5 0.1 0.1\n");
   DatasetIndex third = index();
   EXPECT_FALSE(third.from_cache);
+  EXPECT_EQ(third.verified, 1);
   EXPECT_EQ(third.records.size(), first.records.size() + 1);
-  // a corrupt cache file is ignored and rebuilt
-  test::write_file(third.cache_path, "{not json");
+  EXPECT_NE(describe(third, "train").find("(1 verified, the others from cache " + third.cache_path + ")"), std::string::npos);
+  EXPECT_EQ(index().verified, 0);
+  // A new image and a removed label file: those two.
+  test::write_bytes(dir.file("images/train/new.jpg"), test::encode_jpeg(test::coordinate_image(32, 24)));
+  fs::remove(dir.file("labels/train/good1.txt"));
   DatasetIndex fourth = index();
-  EXPECT_FALSE(fourth.from_cache);
-  EXPECT_EQ(fourth.records.size(), third.records.size());
-  EXPECT_NE(fourth.cache_note.find("ignored unreadable cache"), std::string::npos);
+  EXPECT_EQ(fourth.verified, 2);
+  EXPECT_EQ(fourth.counts.missing, third.counts.missing + 2);
+  // Another class count: every sample again (classes are checked against nc).
+  EXPECT_EQ(index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{3, 2, true}).verified, 15);
+  // A corrupt cache file is ignored with a note and rebuilt.
+  test::write_file(third.cache_path, "{not a cache");
+  DatasetIndex fifth = index();
+  EXPECT_FALSE(fifth.from_cache);
+  EXPECT_EQ(fifth.verified, 15);
+  EXPECT_EQ(fifth.records.size(), fourth.records.size());
+  EXPECT_NE(fifth.cache_note.find("ignored unreadable cache " + third.cache_path + " (not a kestrel label cache)"),
+            std::string::npos) << fifth.cache_note;
+  EXPECT_TRUE(index().from_cache);
 }
 
-// Found by fuzz/dataset_index_fuzz: a cache with the right version and fingerprint was trusted whatever it
+// Two list files of one image folder share its label cache: each keeps the other's entries.
+TEST_F(BrokenDataset, ListingsOfOneLabelFolderShareItsCache) {
+  const std::vector<std::string> all = list_images({dir.file("images/train")}, "test.yaml");
+  const std::vector<std::string> a(all.begin(), all.begin() + 5), b(all.begin() + 5, all.end());
+  EXPECT_EQ(index_split(a, IndexOptions{80, 2, true}).verified, 5);
+  EXPECT_EQ(index_split(b, IndexOptions{80, 2, true}).verified, 9);
+  EXPECT_TRUE(index_split(a, IndexOptions{80, 2, true}).from_cache);
+  EXPECT_TRUE(index_split(all, IndexOptions{80, 2, true}).from_cache);
+  // An image listed twice is one sample verified once, and counted twice.
+  std::vector<std::string> twice = a;
+  twice.push_back(a[0]);
+  const DatasetIndex repeated = index_split(twice, IndexOptions{80, 2, false});
+  EXPECT_EQ(repeated.verified, 5);
+  EXPECT_EQ(repeated.counts.images, 6);
+}
+
+// Found by fuzz/dataset_index_fuzz (on the JSON cache before version 4): a cache was trusted whatever it
 // held: classes beyond nc, coordinates outside 0..1, an image listed twice, counts that disagree with the
-// records, and a size of 1e300 converted to int with undefined behaviour. Each is now ignored with a note
-// and the split verified again.
+// records, sizes converted to int with undefined behaviour. The binary cache checks the same, and a
+// checksum: each damage is ignored with a note and the split verified again.
 TEST_F(BrokenDataset, CorruptCacheValuesAreRebuiltNotTrusted) {
   const DatasetIndex first = index();
   ASSERT_FALSE(first.from_cache);
-  std::ifstream in(first.cache_path);
-  const nlohmann::json good = nlohmann::json::parse(in);
-  in.close();
-  ASSERT_TRUE(index().from_cache);  // the untouched cache passes the checks
-  size_t r = 0;  // a record with rows: [position, width, height, [[box, polygon], ...]]
-  while (r < good["records"].size() && good["records"][r][3].empty()) ++r;
-  ASSERT_LT(r, good["records"].size());
-  const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>> damage = {
-      {"class", [r](nlohmann::json& j) { j["records"][r][3][0][0][0] = 99; }},
-      {"coordinate", [r](nlohmann::json& j) { j["records"][r][3][0][0][1] = 1e300; }},
-      {"width", [r](nlohmann::json& j) { j["records"][r][1] = 1e300; }},
-      {"small width", [r](nlohmann::json& j) { j["records"][r][1] = 3; }},
-      {"polygon", [r](nlohmann::json& j) { j["records"][r][3][0][1] = {0.5, 0.5}; }},
-      {"repeated image", [r](nlohmann::json& j) { j["records"].push_back(j["records"][r]); }},
-      {"image position", [](nlohmann::json& j) { j["skipped"][0][0] = -1; }},
-      {"negative count", [](nlohmann::json& j) { j["counts"][1] = -4; }},
-      {"box count", [](nlohmann::json& j) { j["counts"][6] = 1000; }},
+  auto read = [&] {
+    std::ifstream in(first.cache_path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  for (const auto& [what, change] : damage) {
-    nlohmann::json j = good;
-    change(j);
-    test::write_file(first.cache_path, j.dump());
+  const std::string good = read();
+  ASSERT_TRUE(index().from_cache);  // the untouched cache passes the checks
+  const LabelCache decoded = decode_label_cache(good);
+  EXPECT_EQ(encode_label_cache(decoded), good);
+  std::string with_rows;  // an image whose entry has rows
+  for (const auto& [image, e] : decoded.entries)
+    if (e.check.ok && !e.check.record.rows.empty() && e.check.record.rows[0].polygon.empty()) with_rows = image;
+  ASSERT_FALSE(with_rows.empty());
+  auto values = [&](const std::function<void(CacheEntry&)>& change) {
+    LabelCache c = decoded;
+    change(c.entries.at(with_rows));
+    return encode_label_cache(c);  // a valid checksum: the values themselves must be refused
+  };
+  auto with_checksum = [](std::string bytes) {
+    bytes.resize(bytes.size() - 8);
+    const uint64_t sum = label_cache_checksum(bytes.data(), bytes.size());
+    return bytes + std::string(reinterpret_cast<const char*>(&sum), 8);
+  };
+  std::string flipped = good, other_version = good, trailing = good;
+  flipped[good.size() / 2] ^= 0x10;
+  other_version[8] = 3;
+  trailing.insert(trailing.size() - 8, "x");
+  const std::vector<std::pair<std::string, std::string>> damage = {
+      {"class", values([](CacheEntry& e) { e.check.record.rows[0].box[0] = 99; })},
+      {"fractional class", values([](CacheEntry& e) { e.check.record.rows[0].box[0] = 0.5f; })},
+      {"coordinate", values([](CacheEntry& e) { e.check.record.rows[0].box[1] = 1e30f; })},
+      {"nan", values([](CacheEntry& e) { e.check.record.rows[0].box[2] = std::nanf(""); })},
+      {"small width", values([](CacheEntry& e) { e.check.record.width = 3; })},
+      {"polygon", values([](CacheEntry& e) { e.check.record.rows[0].polygon = {0.5f, 0.5f}; })},
+      {"rows without label", values([](CacheEntry& e) { e.check.label_missing = true; })},
+      {"negative duplicates", values([](CacheEntry& e) { e.check.duplicates = -1; })},
+      {"flipped byte", flipped},
+      {"truncated", good.substr(0, good.size() / 3)},
+      {"other version", with_checksum(other_version)},
+      {"trailing bytes", with_checksum(trailing)},
+      {"empty", ""},
+  };
+  for (const auto& [what, bytes] : damage) {
+    test::write_file(first.cache_path, bytes);
     const DatasetIndex again = index();
     EXPECT_FALSE(again.from_cache) << what;
     EXPECT_NE(again.cache_note.find("ignored unreadable cache " + first.cache_path), std::string::npos) << what << ": " << again.cache_note;
     EXPECT_EQ(again.records.size(), first.records.size()) << what;
     EXPECT_EQ(again.counts.boxes, first.counts.boxes) << what;
+    EXPECT_EQ(read(), good) << what << ": the rebuilt cache";
   }
 }
 
-// The cache writes each label value as the shortest decimal that reads back as the same float ("0.1", not
-// 0.10000000149011612): every value loaded from it is bit for bit the one parsed from the label file.
-TEST(DatasetIndexCache, LabelValuesRoundTripBitForBitInShortText) {
+// Every label value loaded from the cache is bit for bit the one parsed from the label file.
+TEST(DatasetIndexCache, LabelValuesRoundTripBitForBit) {
   test::TempDir dir;
   fs::create_directories(dir.file("images/train"));
   fs::create_directories(dir.file("labels/train"));
@@ -217,10 +272,6 @@ TEST(DatasetIndexCache, LabelValuesRoundTripBitForBitInShortText) {
     }
   }
   EXPECT_GT(values, 500u);
-  std::ifstream in(fresh.cache_path);
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_NE(text.find("[0.0,0.1,0.2,0.3,0.4]"), std::string::npos) << text.substr(0, 400);
-  EXPECT_EQ(text.find("0.10000000149"), std::string::npos);
 }
 
 // Upstream's IMG_FORMATS beyond JPEG and PNG: a BMP is verified like any image (kept, its size read), a

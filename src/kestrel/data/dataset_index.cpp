@@ -1,35 +1,28 @@
 #include "kestrel/data/dataset_index.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <charconv>
-#include <climits>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <iterator>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
-#include <nlohmann/json.hpp>
-
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
-#include "kestrel/core/json_number.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
+#include "kestrel/data/label_cache.h"
 #include "kestrel/data/video_io.h"
 
 namespace kestrel::data {
 namespace fs = std::filesystem;
 namespace {
 
-// 2: label lines end at \r, \v and \f too (as upstream's splitlines), so older caches parsed some files differently.
-// 3: images other than JPEG and PNG are decoded (OpenCV plugin); older caches list them all as skipped.
-constexpr int kCacheVersion = 3;
 constexpr int kMinImageSide = 10;  // upstream: "image size <10 pixels"
 
 bool is_jpeg_or_png_name(const std::string& path) {
@@ -38,45 +31,8 @@ bool is_jpeg_or_png_name(const std::string& path) {
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
-// FNV-1a over every image and label path with its size and modification time, and nc. When the split has
-// images in other formats (BMP, TIFF ...), also whether the OpenCV plugin that decodes them loads: a cache
-// made without it lists them as skipped, one made with it as images. (Only then: loading it takes time.)
-std::string fingerprint(const std::vector<std::string>& images, int nc) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  };
-  mix(&nc, sizeof nc);
-  if (!std::all_of(images.begin(), images.end(), is_jpeg_or_png_name)) {
-    const char plugin = video_support_problem().empty() ? 1 : 0;
-    mix(&plugin, 1);
-  }
-  for (const auto& image : images) {
-    for (const std::string& path : {image, label_path_for(image)}) {
-      struct stat st {};
-      const bool exists = ::stat(path.c_str(), &st) == 0;
-      mix(path.data(), path.size());
-      const int64_t facts[3] = {exists ? 1 : 0, exists ? static_cast<int64_t>(st.st_size) : 0,
-                                exists ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0};
-      mix(facts, sizeof facts);
-    }
-  }
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-  return text;
-}
-
-struct Verified {
-  bool ok = false;
-  ImageRecord record;
-  std::string problem, warning;
-  int duplicates = 0;
-  bool label_missing = false;
-};
-
-Verified verify_sample(const std::string& image, int nc) {
-  Verified v;
+SampleCheck verify_sample(const std::string& image, int nc) {
+  SampleCheck v;
   v.record.image = image;
   v.record.label = label_path_for(image);
   try {
@@ -105,109 +61,24 @@ Verified verify_sample(const std::string& image, int nc) {
   return v;
 }
 
-// A label value as the shortest decimal that reads back as the same float ("0.5213", not the double
-// 0.52130001783370972 that nlohmann would write for it): a cache half the size, parsed twice as fast.
-// The value that goes through the file is the same float; the check keeps that true at any boundary.
-double shortest_float(float v) {
-  char text[32];
-  const auto written = std::to_chars(text, text + sizeof text, v);
-  double d = 0;
-  if (written.ec != std::errc() || std::from_chars(text, written.ptr, d).ec != std::errc()) return v;
-  return static_cast<float>(d) == v ? d : static_cast<double>(v);
-}
-
-// Records and skipped files refer to images by their position in the listing (the fingerprint
-// guarantees the same listing): paths need not be UTF-8, JSON strings must be.
-nlohmann::json to_json(const DatasetIndex& index, const std::vector<std::string>& images, const std::string& hash) {
-  std::map<std::string, size_t> position;
-  for (size_t i = 0; i < images.size(); ++i) position[images[i]] = i;
-  nlohmann::json records = nlohmann::json::array();
-  for (const auto& r : index.records) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& row : r.rows) {
-      nlohmann::json box = nlohmann::json::array(), polygon = nlohmann::json::array();
-      for (float v : row.box) box.push_back(shortest_float(v));
-      for (float v : row.polygon) polygon.push_back(shortest_float(v));
-      rows.push_back({std::move(box), std::move(polygon)});
-    }
-    records.push_back({position.at(r.image), r.width, r.height, rows});
-  }
-  nlohmann::json skipped = nlohmann::json::array();
-  for (const auto& s : index.skipped) skipped.push_back({position.at(s.path), s.reason});
-  const auto& c = index.counts;
-  return {{"version", kCacheVersion}, {"hash", hash}, {"records", records}, {"skipped", skipped}, {"warnings", index.warnings},
-          {"counts", {c.images, c.labelled, c.missing, c.empty, c.corrupt, c.duplicates, c.boxes}}};
-}
-
-// A corrupt cache (damaged, edited) must not be trusted: every value is checked as parse_labels and
-// verify_sample would have left it; a problem throws and the split is verified again.
-int64_t cached_whole(const nlohmann::json& v, int64_t min, int64_t max, const char* what) {
-  const std::optional<int64_t> x = json_whole_number(v, min, max);
-  if (!x) fail("corrupt ", what);
-  return *x;
-}
-
-float cached_coordinate(const nlohmann::json& v) {
-  const double x = v.get<double>();
-  if (!(x >= 0 && x <= 1)) fail("corrupt label coordinate");
-  return static_cast<float>(x);
-}
-
-LabelRow cached_row(const nlohmann::json& row, int nc) {
-  const nlohmann::json& box = row.at(0);
-  const nlohmann::json& polygon = row.at(1);
-  if (!box.is_array() || box.size() != 5 || !polygon.is_array() || (!polygon.empty() && (polygon.size() < 6 || polygon.size() % 2)))
-    fail("corrupt label row");
-  LabelRow r;
-  const double cls = box[0].get<double>();
-  if (!(cls >= 0 && cls == std::floor(cls) && cls < (nc > 0 ? nc : 1 << 24))) fail("corrupt class");
-  r.box[0] = static_cast<float>(cls);
-  for (size_t i = 1; i < 5; ++i) r.box[i] = cached_coordinate(box[i]);
-  for (const auto& v : polygon) r.polygon.push_back(cached_coordinate(v));
-  return r;
-}
-
-bool from_json(const nlohmann::json& j, const std::vector<std::string>& images, const std::string& hash, int nc,
-               DatasetIndex& index) {
-  if (j.value("version", 0) != kCacheVersion || j.value("hash", "") != hash) return false;
-  const int64_t n = static_cast<int64_t>(images.size());
-  std::vector<bool> seen(images.size());
-  auto position = [&](const nlohmann::json& v) {
-    const auto i = static_cast<size_t>(cached_whole(v, 0, n - 1, "image position"));
-    if (seen[i]) fail("corrupt cache: an image listed twice");
-    seen[i] = true;
-    return i;
-  };
-  size_t boxes = 0, next = 0;
-  for (const auto& r : j.at("records")) {
-    const size_t i = position(r.at(0));
-    if (i < next) fail("corrupt cache: records out of order");
-    next = i + 1;
-    const std::string& image = images[i];
-    ImageRecord rec{image, label_path_for(image), static_cast<int>(cached_whole(r.at(1), kMinImageSide, INT_MAX, "image size")),
-                    static_cast<int>(cached_whole(r.at(2), kMinImageSide, INT_MAX, "image size")), {}};
-    for (const auto& row : r.at(3)) rec.rows.push_back(cached_row(row, nc));
-    boxes += rec.rows.size();
-    index.records.push_back(std::move(rec));
-  }
-  for (const auto& s : j.at("skipped")) index.skipped.push_back({images[position(s.at(0))], s.at(1)});
-  index.warnings = j.at("warnings").get<std::vector<std::string>>();
-  const auto& c = j.at("counts");
-  if (!c.is_array() || c.size() != 7) fail("corrupt counts");
-  int counts[7];
-  for (size_t i = 0; i < 7; ++i) counts[i] = static_cast<int>(cached_whole(c[i], 0, INT_MAX, "counts"));
-  index.counts = {counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], counts[6]};
-  const IndexCounts& k = index.counts;
-  if (k.images != n || index.records.size() + index.skipped.size() != images.size() ||
-      static_cast<size_t>(k.corrupt) != index.skipped.size() || static_cast<size_t>(k.boxes) != boxes ||
-      static_cast<size_t>(k.labelled) + k.missing + k.empty != index.records.size())
-    fail("corrupt cache: counts do not match its records");
-  return true;
-}
-
 std::string cache_path_for(const std::vector<std::string>& images) {
   if (images.empty()) return "";
   return fs::path(label_path_for(images.front())).parent_path().string() + ".kestrel.cache";
+}
+
+// The cache file's entries, or none with a note when it is missing, damaged or made for another nc.
+LabelCache read_cache(const std::string& path, int nc, std::string& note) {
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return {};
+  try {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("cannot be read");
+    LabelCache cache = decode_label_cache(std::string(std::istreambuf_iterator<char>(in), {}));
+    if (cache.nc == nc) return cache;
+  } catch (const std::exception& e) {
+    note = cat("ignored unreadable cache ", path, " (", e.what(), ")");
+  }
+  return {};
 }
 
 }  // namespace
@@ -215,33 +86,66 @@ std::string cache_path_for(const std::vector<std::string>& images) {
 DatasetIndex index_split(const std::vector<std::string>& images, const IndexOptions& options) {
   DatasetIndex index;
   index.cache_path = options.use_cache ? cache_path_for(images) : "";
-  const std::string hash = fingerprint(images, options.nc);
-  if (!index.cache_path.empty() && fs::exists(index.cache_path)) {
-    try {
-      std::ifstream in(index.cache_path);
-      if (from_json(nlohmann::json::parse(in), images, hash, options.nc, index)) {
-        index.from_cache = true;
-        return index;
-      }
-      index = DatasetIndex{};
-      index.cache_path = cache_path_for(images);
-    } catch (const std::exception& e) {
-      index = DatasetIndex{};
-      index.cache_path = cache_path_for(images);
-      index.cache_note = cat("ignored unreadable cache ", index.cache_path, " (", e.what(), ")");
+  const bool other_formats = !std::all_of(images.begin(), images.end(), is_jpeg_or_png_name);
+  // Loading the plugin takes time: only asked when some image needs it.
+  const PluginState plugin =
+      other_formats ? (video_support_problem().empty() ? PluginState::kLoaded : PluginState::kMissing) : PluginState::kUnknown;
+  LabelCache cache = read_cache(index.cache_path, options.nc, index.cache_note);
+
+  // Each image's outcome from the cache while its image and label file are unchanged; the others (and
+  // images of other formats checked under another plugin state) verified again. Stamps are taken before
+  // the files are read: a file changed meanwhile is verified again next time.
+  std::vector<SampleCheck> results(images.size());
+  std::vector<FileStamp> image_stamps(images.size()), label_stamps(images.size());
+  std::vector<size_t> to_verify;
+  std::unordered_map<std::string, size_t> first_listed;  // an image listed twice is verified once
+  std::vector<size_t> repeats;
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (!first_listed.emplace(images[i], i).second) {
+      repeats.push_back(i);
+      continue;
     }
+    image_stamps[i] = stamp_of(images[i]);
+    label_stamps[i] = stamp_of(label_path_for(images[i]));
+    const auto it = cache.entries.find(images[i]);
+    const bool reusable = it != cache.entries.end() && it->second.image == image_stamps[i] &&
+                          it->second.label == label_stamps[i] &&
+                          (is_jpeg_or_png_name(images[i]) || cache.plugin == plugin);
+    if (reusable) results[i] = std::move(it->second.check);
+    else to_verify.push_back(i);
+    if (it != cache.entries.end()) cache.entries.erase(it);  // what is left: entries of images not listed
   }
 
   // Verify in parallel; results land in image order so the index is the same for any thread count.
-  std::vector<Verified> results(images.size());
   std::atomic<size_t> next{0};
   const int threads = std::max(1, options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
+  for (int t = 0; t < std::min<int>(threads, static_cast<int>(std::max<size_t>(to_verify.size(), 1))); ++t)
     pool.emplace_back([&] {
-      for (size_t i = next++; i < images.size(); i = next++) results[i] = verify_sample(images[i], options.nc);
+      for (size_t k = next++; k < to_verify.size(); k = next++) results[to_verify[k]] = verify_sample(images[to_verify[k]], options.nc);
     });
   for (auto& th : pool) th.join();
+  for (size_t i : repeats) results[i] = results[first_listed.at(images[i])];
+  index.verified = static_cast<int>(to_verify.size());
+  index.from_cache = !images.empty() && to_verify.empty();
+
+  if (!index.cache_path.empty() && (!index.from_cache || (other_formats && cache.plugin != plugin))) {
+    // Entries of images not in this listing (another list file of the same label folder) are kept while
+    // their files are unchanged.
+    LabelCache out;
+    out.nc = options.nc;
+    out.plugin = plugin;
+    for (auto& [image, entry] : cache.entries)
+      if (entry.image == stamp_of(image) && entry.label == stamp_of(label_path_for(image)))
+        out.entries.emplace(image, std::move(entry));
+    for (const auto& [image, i] : first_listed) out.entries[image] = CacheEntry{image_stamps[i], label_stamps[i], results[i]};
+    try {
+      write_file_atomic(index.cache_path, {encode_label_cache(out)}, Durability::kRename);
+    } catch (const Error& e) {
+      index.cache_note = cat("cache not writable: ", e.what());
+      index.cache_path.clear();
+    }
+  }
 
   auto& c = index.counts;
   c.images = static_cast<int>(images.size());
@@ -259,25 +163,6 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     if (!v.warning.empty()) index.warnings.push_back(v.warning);
     index.records.push_back(std::move(v.record));
   }
-  if (!index.cache_path.empty()) {
-    // Per process: the ranks of a data-parallel run index the same split at once.
-    const std::string tmp = cat(index.cache_path, ".tmp", ::getpid());
-    try {
-      {
-        std::ofstream out(tmp);
-        if (!out) fail("cannot write");
-        // Reasons and warnings quote file names; bytes that are not UTF-8 are replaced in the cache only.
-        out << to_json(index, images, hash).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-        if (!out) fail("write failed");
-      }
-      fs::rename(tmp, index.cache_path);
-    } catch (const std::exception& e) {
-      std::error_code ec;
-      fs::remove(tmp, ec);  // a partial file of this process
-      index.cache_note = cat("cache not writable: ", index.cache_path, " (", e.what(), ")");
-      index.cache_path.clear();
-    }
-  }
   return index;
 }
 
@@ -287,7 +172,10 @@ std::string describe(const DatasetIndex& index, const std::string& split, size_t
   out << split << ": " << c.images << " images, " << c.labelled << " labelled, " << c.missing << " without label file, "
       << c.empty << " empty, " << c.corrupt << " skipped, " << c.boxes << " boxes";
   if (c.duplicates) out << ", " << c.duplicates << " duplicate rows removed";
-  out << (index.from_cache ? " (from cache " + index.cache_path + ")" : "") << "\n";
+  if (index.from_cache) out << " (from cache " << index.cache_path << ")";
+  else if (index.verified < c.images && !index.cache_path.empty())
+    out << " (" << index.verified << " verified, the others from cache " << index.cache_path << ")";
+  out << "\n";
   if (!index.cache_note.empty()) out << "  note: " << index.cache_note << "\n";
   for (size_t i = 0; i < index.skipped.size() && i < limit; ++i) out << "  skipped " << index.skipped[i].reason << "\n";
   if (index.skipped.size() > limit) out << "  ... and " << index.skipped.size() - limit << " more skipped\n";

@@ -1,6 +1,6 @@
 // Verifying a split once: every image decoded, every label file parsed with the reference rules;
-// bad samples skipped with a reason, the result cached next to the labels and reused until a file
-// changes (size or modification time) or the class count changes.
+// bad samples skipped with a reason, each outcome cached next to the labels (label_cache.h) and reused
+// while the image and its label file are unchanged (size and modification time) and nc is the same.
 #pragma once
 #include <string>
 #include <vector>
@@ -37,7 +37,8 @@ struct DatasetIndex {
   std::vector<std::string> warnings;  // kept samples with something worth saying (duplicates, decoder warnings)
   IndexCounts counts;
   std::string cache_path;             // where the cache was read from or written to ("" if none)
-  bool from_cache = false;
+  bool from_cache = false;            // every sample from the cache
+  int verified = 0;                   // samples verified this time (the others came from the cache)
   std::string cache_note;             // e.g. "cache not writable: ..."
 };
 
@@ -48,7 +49,8 @@ struct IndexOptions {
 };
 
 // images: the split's image paths (list_images). The cache lives at <label folder>.kestrel.cache
-// (e.g. labels/train2017.kestrel.cache), named apart from upstream's pickled labels/*.cache.
+// (e.g. labels/train2017.kestrel.cache), named apart from upstream's pickled labels/*.cache; it is
+// rewritten (atomically) when something was verified.
 DatasetIndex index_split(const std::vector<std::string>& images, const IndexOptions& options);
 
 // Human-readable report: counts on one line, then every skipped file with its reason (at most `limit`).
