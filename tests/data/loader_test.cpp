@@ -217,6 +217,47 @@ TEST(Loader, TrainingBatchesHaveBoxesInsideTheImage) {
   EXPECT_GT(boxes, 100);  // 32 mosaics of a dataset with 7.8 boxes per image keep most of their boxes
 }
 
+// Upstream's --rect training: no mosaic (a mosaic is img_size square), each image letterboxed to its
+// batch's rectangle, then augmented. With three ranks each rank's batch i has the shape of total batch i
+// (the ranks take every third image of the unshuffled order).
+TEST(Loader, RectTrainingBatchesTakeTheirBatchShapeWithoutMosaic) {
+  auto ds = demo(true, 128, /*rect=*/true, /*batch=*/4);
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 2;
+  o.shuffle = false;
+  const auto batches = epoch(ds, o, 0);
+  ASSERT_EQ(batches.size(), 8u);
+  int rectangular = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const cv::Size shape = ds->batch_shape(i);
+    EXPECT_EQ(batches[i].images.size(2), shape.height) << i;
+    EXPECT_EQ(batches[i].images.size(3), shape.width) << i;
+    rectangular += shape.height != shape.width;
+    const at::Tensor t = batches[i].targets.index({batches[i].target_mask});
+    if (t.size(0) == 0) continue;
+    EXPECT_GE((t.select(1, 1) - t.select(1, 3) / 2).min().item<float>(), -1e-5f) << i;
+    EXPECT_LE((t.select(1, 2) + t.select(1, 4) / 2).max().item<float>(), 1 + 1e-5f) << i;
+  }
+  EXPECT_GT(rectangular, 0);  // the demo's photos are landscape: mosaics would all be 128 x 128
+  for (int rank = 0; rank < 3; ++rank) {
+    LoaderOptions r = o;
+    r.batch_size = 2;  // a total batch of 6 on 3 ranks
+    r.world_size = 3;
+    r.rank = rank;
+    auto ds6 = demo(true, 128, true, 6);
+    const auto shards = epoch(ds6, r, 0);
+    ASSERT_EQ(shards.size(), 6u);  // 32 images: 11 per rank (rank 2's last one wraps around to image 0)
+    for (size_t i = 0; i < shards.size(); ++i) {
+      // Total batch i, except a batch of wrapped images only: the shape of their own batch (0).
+      const size_t total_batch = static_cast<size_t>(shards[i].meta[0].index) / 6;
+      EXPECT_EQ(total_batch, i + 1 < shards.size() || rank < 2 ? i : 0) << rank << " " << i;
+      EXPECT_EQ(shards[i].images.size(2), ds6->batch_shape(total_batch).height) << rank << " " << i;
+      EXPECT_EQ(shards[i].images.size(3), ds6->batch_shape(total_batch).width) << rank << " " << i;
+    }
+  }
+}
+
 TEST(Collate, ChannelsBoxesClippingAndCapacityByHand) {
   Sample s;
   s.image = cv::Mat(64, 32, CV_8UC3, cv::Scalar(1, 2, 3));  // B=1, G=2, R=3; 32 wide, 64 high

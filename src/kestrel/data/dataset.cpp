@@ -155,10 +155,11 @@ Sample YoloDataset::mosaic(size_t index, std::mt19937& rng) const {
   return mosaic4(std::move(t), options_.img_size, options_.hyp, rng, options_.dialect);
 }
 
-Sample YoloDataset::training_sample(size_t index, std::mt19937& rng) const {
+Sample YoloDataset::training_sample(size_t index, cv::Size shape, std::mt19937& rng) const {
   const auto& hyp = options_.hyp;
   Sample s;
-  if (random_unit(rng) < hyp.mosaic) {
+  // Upstream: mosaic = augment and not rect (mixup only ever mixes mosaics).
+  if (!options_.rect && random_unit(rng) < hyp.mosaic) {
     s = mosaic(index, rng);
     if (random_unit(rng) < hyp.mixup) {
       Sample other = mosaic(static_cast<size_t>(random_below(rng, static_cast<int>(records_.size()))), rng);
@@ -166,7 +167,7 @@ Sample YoloDataset::training_sample(size_t index, std::mt19937& rng) const {
     }
   } else {
     Sample resized = load_resized(index, nullptr, /*writable=*/true);
-    Letterbox lb = letterbox(resized.image, options_.img_size, options_.img_size, LetterboxOptions{false, false, true, options_.stride});
+    Letterbox lb = letterbox(resized.image, shape.height, shape.width, LetterboxOptions{false, false, true, options_.stride});
     resized.image = lb.image;
     letterbox_labels(resized, lb);
     s = std::move(resized);
@@ -184,18 +185,18 @@ Sample YoloDataset::training_sample(size_t index, std::mt19937& rng) const {
   return s;
 }
 
-Sample YoloDataset::get(size_t index, int epoch, SampleMeta* meta) const {
+Sample YoloDataset::get(size_t index, int epoch, SampleMeta* meta, std::optional<size_t> shape_batch) const {
   std::mt19937 rng(static_cast<uint32_t>(sample_seed(options_.seed, epoch, index)));
   if (meta) meta->index = static_cast<int64_t>(index);
+  const cv::Size shape = batch_shape(shape_batch.value_or(index / static_cast<size_t>(options_.batch_size)));
   if (options_.augment) {
-    Sample s = training_sample(index, rng);
+    Sample s = training_sample(index, shape, rng);
     if (meta) meta->original = s.image.size();
     return s;
   }
   cv::Size original;
   Sample s = load_resized(index, &original, /*writable=*/true);
   const cv::Size resized = s.image.size();
-  const cv::Size shape = batch_shape(index / static_cast<size_t>(options_.batch_size));
   Letterbox lb = letterbox(s.image, shape.height, shape.width, LetterboxOptions{false, false, false, options_.stride});
   s.image = lb.image;
   letterbox_labels(s, lb);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -18,7 +19,7 @@ namespace kestrel::data {
 struct DatasetOptions {
   int img_size = 640;
   bool augment = true;           // training: mosaic, mixup, perspective, HSV, paste-in, flips
-  bool rect = false;             // rectangular batches (validation; upstream --rect)
+  bool rect = false;             // rectangular batches (validation, and training with upstream's --rect)
   int batch_size = 16;           // for the rectangular shapes
   int stride = 32;               // the model's largest stride
   double pad = 0.0;              // rect shape padding in strides (validation uses 0.5)
@@ -46,8 +47,11 @@ class YoloDataset {
   const DatasetOptions& options() const { return options_; }
 
   // The sample at `index` for `epoch`: deterministic for (seed, epoch, index), whatever thread asks.
-  // Training: img_size x img_size with augmentation; validation: the letterboxed image (rect shape).
-  Sample get(size_t index, int epoch, SampleMeta* meta = nullptr) const;
+  // Training: img_size x img_size with augmentation; with rect (upstream's --rect), no mosaic and the
+  // image letterboxed to its batch's shape, then augmented. Validation: the letterboxed image (rect
+  // shape). shape_batch: the batch whose rect shape the sample takes (default: index / batch_size; a
+  // loader batch whose samples wrap around the epoch's end gives them its first sample's).
+  Sample get(size_t index, int epoch, SampleMeta* meta = nullptr, std::optional<size_t> shape_batch = std::nullopt) const;
 
   // Rectangular mode: the (w, h) of batch i (samples are ordered by aspect ratio).
   cv::Size batch_shape(size_t batch) const;
@@ -58,7 +62,7 @@ class YoloDataset {
   Sample load_resized(size_t index, cv::Size* original = nullptr, bool writable = false) const;
 
  private:
-  Sample training_sample(size_t index, std::mt19937& rng) const;
+  Sample training_sample(size_t index, cv::Size shape, std::mt19937& rng) const;
   Sample mosaic(size_t index, std::mt19937& rng) const;
 
   DatasetOptions options_;

@@ -180,9 +180,14 @@ Batch DataLoader::build_batch(int64_t batch) const {
   // Validation keeps every label, however small (as upstream val.py: its gt count includes them).
   const float min_box_pixels = dataset_->options().augment ? 1.f : 0.f;
   BatchWriter writer(static_cast<int64_t>(end - start), options_.max_boxes, options_.pin_memory, min_box_pixels);
+  // Rectangular batches: one shape for the batch, its first sample's (the padding that evens the ranks
+  // wraps around to the epoch's first samples, of another shape).
+  const std::optional<size_t> shape_batch =
+      dataset_->options().rect ? std::optional<size_t>(static_cast<size_t>(order_[start]) / static_cast<size_t>(dataset_->options().batch_size))
+                               : std::nullopt;
   for (size_t i = start; i < end; ++i) {
     SampleMeta meta;
-    const Sample sample = dataset_->get(static_cast<size_t>(order_[i]), epoch_, &meta);
+    const Sample sample = dataset_->get(static_cast<size_t>(order_[i]), epoch_, &meta, shape_batch);
     writer.add(sample, meta);  // now, while its pixels are in cache
   }
   Batch out = writer.finish();

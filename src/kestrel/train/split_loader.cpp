@@ -111,8 +111,10 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   d.img_size = o.img_size;
   d.augment = true;
   d.rect = o.rect;
-  // Data parallel: each rank loads batch_size / WORLD_SIZE images of its share (upstream train.py).
-  d.batch_size = std::max(1, o.batch_size / world_size);
+  // --rect: the shapes of the total batch. Rank r takes every WORLD_SIZE-th image of the epoch's order
+  // (not shuffled with --rect), so the ranks' batch i together are the images of total batch i, and each
+  // rank's batch has one shape. (Upstream groups by the rank's batch, which its sampler's stride mixes.)
+  d.batch_size = o.batch_size;
   d.stride = stride;
   d.pad = 0.0;
   d.hyp = hyp.augment;
@@ -132,7 +134,7 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   if (d.cache_disk) d.cache_disk = disk_cache_allowed("train", index, d.img_size, d.augment, 0, &out.disk_cache_bytes);
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
-  l.batch_size = d.batch_size;
+  l.batch_size = std::max(1, o.batch_size / world_size);  // each rank's share of the total (upstream train.py)
   l.workers = std::max(1, o.workers);
   l.max_boxes = o.max_boxes;
   l.shuffle = !o.rect;
@@ -150,7 +152,7 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   }
   if (o.quad) {
     // Groups of four: an incomplete last batch could leave a group short, so it is dropped.
-    if (d.batch_size < 4) fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", d.batch_size, ")");
+    if (l.batch_size < 4) fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", l.batch_size, ")");
     l.quad = true;
     l.drop_last = true;
   }
