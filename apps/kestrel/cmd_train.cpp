@@ -1,4 +1,5 @@
 // kestrel train: YOLOv5/YOLOv7 train.py's flags (same names and defaults where kestrel has them).
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <utility>
@@ -9,8 +10,12 @@
 #include "kestrel/dist/process_group.h"
 #include "kestrel/train/evolve.h"
 #include "kestrel/train/trainer.h"
+#include "kestrel/train/training_state.h"
 
 namespace kestrel::app {
+
+// A bare --resume: the newest run (upstream: --resume with no path).
+constexpr const char* kLatestRun = "latest";
 
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
@@ -27,14 +32,17 @@ void add_train_command(CLI::App& app) {
       ->expected(1, 2)
       ->capture_default_str()->check(CLI::Range(32, 8192));
   cmd->add_flag("--rect", o->rect, "rectangular training (no mosaic shuffle)");
-  cmd->add_option("--resume", o->resume, "continue a run: its folder or weights/last.state.safetensors");
+  cmd->add_option("--resume", o->resume,
+                  "continue a run: its folder or weights/last.state.safetensors; alone: the newest run under --project")
+      ->expected(0, 1)->default_str(kLatestRun);
   cmd->add_flag("--nosave", o->nosave, "only save the final checkpoint");
   cmd->add_flag("--noval,--notest", o->noval, "only validate after the final epoch");
   cmd->add_flag("--noplots", o->noplots, "save no plot files");
   cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: validate with AP recall sentinel 1.0 (YOLOv7 test.py --v5-metric)");
   cmd->add_flag("--noautoanchor", o->noautoanchor, "keep the model's anchors (no AutoAnchor check before training)");
-  auto* cache = cmd->add_option("--cache", o->cache, "cache resized images: ram, or disk (.npy next to each image)")
-      ->expected(0, 1)->default_str("ram")->check(CLI::IsMember({"ram", "disk"}));
+  auto* cache = cmd->add_option("--cache", o->cache,
+                                "cache resized images: ram, disk (.npy next to each image), or val (the validation images only, in RAM)")
+      ->expected(0, 1)->default_str("ram")->check(CLI::IsMember({"ram", "disk", "val"}));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu; default: the first GPU if any");
   cmd->add_flag("--multi-scale", o->multi_scale, "vary image size +/- 50% per batch");
   cmd->add_flag("--single-cls", o->single_cls, "train as a single-class dataset");
@@ -46,7 +54,8 @@ void add_train_command(CLI::App& app) {
   auto yolov7_flags = std::make_shared<std::pair<bool, bool>>(false, false);
   cmd->add_flag("--adam", yolov7_flags->first, "YOLOv7's flag: --optimizer Adam");
   cmd->add_flag("--cache-images", yolov7_flags->second, "YOLOv7's flag: --cache ram");
-  cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--workers", o->workers, "loader threads (0: one, as upstream's 0 loads in the main process)")
+      ->capture_default_str()->check(CLI::Range(0, 1024));
   cmd->add_flag("--bind-cores", o->bind_cores,
                 "pin loader workers to CPU cores (with several processes per node, each its own slice)");
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
@@ -99,12 +108,18 @@ void add_train_command(CLI::App& app) {
     // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
     // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options).
     // Say which given flags are ignored.
+    const bool latest = o->resume == kLatestRun && !std::filesystem::exists(kLatestRun);
+    if (latest) {
+      o->resume = train::latest_training_state(o->project);
+      std::cout << "Resuming training from " << o->resume << "\n";
+    }
     if (!o->resume.empty()) {
       std::string ignored;
       for (const CLI::Option* option : cmd->get_options()) {
         bool steers = false;
         for (const char* name : {"--resume", "--device", "--quiet", "--nproc-per-node", "--interrupt-after"})
           steers = steers || option->check_name(name);
+        steers = steers || (latest && option->check_name("--project"));  // where the newest run was looked for
         if (option->count() > 0 && !steers) ignored += " " + option->get_name();
       }
       if (!ignored.empty())

@@ -191,10 +191,13 @@ TEST(CliTrain, Yolov7Flags) {
 TEST(CliTrain, Yolov7ReadmeSpellings) {
   test::TempDir dir;
   auto r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data " + test::demo_subset(dir, 2) +
-                             " --epochs 1 --batch-size 2 --img 64 --workers 1 --device cpu --quiet --noplots --save_period 1"
+                             " --epochs 3 --batch-size 2 --img 64 --workers 1 --device cpu --quiet --noplots --save_period 2"
                              " --project " + dir.file("runs"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // YOLOv5 v7.0 saves epoch{N}.pt when epoch % save_period == 0 (epochs counted from 0): 0 and 2 of 0..2.
   EXPECT_TRUE(std::filesystem::exists(dir.file("runs/exp/weights/epoch0.safetensors"))) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/epoch1.safetensors"))) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("runs/exp/weights/epoch2.safetensors"))) << r.output;
   const std::string weights = dir.file("runs/exp/weights/last.safetensors");
   r = test::run_command(test::kestrel_binary() + " val --weights " + weights + " --data " + dir.file("tiny.yaml") +
                         " --img 64 --batch 2 --conf 0.001 --iou 0.65 --device cpu --no-trace --noplots --name v7");
@@ -257,9 +260,10 @@ TEST(CliTrain, SigtermSavesAndExits130) {
   ASSERT_TRUE(std::filesystem::exists(dir.file("runs/exp/weights/last.state.safetensors"))) << output;
   // A partial file of a process killed while writing (a second Ctrl-C) is cleared by the resume.
   test::write_file(dir.file("runs/exp/weights/last.safetensors.tmp.12345"), "partial");
-  // Resumed from inside weights/ by the file's bare name: the run folder is still the one above it.
-  const auto resumed = test::run_command("cd " + dir.file("runs/exp/weights") + " && " + test::kestrel_binary() +
-                                         " train --resume last.state.safetensors --quiet --epochs 9");
+  test::write_file(dir.file("runs/exp/weights/last.state.safetensors.tmp12345-678901"), "partial");
+  // A bare --resume (upstream: the newest run): this one, the only run under --project.
+  const auto resumed = test::run_command(test::kestrel_binary() + " train --resume --project " + dir.file("runs") +
+                                         " --quiet --epochs 9");
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("WARNING: --resume continues with the run's saved options; ignored: --epochs\n"),
             std::string::npos) << resumed.output;
@@ -267,6 +271,15 @@ TEST(CliTrain, SigtermSavesAndExits130) {
   EXPECT_NE(resumed.output.find("Resuming " + dir.file("runs/exp") + " from epoch"), std::string::npos) << resumed.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/weights")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/last.safetensors.tmp.12345")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/last.state.safetensors.tmp12345-678901")));
+  EXPECT_NE(resumed.output.find("Resuming training from " + dir.file("runs/exp/weights/last.state.safetensors")),
+            std::string::npos) << resumed.output;
+  // Resumed from inside weights/ by the file's bare name: the run folder is still the one above it (the
+  // run finished: nothing left to do, said naming the file).
+  const auto again = test::run_command("cd " + dir.file("runs/exp/weights") + " && " + test::kestrel_binary() +
+                                       " train --resume last.state.safetensors --quiet");
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find("last.state.safetensors: this run already finished"), std::string::npos) << again.output;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // its place), a run folder resolves to its file, and damaged or foreign files are errors naming the file.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include <ATen/ATen.h>
@@ -70,6 +71,26 @@ TEST(TrainingState, ARunFolderMeansItsLastState) {
   std::filesystem::create_directories(dir.file("exp/weights"));
   EXPECT_EQ(training_state_path(dir.file("exp")), dir.file("exp") + "/weights/last.state.safetensors");
   EXPECT_EQ(training_state_path(dir.file("x.safetensors")), dir.file("x.safetensors"));
+}
+
+// A bare --resume: the most recently written run state below the project folder, as upstream's newest
+// last*.pt; none is an error naming the folder.
+TEST(TrainingState, BareResumeTakesTheNewestRun) {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  EXPECT_NE(test::error_message([&] { latest_training_state(dir.path()); }).find("no run to resume under " + dir.path()),
+            std::string::npos);
+  for (const char* run : {"exp", "exp2", "exp3"}) {
+    fs::create_directories(dir.file(std::string(run) + "/weights"));
+    test::write_file(dir.file(std::string(run) + "/weights/last.state.safetensors"), "x");
+  }
+  test::write_file(dir.file("exp3/last.state.safetensors"), "x");  // not in a weights folder: not a run's
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(dir.file("exp/weights/last.state.safetensors"), now - std::chrono::hours(2));
+  fs::last_write_time(dir.file("exp2/weights/last.state.safetensors"), now);
+  fs::last_write_time(dir.file("exp3/weights/last.state.safetensors"), now - std::chrono::hours(1));
+  fs::last_write_time(dir.file("exp3/last.state.safetensors"), now + std::chrono::hours(1));
+  EXPECT_EQ(latest_training_state(dir.path()), dir.file("exp2/weights/last.state.safetensors"));
 }
 
 TEST(TrainingState, ForeignAndDamagedFilesNameThemselves) {

@@ -316,7 +316,8 @@ void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_don
   w.extra = {{"epoch", std::to_string(epoch_done)}, {"best_fitness", cat(p.best_fitness)}};
   models::save_model_weights(last_path, ema->model(), w);
   if (best) models::save_model_weights(best_path, ema->model(), w);
-  if (periodic && o.save_period > 0 && epoch_done >= 0 && (epoch_done + 1) % o.save_period == 0)
+  // YOLOv5 v7.0: epoch{N} when N % save_period == 0 (N from 0: epoch0, epoch10, ... for 10).
+  if (periodic && o.save_period > 0 && epoch_done >= 0 && epoch_done % o.save_period == 0)
     models::save_model_weights((weights_dir / cat("epoch", epoch_done, ".safetensors")).string(), ema->model(), w);
   TrainingState state;
   state.options = o;

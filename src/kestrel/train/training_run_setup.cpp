@@ -55,7 +55,8 @@ void TrainingRun::read_options(const TrainOptions& requested) {
   if (o.epochs < 1) fail("--epochs must be >= 1");
   if (o.batch_size < 1) fail("--batch-size must be >= 1");
   if (o.cfg.empty() && o.weights.empty()) fail("give --cfg (a model YAML or name such as yolov5s) or --weights");
-  if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk") fail("--cache ", o.cache, ": expected ram or disk");
+  if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk" && o.cache != "val")
+    fail("--cache ", o.cache, ": expected ram, disk or val");
 }
 
 // Data parallel (torchrun or --nproc-per-node): one process per device, gradients averaged over ranks.
@@ -96,7 +97,8 @@ void TrainingRun::load_recipe() {
   }
   hyp.loss.label_smoothing = o.label_smoothing;
   data_cfg = data::load_dataset_config(o.data);
-  names = o.single_cls ? std::vector<std::string>{"item"} : data_cfg.names;
+  // Upstream keeps a one-class dataset's own name.
+  names = o.single_cls && data_cfg.names.size() != 1 ? std::vector<std::string>{"item"} : data_cfg.names;
   nc = static_cast<int>(names.size());
 }
 
@@ -181,13 +183,14 @@ void TrainingRun::build_data() {
   train_data = make_train_loader(data_cfg, o, hyp, stride, nc, device, dist_ctx.rank, dist_ctx.world_size);
   ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
   v.img_size = val_img_size;
-  v.batch_size = o.batch_size * 2;
+  v.batch_size = std::max(1, o.batch_size / dist_ctx.world_size) * 2;  // the rank's batch, as upstream (one rank validates)
   v.stride = stride;
   v.workers = o.workers;
   v.single_cls = o.single_cls;
   v.nc_for_check = nc;
   v.max_boxes = o.max_boxes;
-  v.cache = o.cache;
+  // YOLOv5 v7.0: `--cache val` caches the validation images only (in RAM), and --noval caches none of them.
+  v.cache = o.noval ? "" : o.cache == "val" ? "ram" : o.cache;
   // Every rank of this machine caches the whole training split in its own memory.
   v.other_ram_cache_bytes = train_data.ram_cache_bytes * static_cast<uint64_t>(std::max(1, dist::read_env().local_world_size));
   v.other_disk_cache_bytes = train_data.disk_cache_bytes;
@@ -327,8 +330,9 @@ void TrainingRun::open_run_files() {
   weights_dir = fs::path(save_dir) / "weights";
   if (o.save_weights) fs::create_directories(weights_dir);
   if (!o.resume.empty() && dist_ctx.is_main()) {
-    // Partial files of a process killed while it wrote (a second Ctrl-C): <file>.tmp<pid> / <file>.tmp.<pid>.
-    const std::regex partial(R"(.*\.tmp\.?[0-9]+)");
+    // Partial files of a process killed while it wrote (a second Ctrl-C): <file>.tmp<pid>-<thread> of
+    // write_file_atomic, <file>.tmp<pid> and <file>.tmp.<pid> of older versions.
+    const std::regex partial(R"(.*\.tmp\.?[0-9]+(-[0-9]+)?)");
     std::error_code ec;
     for (const fs::path& folder : {fs::path(save_dir), weights_dir})
       for (const auto& entry : fs::directory_iterator(folder, ec))

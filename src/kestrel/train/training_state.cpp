@@ -47,6 +47,23 @@ std::string training_state_path(const std::string& resume) {
   return fs::is_directory(resume) ? (fs::path(resume) / "weights" / "last.state.safetensors").string() : resume;
 }
 
+std::string latest_training_state(const std::string& project) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string newest;
+  fs::file_time_type newest_time;
+  for (fs::recursive_directory_iterator it(project, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const fs::path& p = it->path();
+    if (p.filename() != "last.state.safetensors" || p.parent_path().filename() != "weights") continue;
+    const fs::file_time_type t = fs::last_write_time(p, ec);
+    if (!ec && (newest.empty() || t > newest_time)) newest = p.string(), newest_time = t;
+    ec.clear();
+  }
+  if (newest.empty()) fail("--resume: no run to resume under ", project, " (no */weights/last.state.safetensors); name a run folder");
+  return newest;
+}
+
 TrainingState read_training_state(const std::string& path) {
   SafetensorsContents file = load_safetensors(path);
   const auto& m = file.metadata;

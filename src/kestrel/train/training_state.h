@@ -36,6 +36,10 @@ struct TrainingState {
 // `--resume` accepts a run folder or the file itself: the file's path.
 std::string training_state_path(const std::string& resume);
 
+// A bare `--resume` (upstream: the newest last*.pt below the working folder): the most recently written
+// weights/last.state.safetensors below `project` (runs/train). Throws kestrel::Error when there is none.
+std::string latest_training_state(const std::string& project);
+
 // Reads and checks the whole file; anything missing or malformed is an error naming `path`.
 TrainingState read_training_state(const std::string& path);
 
