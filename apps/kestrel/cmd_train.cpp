@@ -9,6 +9,7 @@
 #include "kestrel/dist/launcher.h"
 #include "kestrel/dist/process_group.h"
 #include "kestrel/train/evolve.h"
+#include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/trainer.h"
 #include "kestrel/train/training_state.h"
 
@@ -24,7 +25,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--cfg", o->cfg, "model YAML, or a shipped name such as yolov5s");
   cmd->add_option("--data", o->data, "dataset YAML")->capture_default_str();
   cmd->add_option("--hyp", o->hyp, "hyperparameter YAML (default: hyp.scratch-low values)");
-  cmd->add_option("--epochs", o->epochs, "total epochs")->capture_default_str()->check(CLI::Range(1, 100000));
+  // Three defaults follow the recipe: YOLOv7's train.py trains 300 epochs, without early stopping or
+  // gradient clipping (a YOLOv7 hyp file, one with paste_in or loss_ota, says which recipe it is).
+  auto recipe_defaults = std::make_shared<std::vector<CLI::Option*>>();
+  recipe_defaults->push_back(cmd->add_option("--epochs", o->epochs, "total epochs (YOLOv7 recipes: 300)")
+                                 ->capture_default_str()->check(CLI::Range(1, 100000)));
   cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
   // YOLOv7 writes --img-size TRAIN TEST (its README: --img 640 640); YOLOv5 one size for both.
   auto img_sizes = std::make_shared<std::vector<int>>(1, o->img_size);
@@ -65,7 +70,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--linear-lr", o->linear_lr, "linear schedule for YOLOv7 recipes (which default to cosine, as its train.py)");
   cmd->add_option("--label-smoothing", o->label_smoothing, "class label smoothing epsilon")->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--patience", o->patience, "early stopping: epochs without improvement (0: off)")->capture_default_str();
+  recipe_defaults->push_back(
+      cmd->add_option("--patience", o->patience, "early stopping: epochs without improvement (0: off; YOLOv7 recipes: off)")
+          ->capture_default_str());
   cmd->add_option("--freeze", o->freeze, "freeze the first N layers, or several layer indices")->capture_default_str();
   cmd->add_option("--save-period,--save_period", o->save_period, "also save weights every N epochs")->capture_default_str();
   cmd->add_option("--seed", o->seed, "global seed")->capture_default_str();
@@ -83,7 +90,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "capture the training step as CUDA graphs once the warm-up ends and replay them (one process, CUDA; "
                 "--check-nans then sees a loss after its update)");
-  cmd->add_option("--max-grad-norm", o->max_grad_norm, "gradient-norm clipping (<= 0: off)")->capture_default_str();
+  recipe_defaults->push_back(
+      cmd->add_option("--max-grad-norm", o->max_grad_norm, "gradient-norm clipping (<= 0: off; YOLOv7 recipes: off)")
+          ->capture_default_str());
   cmd->add_option("--max-boxes", o->max_boxes, "target capacity per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--min-warmup-iters", o->min_warmup_iterations,
@@ -104,7 +113,7 @@ void add_train_command(CLI::App& app) {
   auto generations = std::make_shared<int>(0);
   cmd->add_option("--evolve", *generations, "evolve the hyperparameters for N generations (default 300) into runs/evolve")
       ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
-  cmd->callback([cmd, o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache, unsupported] {
+  cmd->callback([cmd, o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache, unsupported, recipe_defaults] {
     // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
     // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options).
     // Say which given flags are ignored.
@@ -138,6 +147,12 @@ void add_train_command(CLI::App& app) {
       throw CLI::ValidationError("--cache-images", "means --cache ram, but --cache " + o->cache + " was given too");
     if (yolov7_flags->first) o->optimizer = "Adam";
     if (yolov7_flags->second) o->cache = "ram";
+    if (o->resume.empty() && !o->hyp.empty() && train::load_hyperparameters(o->hyp).yolov7_recipe) {
+      const std::vector<CLI::Option*>& given = *recipe_defaults;  // --epochs, --patience, --max-grad-norm
+      if (given[0]->count() == 0) o->epochs = 300;
+      if (given[1]->count() == 0) o->patience = 0;
+      if (given[2]->count() == 0) o->max_grad_norm = 0;
+    }
     if (*generations > 0) {
       if (*nproc > 1 || dist::launched_worker()) throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
       train::evolve(*o, *generations);

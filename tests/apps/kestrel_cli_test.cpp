@@ -184,6 +184,19 @@ TEST(CliTrain, Yolov7Flags) {
   r = test::run_command(base + " --cache-images --cache disk");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--cache-images: means --cache ram, but --cache disk was given too"), std::string::npos) << r.output;
+  // A YOLOv7 hyp file brings YOLOv7's train.py defaults: 300 epochs, no early stopping, no gradient
+  // clipping, unless given (--patience 5 here). Stopped after one batch, as a Ctrl-C would: exit 130.
+  r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --batch-size 16 --img 64"
+                        " --workers 2 --device cpu --quiet --noplots --hyp configs/hyps/hyp.scratch.tiny.yaml --patience 5"
+                        " --interrupt-after 1 --name v7recipe --project " + dir.file("runs"));
+  EXPECT_EQ(r.exit_code, 130) << r.output;
+  std::ifstream v7_opt(dir.file("runs/v7recipe/opt.yaml"));
+  const std::string v7_yaml((std::istreambuf_iterator<char>(v7_opt)), {});
+  EXPECT_NE(v7_yaml.find("\nepochs: 300\n"), std::string::npos) << v7_yaml;
+  EXPECT_NE(v7_yaml.find("\npatience: 5\n"), std::string::npos) << v7_yaml;
+  EXPECT_NE(v7_yaml.find("\nmax_grad_norm: 0.0\n"), std::string::npos) << v7_yaml;
+  EXPECT_NE(yaml.find("\nepochs: 1\n"), std::string::npos) << yaml;  // a YOLOv5 recipe, --epochs given
+  EXPECT_NE(yaml.find("\nmax_grad_norm: 10.0\n"), std::string::npos) << yaml;
 }
 
 // The spellings of YOLOv7's README commands: train's --save_period, test.py's and detect.py's --conf / --iou

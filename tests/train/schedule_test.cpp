@@ -1,6 +1,8 @@
 // The YOLOv5 schedule at given iterations, derived by hand from train.py's formulas (peers.md §2.1).
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "kestrel/train/schedule.h"
 
 namespace kestrel::train {
@@ -28,6 +30,42 @@ TEST(Schedule, LinearAndCosineFactors) {
   EXPECT_NEAR(lr_factor(o, 25), 1 - 0.99 * (1 - 0.7071067811865476) / 2, 1e-12);  // 0.855018...
   EXPECT_NEAR(lr_factor(o, 50), 0.505, 1e-12);
   EXPECT_NEAR(lr_factor(o, 100), 0.01, 1e-12);
+}
+
+// YOLOv7's train.py --linear-lr: lf = (1 - x/(E-1))(1 - lrf) + lrf, so the last epoch (E-1) trains at
+// lr0 * lrf; its cosine is YOLOv5's one_cycle.
+TEST(Schedule, Yolov7LinearReachesLrfAtTheLastEpoch) {
+  ScheduleOptions o;
+  o.yolov7 = true;
+  o.epochs = 5;
+  o.lrf = 0.1;
+  EXPECT_DOUBLE_EQ(lr_factor(o, 0), 1.0);
+  EXPECT_NEAR(lr_factor(o, 2), 0.5 * 0.9 + 0.1, 1e-12);  // 0.55
+  EXPECT_NEAR(lr_factor(o, 4), 0.1, 1e-12);
+  o.epochs = 1;  // one epoch: x = 0 only, and no division by E - 1 = 0
+  EXPECT_DOUBLE_EQ(lr_factor(o, 0), 1.0);
+  o.epochs = 5;
+  o.cos_lr = true;
+  EXPECT_NEAR(lr_factor(o, 5), 0.1, 1e-12);
+}
+
+// The iterations that end with an optimiser step while accumulate ramps 1, 1, 2, 2, 3, 3, 4, 4 ...:
+// YOLOv5 steps when ni - last_opt_step >= accumulate, YOLOv7 when ni % accumulate == 0 (by hand).
+TEST(Schedule, OptimizerStepRulesOfBothRecipes) {
+  const int accumulate[12] = {1, 1, 2, 2, 3, 3, 4, 4, 4, 4, 4, 4};
+  for (const bool yolov7 : {false, true}) {
+    ScheduleOptions o;
+    o.yolov7 = yolov7;
+    std::vector<int64_t> steps;
+    int64_t last = -1;
+    for (int64_t ni = 0; ni < 12; ++ni)
+      if (optimizer_step_due(o, ni, last, accumulate[ni])) steps.push_back(ni), last = ni;
+    // YOLOv5: 0 (0 - -1 >= 1), 1 (1 - 0 >= 1), 2 no (2 - 1 < 2), 3 (3 - 1 >= 2), 4 and 5 no (< 3),
+    //         6 no (6 - 3 < 4: accumulate is 4 there), 7 (7 - 3 >= 4), 11 (11 - 7 >= 4).
+    // YOLOv7: 0 (0 % 1), 1 (1 % 1), 2 (2 % 2), 3 no (3 % 2), 4 and 5 no (% 3), 6 and 7 no (% 4), 8 (8 % 4).
+    if (!yolov7) EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 3, 7, 11})) << "YOLOv5";
+    else EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 8})) << "YOLOv7";
+  }
 }
 
 TEST(Schedule, AccumulationAndWeightDecay) {

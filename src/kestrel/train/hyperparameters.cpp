@@ -78,8 +78,11 @@ Hyperparameters load_hyperparameters(const std::string& path) {
       h.loss_ota = value == 1;  // train.py: hyp['loss_ota'] == 1
     } else if (const auto it = known.find(key); it != known.end()) {
       *it->second = value;
-    } else if (key != "anchors") {  // upstream's optional anchors-per-level key: the model config decides here
+    } else if (key != "anchors") {
       h.unknown_keys.push_back(key);
+    } else if (value > 0) {  // YOLOv5's optional key (hyp.VOC.yaml: 3.412): it rebuilds the head with that many
+      h.unknown_keys.push_back(cat("anchors (YOLOv5 sets round(", value, ") anchors per level and fits them with "
+                                   "AutoAnchor; kestrel keeps the model YAML's anchors)"));
     }
   }
   // YOLOv7's train.py trains with OTA when loss_ota is 1 or missing; any other value means its plain loss.

@@ -25,7 +25,12 @@ double lr_factor(const ScheduleOptions& o, int epoch) {
   if (o.epochs < 1) fail("--epochs must be >= 1");
   const double x = static_cast<double>(epoch);
   if (o.cos_lr) return ((1 - std::cos(x * kPi / o.epochs)) / 2) * (o.lrf - 1) + 1;
+  if (o.yolov7) return o.epochs > 1 ? (1 - x / (o.epochs - 1)) * (1 - o.lrf) + o.lrf : 1.0;
   return (1 - x / o.epochs) * (1 - o.lrf) + o.lrf;
+}
+
+bool optimizer_step_due(const ScheduleOptions& o, int64_t ni, int64_t last_opt_step, int accumulate) {
+  return o.yolov7 ? ni % accumulate == 0 : ni - last_opt_step >= accumulate;
 }
 
 int64_t warmup_iterations(const ScheduleOptions& o, int64_t batches_per_epoch) {

@@ -21,13 +21,17 @@ struct ScheduleOptions {
   // here) beta1 stays at `momentum` from the first iteration.
   bool ramp_momentum = true;
   bool cos_lr = false;            // --cos-lr (YOLOv7's default is cosine)
+  // YOLOv7's train.py (its hyp files): --linear-lr reaches lrf at the last epoch (E - 1, not E), and the
+  // optimiser steps when ni % accumulate == 0 (YOLOv5: ni - last_opt_step >= accumulate).
+  bool yolov7 = false;
   int epochs = 100;
   int min_warmup_iterations = 100;  // YOLOv5: 100, YOLOv7: 1000
   int nominal_batch_size = 64;      // nbs
   int batch_size = 16;
 };
 
-// The per-epoch factor lf(epoch): linear (1 - e/E)(1 - lrf) + lrf, or cosine ((1 - cos(pi e/E)) / 2)(lrf - 1) + 1.
+// The per-epoch factor lf(epoch): linear (1 - e/E)(1 - lrf) + lrf (YOLOv5), (1 - e/(E-1))(1 - lrf) + lrf
+// (YOLOv7's --linear-lr), or cosine ((1 - cos(pi e/E)) / 2)(lrf - 1) + 1 (both).
 double lr_factor(const ScheduleOptions& o, int epoch);
 
 // Warm-up length in iterations: max(round(warmup_epochs * batches_per_epoch), min_warmup_iterations).
@@ -35,6 +39,10 @@ int64_t warmup_iterations(const ScheduleOptions& o, int64_t batches_per_epoch);
 
 // Optimiser steps every `accumulate` batches: round(nbs / batch_size), at least 1.
 int accumulation_steps(const ScheduleOptions& o);
+
+// Whether iteration ni (from the start of training) ends with an optimiser step; `accumulate` is the
+// iteration's (it ramps up during the warm-up), last_opt_step the iteration of the previous step (-1).
+bool optimizer_step_due(const ScheduleOptions& o, int64_t ni, int64_t last_opt_step, int accumulate);
 
 // Weight decay scaled to the effective batch: weight_decay * batch_size * accumulate / nbs.
 double scaled_weight_decay(const ScheduleOptions& o, double weight_decay);

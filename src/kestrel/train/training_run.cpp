@@ -150,16 +150,16 @@ EpochTotals TrainingRun::run_batches() {
     // images [B, 3, H, W] float 0..1; targets [B, M, 5] (class, cx, cy, w, h), target_mask [B, M].
     const at::Tensor images = o.multi_scale ? multi_scale(batch->images, epoch, i) : batch->images;
 
-    // Optimiser step every `accumulate` batches (upstream: ni - last_opt_step >= accumulate); only
-    // the backward before it communicates.
-    const bool optimizer_step_due = ni - progression.last_opt_step >= s.accumulate;
-    reducer->prepare_backward(optimizer_step_due);
+    // Optimiser step every `accumulate` batches (schedule.h: YOLOv5's or YOLOv7's rule); only the
+    // backward before it communicates.
+    const bool step_due = optimizer_step_due(sched, ni, progression.last_opt_step, s.accumulate);
+    reducer->prepare_backward(step_due);
     // With --cuda-graph the update is part of the replay (one process: nothing to reduce before it).
     const loss::YoloLoss::Result step_loss =
-        graph ? graph->run(images, batch->targets, batch->target_mask, s, optimizer_step_due)
+        graph ? graph->run(images, batch->targets, batch->target_mask, s, step_due)
               : step->forward_backward(images, batch->targets, batch->target_mask);
     if (o.check_nans) check_finite_loss(step_loss, *batch, epoch, i, ni);
-    if (optimizer_step_due) totals.interrupted = optimiser_step(s, ni);
+    if (step_due) totals.interrupted = optimiser_step(s, ni);
     totals.loss_sum.add_(step_loss.items.to(at::kFloat));
     totals.dropped_boxes += batch->dropped_boxes;
     ++progression.loss_count;

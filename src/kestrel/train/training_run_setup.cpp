@@ -122,6 +122,10 @@ void TrainingRun::build_model() {
   // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
   torch::manual_seed(o.seed);
   model = build();
+  if (o.hyp.empty() && !resuming() && models::is_yolov7_family(*model))
+    std::cout << "note: " << info.model_name << " trains with kestrel's default recipe, YOLOv5's hyp.scratch-low; YOLOv7's "
+              << "train.py defaults to --hyp hyp.scratch.p5.yaml (OTA loss, cosine schedule, 300 epochs): give "
+              << "--hyp configs/hyps/hyp.scratch.p5.yaml (or .tiny / .p6) for YOLOv7's recipe\n";
   if (pretrained.model && !resuming()) transfer_pretrained(pretrained);
   model->to(device);
   dist::broadcast_module(*model, dist_ctx);  // every rank starts from rank 0's weights
@@ -222,6 +226,7 @@ void TrainingRun::build_optimiser() {
   sched.warmup_bias_lr = hyp.warmup_bias_lr;
   // YOLOv5: linear unless --cos-lr; YOLOv7's train.py: cosine (one_cycle) unless --linear-lr.
   sched.cos_lr = o.cos_lr || (hyp.yolov7_recipe && !o.linear_lr);
+  sched.yolov7 = hyp.yolov7_recipe;
   sched.epochs = o.epochs;
   sched.batch_size = o.batch_size;
   sched.min_warmup_iterations = o.min_warmup_iterations >= 0 ? o.min_warmup_iterations : (hyp.yolov7_recipe ? 1000 : 100);
