@@ -164,7 +164,15 @@ void add_train_command(CLI::App& app) {
                                  std::to_string(dist::read_env().local_world_size) +
                                  " (WORLD_SIZE is set in the environment): unset WORLD_SIZE, or drop --nproc-per-node");
     if (*nproc > 1 && !dist::launched_worker()) {
-      const int code = dist::launch_local(*nproc, dist::own_command_line());
+      // A bare --resume was resolved above: the ranks get that path, not their own newest run.
+      std::vector<std::string> argv = dist::own_command_line();
+      for (size_t i = 0; latest && i < argv.size(); ++i) {
+        if (argv[i] == std::string("--resume=") + kLatestRun) argv[i] = "--resume=" + o->resume;
+        if (argv[i] != "--resume") continue;
+        if (i + 1 < argv.size() && argv[i + 1] == kLatestRun) argv[i + 1] = o->resume;
+        else argv[i] = "--resume=" + o->resume;
+      }
+      const int code = dist::launch_local(*nproc, argv);
       if (code != 0) throw CLI::RuntimeError(code);
       return;
     }

@@ -144,8 +144,12 @@ TEST_F(BrokenDataset, CacheIsReusedUntilAFileChanges) {
   EXPECT_EQ(fourth.counts.missing, third.counts.missing + 2);
   // Another class count: every sample again (classes are checked against nc).
   EXPECT_EQ(index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{3, 2, true}).verified, 15);
-  // A corrupt cache file is ignored with a note and rebuilt.
-  test::write_file(third.cache_path, "{not a cache");
+  // A corrupt cache file is ignored with a note and rebuilt; the JSON cache of older versions quietly.
+  test::write_file(third.cache_path, "{\"version\": 3}");
+  DatasetIndex old = index();
+  EXPECT_EQ(old.verified, 15);
+  EXPECT_EQ(old.cache_note, "");
+  test::write_file(third.cache_path, "not a cache");
   DatasetIndex fifth = index();
   EXPECT_FALSE(fifth.from_cache);
   EXPECT_EQ(fifth.verified, 15);
@@ -163,12 +167,19 @@ TEST_F(BrokenDataset, ListingsOfOneLabelFolderShareItsCache) {
   EXPECT_EQ(index_split(b, IndexOptions{80, 2, true}).verified, 9);
   EXPECT_TRUE(index_split(a, IndexOptions{80, 2, true}).from_cache);
   EXPECT_TRUE(index_split(all, IndexOptions{80, 2, true}).from_cache);
-  // An image listed twice is one sample verified once, and counted twice.
+  // An image listed twice is one sample (verified once), counted twice, as verified as listed; from the
+  // cache, nothing is verified and the line says so.
   std::vector<std::string> twice = a;
   twice.push_back(a[0]);
-  const DatasetIndex repeated = index_split(twice, IndexOptions{80, 2, false});
-  EXPECT_EQ(repeated.verified, 5);
+  fs::remove(dir.file("labels/train.kestrel.cache"));
+  const DatasetIndex repeated = index_split(twice, IndexOptions{80, 2, true});
+  EXPECT_EQ(repeated.verified, 6);
   EXPECT_EQ(repeated.counts.images, 6);
+  EXPECT_EQ(repeated.records.size() + repeated.skipped.size(), 6u);
+  EXPECT_EQ(describe(repeated, "train").find("from cache"), std::string::npos);
+  const DatasetIndex repeated_cached = index_split(twice, IndexOptions{80, 2, true});
+  EXPECT_TRUE(repeated_cached.from_cache);
+  EXPECT_EQ(repeated_cached.verified, 0);
 }
 
 // Found by fuzz/dataset_index_fuzz (on the JSON cache before version 4): a cache was trusted whatever it

@@ -57,9 +57,14 @@ TEST(DistLauncherChild, ExitWithRankCode) {
     std::signal(SIGINT, SIG_DFL);
     std::raise(SIGINT);
   }
-  if (std::string(mode) == "term-then-fail") {  // a Ctrl-C forwarded to ranks that go on, then rank 1 fails
+  if (std::string(mode).rfind("term-then-fail:", 0) == 0) {  // a Ctrl-C forwarded to ranks that go on, then rank 1 fails
     std::signal(SIGTERM, SIG_IGN);
-    if (e.rank == 0) std::this_thread::sleep_for(60s);
+    const std::string ready = std::string(mode).substr(15) + "/rank0-ignores-sigterm";
+    if (e.rank == 0) {
+      std::ofstream(ready) << "1\n";
+      std::this_thread::sleep_for(60s);
+    }
+    for (int i = 0; i < 300 && !std::ifstream(ready); ++i) std::this_thread::sleep_for(100ms);
     ::kill(::getppid(), SIGTERM);  // the launcher forwards it to both
     std::this_thread::sleep_for(500ms);
     std::_Exit(4);
@@ -142,7 +147,8 @@ TEST(DistLauncher, ARankKilledBySigintIsAFailure) {
 // others stopped.
 TEST(DistLauncher, StopsTheOthersWhenOneFailsAfterACtrlC) {
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(launch_child("term-then-fail"), 4);
+  test::TempDir dir;
+  EXPECT_EQ(launch_child("term-then-fail:" + dir.path()), 4);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
 }
 

@@ -9,6 +9,7 @@
 
 #include "kestrel/core/safetensors.h"
 #include "kestrel/models/model_config.h"
+#include "kestrel/models/model_family.h"
 #include "kestrel/models/yolo_model.h"
 #include "test_support.h"
 
@@ -85,10 +86,10 @@ struct CheckOptions {
   std::string output = "output0";  // the output's expected name
 };
 
-// The name upstream's export gives the output: YOLOv7's export.py "output" (its models have the
-// implicit-knowledge heads IDetect / IAuxDetect), YOLOv5's "output0".
+// The name upstream's export gives the output: YOLOv7's export.py "output" for the models of the YOLOv7
+// repository (model_family's rule: its blocks or implicit heads), YOLOv5's "output0" for the others.
 inline std::string upstream_output_name(const models::YoloModel& model) {
-  return model.head().implicit() ? "output" : "output0";
+  return models::is_yolov7_family(model) ? "output" : "output0";
 }
 
 // Writes the cases next to DIR/model.onnx and runs kPythonCheck.

@@ -63,6 +63,8 @@ TEST(OnnxExport, Yolov7TinyMatchesOnnxRuntime) { check_config("yolov7-tiny", 128
 // SPPCSPC, RepConv (with its BN statistics randomised: the re-parameterisation is in the graph), IDetect.
 TEST(OnnxExport, Yolov7MatchesOnnxRuntime) { check_config("yolov7", 160, 1); }
 TEST(OnnxExport, Yolov7xMatchesOnnxRuntime) { check_config("yolov7x", 128, 1); }
+// YOLOv7's cfg/baseline Scaled-YOLOv4: YOLOv7 blocks with a plain Detect head, exported as "output".
+TEST(OnnxExport, Yolov4CspMatchesOnnxRuntime) { check_config("yolov4-csp", 64, 1); }
 
 // Every YOLOv7 block in one small network, including those no shipped config uses (Shortcut, ReOrg,
 // SP) and RepConv in its three forms: identity branch, grouped with identity, stride 2 (no identity).

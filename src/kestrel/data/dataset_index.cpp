@@ -73,7 +73,9 @@ LabelCache read_cache(const std::string& path, int nc, std::string& note) {
   try {
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("cannot be read");
-    LabelCache cache = decode_label_cache(std::string(std::istreambuf_iterator<char>(in), {}));
+    const std::string bytes(std::istreambuf_iterator<char>(in), {});
+    if (!bytes.empty() && bytes[0] == '{') return {};  // the JSON cache of kestrel before version 4: rebuilt quietly
+    LabelCache cache = decode_label_cache(bytes);
     if (cache.nc == nc) return cache;
   } catch (const std::exception& e) {
     note = cat("ignored unreadable cache ", path, " (", e.what(), ")");
@@ -125,8 +127,14 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
       for (size_t k = next++; k < to_verify.size(); k = next++) results[to_verify[k]] = verify_sample(images[to_verify[k]], options.nc);
     });
   for (auto& th : pool) th.join();
-  for (size_t i : repeats) results[i] = results[first_listed.at(images[i])];
   index.verified = static_cast<int>(to_verify.size());
+  std::vector<bool> verified_now(images.size());
+  for (size_t i : to_verify) verified_now[i] = true;
+  for (size_t i : repeats) {
+    const size_t first = first_listed.at(images[i]);
+    results[i] = results[first];
+    index.verified += verified_now[first];  // counted per listing, as counts.images
+  }
   index.from_cache = !images.empty() && to_verify.empty();
 
   if (!index.cache_path.empty() && (!index.from_cache || (other_formats && cache.plugin != plugin))) {
@@ -136,7 +144,8 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     out.nc = options.nc;
     out.plugin = plugin;
     for (auto& [image, entry] : cache.entries)
-      if (entry.image == stamp_of(image) && entry.label == stamp_of(label_path_for(image)))
+      if (entry.image == stamp_of(image) && entry.label == stamp_of(label_path_for(image)) &&
+          (is_jpeg_or_png_name(image) || cache.plugin == plugin))  // the file's plugin state becomes this one's
         out.entries.emplace(image, std::move(entry));
     for (const auto& [image, i] : first_listed) out.entries[image] = CacheEntry{image_stamps[i], label_stamps[i], results[i]};
     try {

@@ -113,6 +113,9 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
   if (n <= 0) fail("launcher: cannot resolve /proc/self/exe: ", std::strerror(errno));
   exe[n] = '\0';
 
+  // An inherited SIGCHLD of SIG_IGN would reap the workers in the kernel: waitpid would answer ECHILD
+  // at once and a failed rank would pass for a finished run.
+  ::signal(SIGCHLD, SIG_DFL);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
