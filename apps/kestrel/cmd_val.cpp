@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,7 @@
 #include "kestrel/eval/coco_eval.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/eval/val_study.h"
+#include "kestrel/eval/yolo_to_coco.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/models/weights_file.h"
@@ -55,6 +57,8 @@ Model load_for(const ValOptions& o, const std::string& weights, const data::Data
 // Where one pass writes: txt labels, plots (with the confusion matrix to fill), nothing when empty.
 struct PassOutputs {
   std::string txt_dir, plot_dir;
+  bool save_json = false;              // COCO predictions (ValidationResult::predictions)
+  std::vector<int> coco_category_ids;  // class -> category id in the JSON predictions (empty: the class index)
   eval::ConfusionMatrix* confusion = nullptr;
 };
 
@@ -99,7 +103,8 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   v.augment = o.augment;
   // test.py's speed and study passes take no --save-hybrid (val.py's do).
   v.save_hybrid = o.save_hybrid && !(m.yolov7 && kind != PassKind::plain);
-  v.save_json = o.save_json || !o.coco_ann.empty();
+  v.save_json = out.save_json;
+  v.coco_category_ids = out.coco_category_ids;
   if (!out.txt_dir.empty()) {
     v.txt_dir = out.txt_dir;
     v.save_conf = o.save_conf;
@@ -184,7 +189,15 @@ void run_val(const ValOptions& options) {
          "several only with --task speed or study");
   const std::string& weights = o.weights.front();
   Model m = load_for(o, weights, cfg, device);
-  const bool save_json = o.save_json || !o.coco_ann.empty();
+  // COCO as val.py: predictions saved as JSON with COCO's category ids, scored with COCOeval against
+  // <path>/annotations/instances_val2017.json when it is there, on the split's images only.
+  const bool is_coco = eval::is_coco_dataset(cfg);
+  std::string coco_ann = o.coco_ann;
+  const std::string coco_guess = (std::filesystem::path(cfg.root) / "annotations" / "instances_val2017.json").string();
+  if (coco_ann.empty() && is_coco && std::filesystem::exists(coco_guess)) coco_ann = coco_guess;
+  const bool save_json = o.save_json || !coco_ann.empty() || is_coco;
+  std::optional<eval::CocoAnnotations> annotations;
+  if (!coco_ann.empty()) annotations = eval::read_coco_annotations(coco_ann);  // before the pass: a bad file fails fast
   // The run folder exists before the pass (val_batch images are written during it); none when nothing is written.
   const bool writes = !o.noplots || save_json || o.save_txt;
   const std::string dir = writes ? train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false) : "";
@@ -195,6 +208,9 @@ void run_val(const ValOptions& options) {
     std::filesystem::create_directories(out.txt_dir);
   }
   if (!o.noplots) out.confusion = &confusion, out.plot_dir = dir;
+  out.save_json = save_json;
+  if (annotations) out.coco_category_ids = eval::coco_category_ids_for(m.names, *annotations, is_coco);
+  else if (is_coco && m.nc == 80) out.coco_category_ids = eval::coco80_to_coco91_ids();
   const eval::ValidationResult r = validate_once(o, m, cfg, device, o.img_size, PassKind::plain, out);
   if (!writes) return;
   if (!o.noplots) {
@@ -204,18 +220,21 @@ void run_val(const ValOptions& options) {
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, m.names, file("F1_curve.png"));
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, m.names, file("P_curve.png"));
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, m.names, file("R_curve.png"));
-    std::cout << "Plots saved to " << dir << "\n";
   }
-  if (o.save_txt) report_labels(out.txt_dir);
   if (save_json) {
     const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(weights).stem().string() + "_predictions.json")).string();
     write_file_atomic(path, {eval::coco_results_json(r.predictions)}, Durability::kFlushed);
     std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
-    if (!o.coco_ann.empty()) {
-      const eval::CocoSummary coco = eval::evaluate_coco(o.coco_ann, path);
-      std::cout << eval::format_coco_summary(coco);
+    if (annotations) {
+      std::cout << "Evaluating COCO mAP with " << coco_ann << " (" << r.image_ids.size() << " images of the split)\n";
+      const auto detections = eval::read_coco_results(path, *annotations);  // the file as saved
+      std::cout << eval::format_coco_summary(eval::evaluate_coco(*annotations, detections, r.image_ids));
+    } else if (is_coco) {
+      std::cout << "WARNING: no " << coco_guess << ": the predictions are not scored with COCOeval (--coco-ann FILE)\n";
     }
   }
+  std::cout << "Results saved to " << dir << "\n";  // val.py's last lines
+  if (o.save_txt) report_labels(out.txt_dir);
 }
 
 }  // namespace

@@ -147,6 +147,41 @@ TEST(CliTrain, TrainsThenValidatesItsWeights) {
   ASSERT_EQ(py.exit_code, 0) << py.output;
   EXPECT_EQ(line_of(r.output, ap), line_of(py.output, ap)) << py.output;
   EXPECT_EQ(line_of(r.output, ar), line_of(py.output, ar)) << py.output;
+
+  // COCO as val.py finds it: a YAML named coco.yaml, its <path>/annotations/instances_val2017.json (here the
+  // demo's annotations with COCO's category ids 1..90, remapped in Python), no flags. The predictions are
+  // saved and scored by themselves, with COCO's ids: the same detections as above, each category id the
+  // COCO id of the class id written above (COCO's table built in Python: 1..90 without its ten unused ids).
+  const auto coco = test::run_python(
+      "import json, os, yaml\n"
+      "root = '" + dir.file("coco") + "'\n"
+      "os.makedirs(root + '/annotations', exist_ok=True)\n"
+      "ids = [i for i in range(1, 91) if i not in (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)]\n"
+      "ann = json.load(open('" + dir.file("ann.json") + "'))\n"
+      "for c in ann['categories']: c['id'] = ids[c['id']]\n"
+      "for a in ann['annotations']: a['category_id'] = ids[a['category_id']]\n"
+      "json.dump(ann, open(root + '/annotations/instances_val2017.json', 'w'))\n"
+      "demo = yaml.safe_load(open('data/demo/demo.yaml'))\n"
+      "cfg = {'path': root, 'train': os.path.abspath('data/demo/images/train'), 'val': os.path.abspath('data/demo/images/val'),\n"
+      "       'nc': demo.get('nc', len(demo['names'])), 'names': demo['names']}\n"
+      "yaml.safe_dump(cfg, open(root + '/coco.yaml', 'w'))\n");
+  ASSERT_EQ(coco.exit_code, 0) << coco.output;
+  r = test::run_command(test::kestrel_binary() + " val --data " + dir.file("coco/coco.yaml") + " --img 128 --device cpu --weights " +
+                        weights + " --conf-thres 0.000001 --project " + dir.file("val") + " --name coco2017");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Evaluating COCO mAP with " + dir.file("coco/annotations/instances_val2017.json") + " (16 images"),
+            std::string::npos) << r.output;
+  const auto same = test::run_python(
+      "import json\n"
+      "ids = [i for i in range(1, 91) if i not in (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)]\n"
+      "a = json.load(open('" + dir.file("val/coco/best_predictions.json") + "'))\n"
+      "b = json.load(open('" + dir.file("val/coco2017/best_predictions.json") + "'))\n"
+      "assert len(a) == len(b) and len(a) > 0, (len(a), len(b))\n"
+      "for p, q in zip(a, b):\n"
+      "    assert q['category_id'] == ids[p['category_id']] and q['bbox'] == p['bbox'] and q['score'] == p['score'], (p, q)\n"
+      "print('same', len(a))\n");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(r.output.find("Results saved to " + dir.file("val/coco2017")), std::string::npos) << r.output;
 }
 
 // YOLOv7's --img-size TRAIN TEST (its README trains with --img 640 640): the second size is the validation's;

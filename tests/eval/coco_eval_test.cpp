@@ -36,8 +36,11 @@ json read_json(const std::string& path) {
 
 // COCOeval.stats from pycocotools. loadRes() cannot take an empty list (it reads anns[0]), so an empty
 // result file becomes a result COCO object with no annotations, which is what loadRes would build.
-Stats pycocotools_stats(const std::string& annotations, const std::string& results) {
-  const std::string script = R"PY(
+// img_ids: COCOeval.params.imgIds (val.py sets the split's on COCO); empty: every image.
+Stats pycocotools_stats(const std::string& annotations, const std::string& results, const std::vector<int64_t>& img_ids = {}) {
+  std::string ids;
+  for (int64_t id : img_ids) ids += std::to_string(id) + ",";
+  const std::string script = "IMG_IDS = [" + ids + "]\n" + R"PY(
 import contextlib, io, json
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
@@ -53,6 +56,7 @@ with contextlib.redirect_stdout(io.StringIO()):
         dt.dataset = {'images': gt.dataset['images'], 'categories': gt.dataset['categories'], 'annotations': []}
         dt.createIndex()
     E = COCOeval(gt, dt, 'bbox')
+    if IMG_IDS: E.params.imgIds = IMG_IDS
     E.evaluate(); E.accumulate(); E.summarize()
 print('STATS ' + json.dumps([float(s) for s in E.stats]))
 )PY";
@@ -182,6 +186,22 @@ TEST_F(CocoEvalDemo, PerturbedDetectionsMatchPycocotools) {
     EXPECT_GT(s.stats[CocoSummary::kAP50], 0.2);  // a real, non-trivial score
     EXPECT_LT(s.stats[CocoSummary::kAP], 0.9);
   }
+}
+
+// val.py on COCO scores the split's images only (params.imgIds): gts and detections of the file's other
+// images count for nothing, as in pycocotools.
+TEST_F(CocoEvalDemo, ImageSubsetMatchesPycocotoolsImgIds) {
+  const json dets = perturbed_detections(coco_, 4);
+  const std::string res = results("subset.json", dets);
+  std::vector<int64_t> subset;
+  for (size_t i = 0; i < coco_["images"].size(); i += 3) subset.push_back(coco_["images"][i]["id"].get<int64_t>());
+  ASSERT_GE(subset.size(), 3u);
+  const Stats expected = pycocotools_stats(annotations(), res, subset);
+  const CocoAnnotations ann = read_coco_annotations(annotations());
+  const CocoSummary got = evaluate_coco(ann, read_coco_results(res, ann), subset);
+  for (int i = 0; i < 12; ++i) EXPECT_NEAR(got.stats[i], expected[i], 1e-4) << "stat " << i;
+  const CocoSummary all = evaluate_coco(ann, read_coco_results(res, ann));
+  EXPECT_NE(got.stats[CocoSummary::kAP], all.stats[CocoSummary::kAP]);  // the subset does change the score
 }
 
 TEST_F(CocoEvalDemo, EmptyResultsMatchPycocotools) {

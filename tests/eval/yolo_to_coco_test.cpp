@@ -253,6 +253,61 @@ TEST(YoloToCoco, MissingOrEmptyFoldersAndNoNamesFail) {
   EXPECT_NE(test::error_message([&] { yolo_to_coco("data/demo/images/val", {}); }).find("class names"), std::string::npos);
 }
 
+// COCO 2017's category ids of YOLO's 80 classes: person 1, bicycle 2, ..., stop sign 13 (12 unused),
+// backpack 27 (26 unused), ..., toothbrush 90; ten ids unused in all (COCO's 91 minus id 91 and these).
+TEST(CocoCategories, EightyClassesToCocoIds) {
+  const std::vector<int>& ids = coco80_to_coco91_ids();
+  ASSERT_EQ(ids.size(), 80u);
+  EXPECT_EQ(ids[0], 1);    // person
+  EXPECT_EQ(ids[10], 11);  // fire hydrant
+  EXPECT_EQ(ids[11], 13);  // stop sign
+  EXPECT_EQ(ids[24], 27);  // backpack
+  EXPECT_EQ(ids[26], 31);  // handbag
+  EXPECT_EQ(ids[39], 44);  // bottle
+  EXPECT_EQ(ids[40], 46);  // wine glass
+  EXPECT_EQ(ids[60], 67);  // dining table
+  EXPECT_EQ(ids[61], 70);  // toilet
+  EXPECT_EQ(ids[62], 72);  // tv
+  EXPECT_EQ(ids[72], 82);  // refrigerator
+  EXPECT_EQ(ids[73], 84);  // book
+  EXPECT_EQ(ids[79], 90);  // toothbrush
+}
+
+// Predictions get the annotation file's ids: by category name, else COCO's ids for COCO's 80 classes,
+// else the class index; a file that fits none is an error naming it.
+TEST(CocoCategories, IdsByNameThenCocoThenIndex) {
+  CocoAnnotations ann;
+  ann.source = "instances.json";
+  ann.category_ids = {7, 3, 5};
+  ann.category_names = {"dog", "cat", "bird"};
+  EXPECT_EQ(coco_category_ids_for({"cat", "dog"}, ann, false), (std::vector<int>{3, 7}));
+  ann.category_names = {"", "", ""};
+  ann.category_ids = {0, 1, 2};
+  EXPECT_EQ(coco_category_ids_for({"cat", "dog"}, ann, false), (std::vector<int>{0, 1}));
+  ann.category_ids = {3, 5, 7};
+  EXPECT_NE(test::error_message([&] { coco_category_ids_for({"cat", "dog"}, ann, false); })
+                .find("instances.json: its categories match neither the dataset's class names nor their indices (class 0 'cat'"),
+            std::string::npos);
+  CocoAnnotations coco;
+  coco.category_ids.assign(coco80_to_coco91_ids().begin(), coco80_to_coco91_ids().end());
+  coco.category_names.assign(80, "");
+  const std::vector<std::string> names(80, "x");
+  EXPECT_EQ(coco_category_ids_for(names, coco, true), coco80_to_coco91_ids());
+}
+
+// val.py's is_coco: a val entry ending in coco/val2017.txt (YOLOv5), or a YAML named coco.yaml (YOLOv7).
+TEST(CocoCategories, CocoDatasetsAreRecognised) {
+  data::DatasetConfig cfg;
+  cfg.source = "data/coco.yaml";
+  EXPECT_TRUE(is_coco_dataset(cfg));
+  cfg.source = "data/coco128.yaml";
+  EXPECT_FALSE(is_coco_dataset(cfg));
+  cfg.val = {"/datasets/coco/val2017.txt"};
+  EXPECT_TRUE(is_coco_dataset(cfg));
+  cfg.val = {"/datasets/coco/images/val2017"};
+  EXPECT_FALSE(is_coco_dataset(cfg));
+}
+
 TEST(YoloToCoco, WritesJsonFile) {
   TempDir dir;
   write_yolo_as_coco("data/demo/images/val", std::vector<std::string>(80, "n"), dir.file("val.json"));

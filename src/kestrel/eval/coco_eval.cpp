@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -113,6 +114,8 @@ CocoAnnotations parse_coco_annotations(const json& root, const std::string& path
   out.source = path;
   out.image_ids = listed_ids(root, "images", path);
   out.category_ids = listed_ids(root, "categories", path);
+  for (const json& category : root.at("categories"))
+    out.category_names.push_back(category.contains("name") && category["name"].is_string() ? category["name"].get<std::string>() : "");
   const std::unordered_set<int64_t> images(out.image_ids.begin(), out.image_ids.end());
   const std::unordered_set<int64_t> categories(out.category_ids.begin(), out.category_ids.end());
   std::unordered_set<int64_t> ids;
@@ -354,22 +357,25 @@ std::vector<int64_t> sorted_unique(std::vector<int64_t> ids) {
   return ids;
 }
 
-// Groups gts and detections by (category, image); per category, cells in image-id order.
+// Groups gts and detections by (category, image); per category, cells in image-id order. subset: `images`
+// is a part of the file's (imgIds): the others' gts and detections are left out, not errors.
 std::vector<std::vector<Cell>> build_cells(const CocoAnnotations& ann, const std::vector<CocoDetection>& dts,
                                            const std::vector<int64_t>& images,
-                                           const std::vector<int64_t>& categories) {
+                                           const std::vector<int64_t>& categories, bool subset) {
   const auto image_index = index_of(images);
   const auto category_index = index_of(categories);
   std::vector<std::unordered_map<int64_t, Cell>> by_image(categories.size());
   for (const CocoGroundTruth& gt : ann.objects) {
     auto k = category_index.find(gt.category_id);
     auto i = image_index.find(gt.image_id);
+    if (subset && i == image_index.end()) continue;
     if (k == category_index.end() || i == image_index.end())
       fail(ann.source, ": annotation ", gt.id, " names an image or category the file does not list");
     by_image[k->second][i->second].gts.push_back(&gt);
   }
   for (const CocoDetection& d : dts) {
     auto i = image_index.find(d.image_id);
+    if (subset && i == image_index.end()) continue;
     if (i == image_index.end()) fail("detection for image_id ", d.image_id, " that ", ann.source, " does not list");
     auto k = category_index.find(d.category_id);
     if (k != category_index.end()) by_image[k->second][i->second].dts.push_back(&d);
@@ -387,10 +393,18 @@ std::vector<std::vector<Cell>> build_cells(const CocoAnnotations& ann, const std
 
 }  // namespace
 
-CocoSummary evaluate_coco(const CocoAnnotations& annotations, const std::vector<CocoDetection>& detections) {
-  const std::vector<int64_t> images = sorted_unique(annotations.image_ids);
+CocoSummary evaluate_coco(const CocoAnnotations& annotations, const std::vector<CocoDetection>& detections,
+                          const std::vector<int64_t>& image_ids) {
+  // Images of the subset without annotations or detections would add nothing (pycocotools: no gt, no dt).
+  std::vector<int64_t> images = sorted_unique(annotations.image_ids);
+  if (!image_ids.empty()) {
+    const std::vector<int64_t> subset = sorted_unique(image_ids);
+    std::vector<int64_t> both;
+    std::set_intersection(images.begin(), images.end(), subset.begin(), subset.end(), std::back_inserter(both));
+    images = std::move(both);
+  }
   const std::vector<int64_t> categories = sorted_unique(annotations.category_ids);
-  std::vector<std::vector<Cell>> cells = build_cells(annotations, detections, images, categories);
+  std::vector<std::vector<Cell>> cells = build_cells(annotations, detections, images, categories, !image_ids.empty());
   Accumulated acc;
   acc.K = static_cast<int64_t>(categories.size());
   acc.precision.assign(kT * kR * acc.K * kA * kM, -1.0);

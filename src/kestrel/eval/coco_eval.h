@@ -52,6 +52,7 @@ struct CocoAnnotations {
   std::string source;                    // file name, for messages
   std::vector<int64_t> image_ids;        // as listed under "images"
   std::vector<int64_t> category_ids;     // as listed under "categories"
+  std::vector<std::string> category_names;  // their "name" ("" where missing), parallel to category_ids
   std::vector<CocoGroundTruth> objects;  // "annotations", in file order
 };
 
@@ -73,7 +74,10 @@ std::vector<CocoDetection> parse_coco_results(const nlohmann::json& root, const 
                                               const CocoAnnotations& annotations);
 
 // The evaluation proper; `detections` in the order they were produced (ties in score keep it).
-CocoSummary evaluate_coco(const CocoAnnotations& annotations, const std::vector<CocoDetection>& detections);
+// image_ids: pycocotools' params.imgIds, the images evaluated (val.py sets the split's on COCO); empty:
+// every image of the annotation file.
+CocoSummary evaluate_coco(const CocoAnnotations& annotations, const std::vector<CocoDetection>& detections,
+                          const std::vector<int64_t>& image_ids = {});
 CocoSummary evaluate_coco(const std::string& annotation_json_path, const std::string& results_json_path);
 
 // `detections` as a COCO results JSON array ([{"bbox": [x, y, w, h], "category_id", "image_id", "score"}, ...],

@@ -88,6 +88,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     std::vector<std::string> paths;
     for (const auto& record : dataset.records()) paths.push_back(record.image);
     coco_ids = coco_image_ids(paths);
+    r.image_ids = coco_ids;
   }
   const at::Tensor iou_thresholds = default_iou_thresholds();
   std::vector<at::Tensor> correct, conf, pred_cls, target_cls;

@@ -71,6 +71,7 @@ struct ValidationResult {
   std::array<double, 3> loss{0, 0, 0};  // mean over batches of the loss items (zeros without a loss)
   std::array<double, 3> ms_per_image{0, 0, 0};  // pre-process, inference, NMS
   std::vector<CocoDetection> predictions;  // COCO results (save_json); coco_results_json writes them
+  std::vector<int64_t> image_ids;       // the split's COCO image ids (save_json), as the predictions number them
 };
 
 // Runs `model` (put in eval mode for the pass, restored after) over every batch of `loader` from epoch 0.

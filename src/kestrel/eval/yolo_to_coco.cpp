@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -42,6 +43,51 @@ std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths) {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return paths[a] < paths[b]; });
   ids.assign(paths.size(), 0);
   for (size_t rank = 0; rank < order.size(); ++rank) ids[order[rank]] = static_cast<int64_t>(rank) + 1;
+  return ids;
+}
+
+const std::vector<int>& coco80_to_coco91_ids() {
+  static const std::vector<int> ids = [] {
+    const std::set<int> unused = {12, 26, 29, 30, 45, 66, 68, 69, 71, 83};
+    std::vector<int> v;
+    for (int id = 1; id <= 90; ++id)
+      if (!unused.count(id)) v.push_back(id);
+    return v;
+  }();
+  return ids;
+}
+
+bool is_coco_dataset(const data::DatasetConfig& cfg) {
+  const auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with(fs::path(cfg.source).filename().string(), "coco.yaml") ||
+         (cfg.val.size() == 1 && ends_with(fs::path(cfg.val[0]).lexically_normal().string(), "coco/val2017.txt"));
+}
+
+std::vector<int> coco_category_ids_for(const std::vector<std::string>& names, const CocoAnnotations& annotations,
+                                       bool is_coco) {
+  std::map<std::string, int64_t> by_name;
+  for (size_t i = 0; i < annotations.category_names.size(); ++i)
+    if (!annotations.category_names[i].empty()) by_name.emplace(annotations.category_names[i], annotations.category_ids[i]);
+  const std::set<int64_t> listed(annotations.category_ids.begin(), annotations.category_ids.end());
+  std::vector<int> ids;
+  for (const std::string& name : names) {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) break;
+    ids.push_back(static_cast<int>(it->second));
+  }
+  if (ids.size() == names.size()) return ids;
+  const std::vector<int>& coco = coco80_to_coco91_ids();
+  if (is_coco && names.size() == coco.size() && std::all_of(coco.begin(), coco.end(), [&](int id) { return listed.count(id); }))
+    return coco;
+  ids.clear();
+  for (size_t c = 0; c < names.size(); ++c) {
+    if (!listed.count(static_cast<int64_t>(c)))
+      fail(annotations.source, ": its categories match neither the dataset's class names nor their indices (class ", c, " '",
+           names[c], "' is neither a category name nor a category id there)");
+    ids.push_back(static_cast<int>(c));
+  }
   return ids;
 }
 

@@ -20,7 +20,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kestrel/data/dataset_config.h"
 #include "kestrel/data/dataset_index.h"
+#include "kestrel/eval/coco_eval.h"
 
 namespace kestrel::eval {
 
@@ -29,6 +31,22 @@ namespace kestrel::eval {
 // distinct (COCO's own files: 000000000139.jpg -> 139), else 1..n in the order of the paths as strings.
 // `paths` in any order (validation sorts by aspect ratio); the ids come back in that order.
 std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths);
+
+// COCO 2017's category ids of the 80 classes in YOLO's order (val.py's coco80_to_coco91_class): 1..90
+// without the ten ids COCO leaves unused (12, 26, 29, 30, 45, 66, 68, 69, 71, 83).
+const std::vector<int>& coco80_to_coco91_ids();
+
+// val.py's is_coco: the dataset is COCO (a val entry ending in coco/val2017.txt, as YOLOv5's val.py
+// tests; or a YAML named coco.yaml, as YOLOv7's test.py and YOLOv5's --save-json default test).
+bool is_coco_dataset(const data::DatasetConfig& cfg);
+
+// The category id of each class in predictions scored against `annotations`: by name when every class
+// name is a category name of the file (COCO's instances_*.json and yolov5's coco.yaml names agree);
+// else COCO's 80 -> 91 ids for the 80 classes of a COCO dataset (is_coco); else the class index when
+// every index is a category id of the file (`kestrel data coco`'s files). Otherwise an error naming the
+// file and a class it does not know.
+std::vector<int> coco_category_ids_for(const std::vector<std::string>& names, const CocoAnnotations& annotations,
+                                       bool is_coco);
 
 // The verified samples of `index` (index.records; skipped files are not in it) as a COCO annotation
 // JSON object (info, images, annotations, categories). `names` gives the categories; a row whose class
