@@ -167,7 +167,8 @@ void detect_images(eval::Detector& detector, const std::vector<std::string>& ima
 
 // A video file or a camera: every frame (every --vid-stride-th: frames stride, 2 stride, ...) detected
 // and written to <run>/<video stem>.mp4 (mp4v, the source's frame rate, as detect.py), labels per frame
-// in labels/<stem>_<n>.txt (n counts the frames detected, from 1; the total shown is frames / stride).
+// in labels/<stem>_<n>.txt (n counts the frames detected: from 1 for a video file, from 0 for a camera or
+// stream, as upstream; the total shown is frames / stride).
 void detect_video(eval::Detector& detector, data::VideoReader& video, const DetectOptions& o,
                   const std::vector<std::string>& names, const fs::path& save_dir) {
   const bool camera = data::is_camera_source(o.source);
@@ -189,7 +190,10 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const Dete
   while (next()) {
     ++f;
     const std::string prefix = cat("video 1/1 (", f, "/", frames, ") ", o.source, ": ");
-    detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", f, ".txt"), save_dir, stem, prefix);
+    // Label files count a video file's frames from 1, a camera's or stream's from 0 (upstream's LoadImages
+    // and LoadStreams counters).
+    const int64_t label_frame = data::is_video_file(o.source) || !(camera || data::is_stream_url(o.source)) ? f : f - 1;
+    detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", label_frame, ".txt"), save_dir, stem, prefix);
     if (o.nosave) continue;
     if (!writer) writer = data::create_video(out.string(), fixed_rate || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
     if (!writer->write(frame)) fail(o.source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
@@ -229,7 +233,7 @@ void run_detect(const DetectOptions& o) {
   // YOLOv7's detect.py: its NMS, and always at most 300 detections (it has no --max-det).
   d.nms.yolov7 = models::is_yolov7_family(*loaded.model);
   if (d.nms.yolov7 && !o.max_det_given) d.nms.max_det = 300;
-  d.half = o.half;
+  d.half = o.half || (d.nms.yolov7 && device.is_cuda());  // YOLOv7's detect.py: fp16 whenever on CUDA
   d.augment = o.augment;
   eval::Detector detector(loaded.model, device, d);
   const cv::Size net = detector.network_size();

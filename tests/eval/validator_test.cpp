@@ -34,6 +34,7 @@ TEST(ValidationTable, RowsAsValPy) {
   r.metrics.ap[0].fill_(0.4);  // mAP50 0.4, mAP50-95 0.4
   r.metrics.ap[1][0] = 0.2;    // mAP50 0.2, mAP50-95 0.02
   r.metrics.mp = 0.75, r.metrics.mr = 0.125, r.metrics.map50 = 0.3, r.metrics.map = 0.21;
+  r.metrics.scored = true;
   const std::string table = format_validation_table(r, {"cat", "dog"}, /*per_class=*/true);
   EXPECT_EQ(table,
             "                 Class     Images  Instances          P          R      mAP50   mAP50-95\n"
@@ -43,6 +44,16 @@ TEST(ValidationTable, RowsAsValPy) {
   EXPECT_EQ(format_validation_table(r, {"cat", "dog"}, /*per_class=*/false),
             "                 Class     Images  Instances          P          R      mAP50   mAP50-95\n"
             "                   all          5          4       0.75      0.125        0.3       0.21\n");
+  // val.py prints no class rows for one class (nc > 1), nor when no prediction was correct (no ap_class),
+  // and warns when the split has no labels.
+  const std::string header_and_all =
+      "                 Class     Images  Instances          P          R      mAP50   mAP50-95\n"
+      "                   all          5          4       0.75      0.125        0.3       0.21\n";
+  EXPECT_EQ(format_validation_table(r, {"item"}, true), header_and_all);
+  r.metrics.scored = false;
+  EXPECT_EQ(format_validation_table(r, {"cat", "dog"}, true), header_and_all);
+  r.labels = 0;
+  EXPECT_NE(format_validation_table(r, {"cat", "dog"}, true).find("WARNING: no labels found in the split"), std::string::npos);
 }
 
 // Images whose stems are not numbers get ids 1..n in path order in `kestrel data coco`'s file; the

@@ -254,6 +254,7 @@ ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const
   for (at::Tensor* t : {&out.precision_curve, &out.recall_curve, &out.f1_curve, &out.pr_curve})
     *t = at::zeros({nc, kCurvePoints}, f64);
   if (nc == 0 || std::none_of(hits.begin(), hits.end(), [](uint8_t h) { return h != 0; })) return out;
+  out.scored = true;
 
   const std::vector<double> confidence = to_doubles(conf);
   const std::vector<int64_t> predicted = to_longs(pred_cls);

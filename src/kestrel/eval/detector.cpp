@@ -81,11 +81,12 @@ void Detector::warmup() {
 Detections Detector::detect(const cv::Mat& bgr, const std::string& visualize_dir) {
   if (bgr.empty() || bgr.type() != CV_8UC3) fail("Detector::detect: the image must be 8-bit BGR (CV_8UC3)");
   torch::NoGradGuard no_grad;
-  auto t = Clock::now();
   data::LetterboxOptions lo;
   lo.auto_pad = true;  // detect.py's LoadImages: minimal padding to a stride multiple
   lo.stride = stride_;
   const data::Letterbox lb = data::letterbox(bgr, options_.img_height, options_.img_width, lo);
+  // detect.py's pre-process time starts after its loader's letterbox: the copy to the device and scaling.
+  auto t = Clock::now();
   cv::Mat hwc = lb.image.isContinuous() ? lb.image : lb.image.clone();
   const int h = hwc.rows, w = hwc.cols;
   // [h, w, 3] uint8 BGR -> [1, 3, h, w] float RGB in 0..1; the uint8 image travels, the float is made there.

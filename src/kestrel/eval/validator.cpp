@@ -96,9 +96,10 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
   int64_t batches = 0;
   loader.start_epoch(0);
   while (true) {
-    auto t = Clock::now();
     std::optional<data::Batch> batch = loader.next();
     if (!batch) break;
+    // val.py's pre-process time: the batch to the device and scaled, not the wait for the loader.
+    auto t = Clock::now();
     data::trim_targets(*batch);
     const data::DeviceBatch input = data::to_device(*batch, device, options.channels_last);
     synchronize(device);
@@ -226,7 +227,9 @@ std::string format_validation_table(const ValidationResult& r, const std::vector
   std::snprintf(line, sizeof line, "%22s%11lld%11lld%11.3g%11.3g%11.3g%11.3g\n", "all", static_cast<long long>(r.images),
                 static_cast<long long>(r.labels), r.metrics.mp, r.metrics.mr, r.metrics.map50, r.metrics.map);
   out += line;
-  if (!per_class || !r.metrics.classes.defined()) return out;
+  if (r.labels == 0) out += "WARNING: no labels found in the split, can not compute metrics without labels\n";
+  // val.py's rows: asked for, more than one class, and some prediction correct (else it has no ap_class).
+  if (!per_class || names.size() <= 1 || !r.metrics.scored) return out;
   const at::Tensor ap = r.metrics.ap.to(at::kDouble);
   for (int64_t i = 0; i < r.metrics.classes.size(0); ++i) {
     const auto c = r.metrics.classes[i].item<int64_t>();
