@@ -169,16 +169,16 @@ void detect_images(eval::Detector& detector, const std::vector<std::string>& ima
 // and written to <run>/<video stem>.mp4 (mp4v, the source's frame rate, as detect.py), labels per frame
 // in labels/<stem>_<n>.txt (n counts the frames detected: from 1 for a video file, from 0 for a camera or
 // stream, as upstream; the total shown is frames / stride).
-void detect_video(eval::Detector& detector, data::VideoReader& video, const DetectOptions& o,
+void detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const DetectOptions& o,
                   const std::vector<std::string>& names, const fs::path& save_dir) {
-  const bool camera = data::is_camera_source(o.source);
+  const bool camera = data::is_camera_source(source);
   // A URL's last path component names the outputs, as upstream's Path(url).stem ("live" for rtsp://host/live).
-  std::string stem = camera ? o.source : fs::path(o.source).stem().string();
+  std::string stem = camera ? source : fs::path(source).stem().string();
   if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
   const fs::path out = save_dir / (stem + ".mp4");
   const int64_t frames = video.frame_count() / o.vid_stride;
   // Cameras and streams are written at 30 fps as upstream (an RTSP source may report 90000).
-  const bool fixed_rate = camera || (data::is_stream_url(o.source) && !data::is_video_file(o.source));
+  const bool fixed_rate = camera || (data::is_stream_url(source) && !data::is_video_file(source));
   std::unique_ptr<data::VideoWriter> writer;
   cv::Mat frame;
   const auto next = [&] {  // upstream grabs vid_stride frames and keeps the last
@@ -189,16 +189,16 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const Dete
   int64_t f = 0;
   while (next()) {
     ++f;
-    const std::string prefix = cat("video 1/1 (", f, "/", frames, ") ", o.source, ": ");
+    const std::string prefix = cat("video 1/1 (", f, "/", frames, ") ", source, ": ");
     // Label files count a video file's frames from 1, a camera's or stream's from 0 (upstream's LoadImages
     // and LoadStreams counters).
-    const int64_t label_frame = data::is_video_file(o.source) || !(camera || data::is_stream_url(o.source)) ? f : f - 1;
+    const int64_t label_frame = data::is_video_file(source) || !(camera || data::is_stream_url(source)) ? f : f - 1;
     detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", label_frame, ".txt"), save_dir, stem, prefix);
     if (o.nosave) continue;
     if (!writer) writer = data::create_video(out.string(), fixed_rate || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
-    if (!writer->write(frame)) fail(o.source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
+    if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
   }
-  if (f == 0) fail(o.source, ": no frame could be read from the video");
+  if (f == 0) fail(source, ": no frame could be read from the video");
 }
 
 void run_detect(const DetectOptions& o) {
@@ -245,21 +245,31 @@ void run_detect(const DetectOptions& o) {
   // Upstream downloads an image URL and treats it as a file; kestrel has no downloader.
   if (data::is_stream_url(o.source) && data::has_image_extension(o.source))
     fail("--source ", o.source, ": an image URL; download the image and pass the file");
-  const bool video = data::is_video_file(o.source) || data::is_camera_source(o.source) || data::is_stream_url(o.source);
+  // A glob (detect.py expands `*`, `?` and `[...]`) is a list even when it ends in a video extension.
+  // (A URL's '?' starts its query.)
+  const bool pattern = !data::is_stream_url(o.source) && !fs::exists(o.source) && o.source.find_first_of("*?[") != std::string::npos;
+  const bool video = !pattern && (data::is_video_file(o.source) || data::is_camera_source(o.source) || data::is_stream_url(o.source));
   std::unique_ptr<data::VideoReader> reader;
-  std::vector<std::string> images;
+  std::vector<std::string> images, videos;  // a folder, glob or .txt list: its images, then its videos (upstream: both)
   if (video) {
     reader = data::open_video(o.source);
   } else {
-    images = data::list_images({o.source}, "--source");
-    if (images.empty()) fail("--source ", o.source, ": no images found");
+    for (const std::string& file : data::list_files({o.source}, "--source", [](const std::string& path) {
+           return data::has_image_extension(path) || data::is_video_file(path);
+         }))
+      (data::is_video_file(file) ? videos : images).push_back(file);
+    if (images.empty() && videos.empty()) fail("--source ", o.source, ": no images or videos found");
   }
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
   if (o.save_txt) fs::create_directories(save_dir / "labels");
 
   detector.warmup();
-  if (video) detect_video(detector, *reader, o, names, save_dir);
-  else detect_images(detector, images, o, names, save_dir);
+  if (video) detect_video(detector, *reader, o.source, o, names, save_dir);
+  if (!images.empty()) detect_images(detector, images, o, names, save_dir);
+  for (const std::string& file : videos) {
+    std::unique_ptr<data::VideoReader> clip = data::open_video(file);
+    detect_video(detector, *clip, file, o, names, save_dir);
+  }
 
   const auto& total = detector.total_ms();
   const double seen = static_cast<double>(detector.images());

@@ -179,5 +179,30 @@ TEST(DetectVideoCli, UnreadableVideoIsAnErrorNamingIt) {
   EXPECT_NE(missing.output.find(run.dir.file("gone.mov") + ": no such video file"), std::string::npos) << missing.output;
 }
 
+// A folder (or glob) with images and videos: detect.py runs both; kestrel does its images, then its
+// videos, each video to <run>/<stem>.mp4 with its own frame labels.
+TEST(DetectVideoCli, FoldersAndGlobsMixImagesAndVideos) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  VideoRun run;
+  fs::create_directories(run.dir.file("media"));
+  const std::string clip = make_clip(run.dir, cv::Size(192, 128));
+  fs::rename(clip, run.dir.file("media/clip.avi"));
+  fs::copy_file("data/demo/images/val/000000000139.jpg", run.dir.file("media/photo.jpg"));
+  auto r = run.detect(run.dir.file("media"), "--conf-thres 0.0001 --max-det 5 --save-txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string exp = run.project + "/exp";
+  EXPECT_NE(r.output.find("image 1/1 " + run.dir.file("media/photo.jpg")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("video 1/1 (5/5) " + run.dir.file("media/clip.avi")), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(exp + "/photo.jpg"));
+  EXPECT_TRUE(fs::exists(exp + "/clip.mp4"));
+  EXPECT_TRUE(fs::exists(exp + "/labels/clip_5.txt"));
+  EXPECT_NE(r.output.find("6 labels saved to " + exp + "/labels"), std::string::npos) << r.output;
+  // The same through a glob (quoted: kestrel expands it, as detect.py).
+  r = run.detect("'" + run.dir.file("media/*.avi") + "'", "--conf-thres 0.0001 --max-det 5 --nosave --save-txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("video 1/1 (1/5) " + run.dir.file("media/clip.avi")), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("image 1/"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace kestrel

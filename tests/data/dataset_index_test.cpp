@@ -334,6 +334,27 @@ TEST(ImageFiles, LabelPathRuleAndTxtLists) {
   }
 }
 
+// detect.py's --source glob: `*` within a folder, `**` across folders (none or many, as Python's
+// recursive glob); the matches filtered by what is wanted; a pattern matching nothing is an error.
+TEST(ImageFiles, GlobPatterns) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("d/sub/deeper"));
+  for (const char* f : {"d/a.jpg", "d/b.png", "d/notes.txt", "d/sub/c.jpg", "d/sub/deeper/e.jpg", "d/clip.mp4"})
+    test::write_bytes(dir.file(f), {1});
+  const auto images = [](const std::string& path) { return has_image_extension(path); };
+  EXPECT_EQ(list_files({dir.file("d/*.jpg")}, "--source", images), (std::vector<std::string>{dir.file("d/a.jpg")}));
+  EXPECT_EQ(list_files({dir.file("d/*")}, "--source", images),
+            (std::vector<std::string>{dir.file("d/a.jpg"), dir.file("d/b.png")}));  // not the folder, the .txt or the video
+  EXPECT_EQ(list_files({dir.file("d/**/*.jpg")}, "--source", images),
+            (std::vector<std::string>{dir.file("d/a.jpg"), dir.file("d/sub/c.jpg"), dir.file("d/sub/deeper/e.jpg")}));
+  const auto media = [](const std::string& path) { return has_image_extension(path) || path.size() > 4 && path.substr(path.size() - 4) == ".mp4"; };
+  EXPECT_EQ(list_files({dir.file("d/[bc]*")}, "--source", media),
+            (std::vector<std::string>{dir.file("d/b.png"), dir.file("d/clip.mp4")}));
+  EXPECT_NE(test::error_message([&] { list_files({dir.file("d/*.gif")}, "--source", images); })
+                .find("--source: no file matches " + dir.file("d/*.gif")),
+            std::string::npos);
+}
+
 TEST(DatasetConfig, DemoYamlAndErrors) {
   DatasetConfig cfg = load_dataset_config("data/demo/demo.yaml");
   EXPECT_EQ(cfg.nc, 80);

@@ -1,5 +1,8 @@
 #include "kestrel/data/image_files.h"
 
+#include <fnmatch.h>
+#include <glob.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -17,15 +20,60 @@ bool has_image_extension(const std::string& path) {
   return false;
 }
 
+namespace {
+
+bool is_pattern(const std::string& entry) { return entry.find_first_of("*?[") != std::string::npos; }
+
+// The files a glob pattern names, sorted. `**` spans folders (zero or more): the walk starts at the
+// folder before the first wildcard and fnmatch without FNM_PATHNAME lets `*` cross '/'.
+std::vector<std::string> expand_pattern(const std::string& pattern, const std::string& source) {
+  std::vector<std::string> out;
+  if (pattern.find("**") == std::string::npos) {
+    glob_t g{};
+    const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+    if (rc == 0)
+      for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+    globfree(&g);
+    if (rc != 0 && rc != GLOB_NOMATCH) fail(source, ": cannot expand ", pattern);
+  } else {
+    const size_t wild = pattern.find_first_of("*?[");
+    const size_t slash = pattern.rfind('/', wild);
+    const std::string root = slash == std::string::npos ? "." : pattern.substr(0, slash == 0 ? 1 : slash);
+    std::string without = pattern;  // "a/**/b" also matches "a/b", as Python's recursive glob
+    for (size_t at; (at = without.find("**/")) != std::string::npos;) without.erase(at, 3);
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::string path = it->path().string();
+      if (slash == std::string::npos && path.rfind("./", 0) == 0) path.erase(0, 2);
+      if (::fnmatch(pattern.c_str(), path.c_str(), 0) == 0 || ::fnmatch(without.c_str(), path.c_str(), 0) == 0)
+        out.push_back(path);
+    }
+  }
+  if (out.empty()) fail(source, ": no file matches ", pattern);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> list_images(const std::vector<std::string>& entries, const std::string& source) {
+  return list_files(entries, source, has_image_extension);
+}
+
+std::vector<std::string> list_files(const std::vector<std::string>& entries, const std::string& source,
+                                    const std::function<bool(const std::string&)>& wanted) {
   std::vector<std::string> images;
   for (const auto& entry : entries) {
     std::error_code ec;
-    if (fs::is_directory(entry, ec)) {
+    if (!fs::exists(entry, ec) && is_pattern(entry)) {
+      for (const std::string& match : expand_pattern(entry, source))
+        if (fs::is_regular_file(match, ec) && wanted(match)) images.push_back(match);
+    } else if (fs::is_directory(entry, ec)) {
       for (auto it = fs::recursive_directory_iterator(entry, fs::directory_options::follow_directory_symlink, ec);
            it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (ec) fail(source, ": cannot list ", entry, " (", ec.message(), ")");
-        if (it->is_regular_file(ec) && has_image_extension(it->path().string())) images.push_back(it->path().string());
+        if (it->is_regular_file(ec) && wanted(it->path().string())) images.push_back(it->path().string());
       }
     } else if (fs::is_regular_file(entry, ec) && fs::path(entry).extension() == ".txt") {
       std::ifstream in(entry);
@@ -36,9 +84,9 @@ std::vector<std::string> list_images(const std::vector<std::string>& entries, co
         if (line.empty()) continue;
         fs::path p(line);
         if (!p.is_absolute()) p = parent / p;
-        if (has_image_extension(p.string())) images.push_back(p.lexically_normal().string());
+        if (wanted(p.string())) images.push_back(p.lexically_normal().string());
       }
-    } else if (fs::is_regular_file(entry, ec) && has_image_extension(entry)) {
+    } else if (fs::is_regular_file(entry, ec) && wanted(entry)) {
       images.push_back(entry);
     } else {
       fail(source, ": ", entry, " does not exist (expected a folder of images, a .txt list or an image)");

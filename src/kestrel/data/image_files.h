@@ -1,5 +1,6 @@
 // Which files make up a split, and where each image's label file is.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,12 @@ bool has_image_extension(const std::string& path);
 // into a sorted list of image paths. Lines of a .txt that are relative resolve against the .txt's
 // folder. A missing entry is an error naming `source` and the entry.
 std::vector<std::string> list_images(const std::vector<std::string>& entries, const std::string& source);
+
+// The same for any file `wanted` accepts (detect's images and videos), and entries may be glob patterns
+// (`*`, `?`, `[...]`; `**` also spans folders, as Python's glob(recursive=True) in detect.py). A pattern
+// that matches no file is an error naming `source` and the pattern.
+std::vector<std::string> list_files(const std::vector<std::string>& entries, const std::string& source,
+                                    const std::function<bool(const std::string&)>& wanted);
 
 // Upstream's rule: the last "/images/" of the path becomes "/labels/" and the extension ".txt".
 std::string label_path_for(const std::string& image_path);
