@@ -291,11 +291,11 @@ void run_detect(const DetectOptions& o) {
 
 void add_detect_command(CLI::App& app) {
   auto o = std::make_shared<DetectOptions>();
-  auto* cmd = app.add_subcommand("detect", "detect objects in images (a file, a folder or a .txt list), a video file or a camera");
+  auto* cmd = app.add_subcommand("detect", "detect objects in images and videos (a file, a folder, a glob or a .txt list), a camera or a stream URL");
   cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
   cmd->add_option("--data", o->data, "dataset YAML (optional, as detect.py: kestrel weights carry their class names; "
                   "a warning when the YAML's differ or it cannot be read)");
-  cmd->add_option("--source", o->source, "image file, folder (searched recursively), .txt list of images, video file (mp4, avi, mov ...), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
+  cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (videos run after the images), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
       ->expected(1, 2)->check(CLI::Range(32, 8192));
@@ -317,7 +317,7 @@ void add_detect_command(CLI::App& app) {
       ->check(CLI::Range(1, 100));
   cmd->add_flag("--hide-labels", o->hide_labels, "hide labels");
   cmd->add_flag("--hide-conf", o->hide_conf, "hide confidences");
-  cmd->add_flag("--half", o->half, "fp16 inference (CUDA)");
+  cmd->add_flag("--half", o->half, "fp16 inference (CUDA; YOLOv7 models use it there anyway, as YOLOv7's detect.py)");
   // YOLOv7's --no-trace (do not TorchScript-trace the model): kestrel never traces.
   cmd->add_flag("--no-trace", "YOLOv7's flag, accepted: kestrel runs the model as built, without tracing");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");

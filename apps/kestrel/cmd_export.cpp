@@ -85,15 +85,15 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"onnx"}));
   cmd->add_option("--img,--img-size,--imgsz", opts->img_sizes,
                   "square input size (multiple of the largest stride; export.py's two sizes if equal); with --dynamic "
-                  "the nominal size (metadata)")
+                  "the nominal size (metadata); default 640")
       ->expected(1, 2)->check(CLI::Range(32, 8192));
   cmd->add_flag("--grid", opts->grid, "YOLOv7's flag, accepted: kestrel's graph always includes the decode (grid)");
   // export.py's --simplify runs onnx-simplifier; kestrel writes its graph in that form (constant shapes
   // folded, equal constants shared), and the tests check that onnx-simplifier leaves it unchanged.
   cmd->add_flag("--simplify", "accepted: kestrel's graph is already what onnx-simplifier makes of it (tested)");
   cmd->add_option("--batch-size,--batch", opts->onnx.batch, "batch size of the graph (ignored with --dynamic)")
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--opset", opts->onnx.opset, "ONNX opset")->check(CLI::Range(11, 21));
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--opset", opts->onnx.opset, "ONNX opset")->capture_default_str()->check(CLI::Range(11, 21));
   cmd->add_flag("--dynamic", opts->onnx.dynamic,
                 "dynamic axes: batch, height and width chosen at run time (multiples of the largest stride)");
   cmd->add_flag("--dynamic-batch", opts->onnx.dynamic_batch, "dynamic batch axis only (YOLOv7's), image size fixed");

@@ -36,9 +36,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--img,--img-size,--imgsz", *img_sizes, "train and val image size (pixels); two values: train, val (YOLOv7)")
       ->expected(1, 2)
       ->capture_default_str()->check(CLI::Range(32, 8192));
-  cmd->add_flag("--rect", o->rect, "rectangular training (no mosaic shuffle)");
+  cmd->add_flag("--rect", o->rect, "rectangular training: no mosaic, no shuffling, each batch letterboxed to its aspect ratio");
   cmd->add_option("--resume", o->resume,
-                  "continue a run: its folder or weights/last.state.safetensors; alone: the newest run under --project")
+                  "continue a run: its folder or weights/last.state.safetensors; a bare --resume: the newest run under --project")
       ->expected(0, 1)->default_str(kLatestRun);
   cmd->add_flag("--nosave", o->nosave, "only save the final checkpoint");
   cmd->add_flag("--noval,--notest", o->noval, "only validate after the final epoch");
@@ -46,7 +46,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: validate with AP recall sentinel 1.0 (YOLOv7 test.py --v5-metric)");
   cmd->add_flag("--noautoanchor", o->noautoanchor, "keep the model's anchors (no AutoAnchor check before training)");
   auto* cache = cmd->add_option("--cache", o->cache,
-                                "cache resized images: ram, disk (.npy next to each image), or val (the validation images only, in RAM)")
+                                "cache resized images (default: none; a bare --cache: ram): ram, disk (.npy next to each image), or val "
+                                "(the validation images only, in RAM)")
       ->expected(0, 1)->default_str("ram")->check(CLI::IsMember({"ram", "disk", "val"}));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu; default: the first GPU if any");
   cmd->add_flag("--multi-scale", o->multi_scale, "vary image size +/- 50% per batch");

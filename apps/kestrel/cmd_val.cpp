@@ -258,7 +258,7 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
   cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str();
   cmd->add_flag("--single-cls", o->single_cls, "treat as single-class dataset");
-  cmd->add_flag("--verbose", o->verbose, "per-class table for any class count");
+  cmd->add_flag("--verbose", o->verbose, "per-class table for any class count (none for one class or when nothing was correct, as val.py)");
   cmd->add_flag("--save-txt", o->save_txt, "save predictions to <run>/labels/<image stem>.txt (cls cx cy w h, normalised)");
   cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
   cmd->add_flag("--save-hybrid", o->save_hybrid,
