@@ -137,40 +137,13 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
             << eval::summarize_detections(det.boxes, names) << ms << std::endl;
 }
 
-// Images: a file, a folder or a .txt list; unreadable ones are reported and skipped.
-void detect_images(eval::Detector& detector, const std::vector<std::string>& images, const DetectOptions& o,
-                   const std::vector<std::string>& names, const fs::path& save_dir) {
-  int64_t skipped = 0;
-  const size_t n = images.size();
-  const std::vector<OutputNames> outputs = output_names(images, o.source);
-  for (size_t i = 0; i < n; ++i) {
-    const fs::path path = images[i];
-    const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
-    data::DecodedImage decoded;
-    try {
-      decoded = data::decode_image_file(path.string());
-    } catch (const Error& e) {  // reported and skipped: one bad file does not stop a folder
-      std::cout << prefix << "skipped (" << e.what() << ")" << std::endl;
-      ++skipped;
-      continue;
-    }
-    detect_one(detector, decoded.image, o, names, save_dir / "labels" / outputs[i].labels, save_dir, path.stem().string(), prefix);
-    if (!o.nosave) {
-      const fs::path annotated = save_dir / outputs[i].annotated;
-      fs::create_directories(annotated.parent_path());
-      data::write_jpeg(annotated.string(), decoded.image);
-    }
-  }
-  if (detector.images() == 0) fail("--source ", o.source, ": none of the ", n, " images could be read");
-  if (skipped) std::printf("%lld of %zu images skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n);
-}
-
 // A video file or a camera: every frame (every --vid-stride-th: frames stride, 2 stride, ...) detected
 // and written to <run>/<video stem>.mp4 (mp4v, the source's frame rate, as detect.py), labels per frame
 // in labels/<stem>_<n>.txt (n counts the frames detected: from 1 for a video file, from 0 for a camera or
 // stream, as upstream; the total shown is frames / stride).
-void detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const DetectOptions& o,
-                  const std::vector<std::string>& names, const fs::path& save_dir) {
+// `position`: "video i/n", its place among the source's files.
+void detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const std::string& position,
+                  const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir) {
   const bool camera = data::is_camera_source(source);
   // A URL's last path component names the outputs, as upstream's Path(url).stem ("live" for rtsp://host/live).
   std::string stem = camera ? source : fs::path(source).stem().string();
@@ -189,7 +162,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   int64_t f = 0;
   while (next()) {
     ++f;
-    const std::string prefix = cat("video 1/1 (", f, "/", frames, ") ", source, ": ");
+    const std::string prefix = cat(position, " (", f, "/", frames, ") ", source, ": ");
     // Label files count a video file's frames from 1, a camera's or stream's from 0 (upstream's LoadImages
     // and LoadStreams counters).
     const int64_t label_frame = data::is_video_file(source) || !(camera || data::is_stream_url(source)) ? f : f - 1;
@@ -199,6 +172,45 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
   }
   if (f == 0) fail(source, ": no frame could be read from the video");
+}
+
+// A file, folder, glob or .txt list: its images and videos in sorted order, as detect.py's LoadImages,
+// numbered "image i/n" and "video i/n" over all of them; unreadable images are reported and skipped.
+void detect_files(eval::Detector& detector, const std::vector<std::string>& media, const DetectOptions& o,
+                  const std::vector<std::string>& names, const fs::path& save_dir) {
+  std::vector<std::string> images;
+  for (const std::string& file : media)
+    if (!data::is_video_file(file)) images.push_back(file);
+  const std::vector<OutputNames> outputs = output_names(images, o.source);
+  int64_t skipped = 0;
+  const size_t n = media.size();
+  for (size_t i = 0, image = 0; i < n; ++i) {
+    if (data::is_video_file(media[i])) {
+      std::unique_ptr<data::VideoReader> clip = data::open_video(media[i]);
+      detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir);
+      continue;
+    }
+    const OutputNames& out = outputs[image++];
+    const fs::path path = media[i];
+    const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
+    data::DecodedImage decoded;
+    try {
+      decoded = data::decode_image_file(path.string());
+    } catch (const Error& e) {  // reported and skipped: one bad file does not stop a folder
+      std::cout << prefix << "skipped (" << e.what() << ")" << std::endl;
+      ++skipped;
+      continue;
+    }
+    detect_one(detector, decoded.image, o, names, save_dir / "labels" / out.labels, save_dir, path.stem().string(), prefix);
+    if (!o.nosave) {
+      const fs::path annotated = save_dir / out.annotated;
+      fs::create_directories(annotated.parent_path());
+      data::write_jpeg(annotated.string(), decoded.image);
+    }
+  }
+  if (detector.images() == 0) fail("--source ", o.source, ": none of the ", images.size(), " images could be read");
+  if (skipped)
+    std::printf("%lld of %zu images skipped (unreadable, listed above)\n", static_cast<long long>(skipped), images.size());
 }
 
 void run_detect(const DetectOptions& o) {
@@ -250,26 +262,21 @@ void run_detect(const DetectOptions& o) {
   const bool pattern = !data::is_stream_url(o.source) && !fs::exists(o.source) && o.source.find_first_of("*?[") != std::string::npos;
   const bool video = !pattern && (data::is_video_file(o.source) || data::is_camera_source(o.source) || data::is_stream_url(o.source));
   std::unique_ptr<data::VideoReader> reader;
-  std::vector<std::string> images, videos;  // a folder, glob or .txt list: its images, then its videos (upstream: both)
+  std::vector<std::string> media;  // a file, folder, glob or .txt list: its images and videos, sorted
   if (video) {
     reader = data::open_video(o.source);
   } else {
-    for (const std::string& file : data::list_files({o.source}, "--source", [](const std::string& path) {
-           return data::has_image_extension(path) || data::is_video_file(path);
-         }))
-      (data::is_video_file(file) ? videos : images).push_back(file);
-    if (images.empty() && videos.empty()) fail("--source ", o.source, ": no images or videos found");
+    media = data::list_files({o.source}, "--source", [](const std::string& path) {
+      return data::has_image_extension(path) || data::is_video_file(path);
+    });
+    if (media.empty()) fail("--source ", o.source, ": no images or videos found");
   }
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
   if (o.save_txt) fs::create_directories(save_dir / "labels");
 
   detector.warmup();
-  if (video) detect_video(detector, *reader, o.source, o, names, save_dir);
-  if (!images.empty()) detect_images(detector, images, o, names, save_dir);
-  for (const std::string& file : videos) {
-    std::unique_ptr<data::VideoReader> clip = data::open_video(file);
-    detect_video(detector, *clip, file, o, names, save_dir);
-  }
+  if (video) detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir);
+  else detect_files(detector, media, o, names, save_dir);
 
   const auto& total = detector.total_ms();
   const double seen = static_cast<double>(detector.images());
@@ -295,7 +302,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
   cmd->add_option("--data", o->data, "dataset YAML (optional, as detect.py: kestrel weights carry their class names; "
                   "a warning when the YAML's differ or it cannot be read)");
-  cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (videos run after the images), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
+  cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (run in sorted order), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
       ->expected(1, 2)->check(CLI::Range(32, 8192));
