@@ -174,13 +174,17 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   if (f == 0) fail(source, ": no frame could be read from the video");
 }
 
-// A file, folder, glob or .txt list: its images and videos in sorted order, as detect.py's LoadImages,
-// numbered "image i/n" and "video i/n" over all of them; unreadable images are reported and skipped.
-void detect_files(eval::Detector& detector, const std::vector<std::string>& media, const DetectOptions& o,
+// A file, folder, glob or .txt list: its images, then its videos (each sorted), numbered "image i/n" and
+// "video i/n" over all of them, as detect.py's LoadImages (files = images + videos); unreadable images are
+// reported and skipped.
+void detect_files(eval::Detector& detector, const std::vector<std::string>& files, const DetectOptions& o,
                   const std::vector<std::string>& names, const fs::path& save_dir) {
-  std::vector<std::string> images;
-  for (const std::string& file : media)
+  std::vector<std::string> images, media;
+  for (const std::string& file : files)
     if (!data::is_video_file(file)) images.push_back(file);
+  media = images;
+  for (const std::string& file : files)
+    if (data::is_video_file(file)) media.push_back(file);
   const std::vector<OutputNames> outputs = output_names(images, o.source);
   int64_t skipped = 0;
   const size_t n = media.size();
@@ -302,7 +306,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
   cmd->add_option("--data", o->data, "dataset YAML (optional, as detect.py: kestrel weights carry their class names; "
                   "a warning when the YAML's differ or it cannot be read)");
-  cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (run in sorted order), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
+  cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (images first, as detect.py), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
       ->expected(1, 2)->check(CLI::Range(32, 8192));

@@ -179,8 +179,8 @@ TEST(DetectVideoCli, UnreadableVideoIsAnErrorNamingIt) {
   EXPECT_NE(missing.output.find(run.dir.file("gone.mov") + ": no such video file"), std::string::npos) << missing.output;
 }
 
-// A folder (or glob) with images and videos: both, in sorted order and numbered together (detect.py's
-// LoadImages), each video to <run>/<stem>.mp4 with its own frame labels.
+// A folder (or glob) with images and videos: the images, then the videos, numbered together (detect.py's
+// LoadImages: files = images + videos), each video to <run>/<stem>.mp4 with its own frame labels.
 TEST(DetectVideoCli, FoldersAndGlobsMixImagesAndVideos) {
   if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
   VideoRun run;
@@ -191,9 +191,9 @@ TEST(DetectVideoCli, FoldersAndGlobsMixImagesAndVideos) {
   auto r = run.detect(run.dir.file("media"), "--conf-thres 0.0001 --max-det 5 --save-txt");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string exp = run.project + "/exp";
-  EXPECT_NE(r.output.find("video 1/2 (5/5) " + run.dir.file("media/clip.avi")), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("image 2/2 " + run.dir.file("media/photo.jpg")), std::string::npos) << r.output;
-  EXPECT_LT(r.output.find("video 1/2"), r.output.find("image 2/2")) << r.output;
+  EXPECT_NE(r.output.find("image 1/2 " + run.dir.file("media/photo.jpg")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("video 2/2 (5/5) " + run.dir.file("media/clip.avi")), std::string::npos) << r.output;
+  EXPECT_LT(r.output.find("image 1/2"), r.output.find("video 2/2")) << r.output;
   EXPECT_TRUE(fs::exists(exp + "/photo.jpg"));
   EXPECT_TRUE(fs::exists(exp + "/clip.mp4"));
   EXPECT_TRUE(fs::exists(exp + "/labels/clip_5.txt"));

@@ -63,15 +63,17 @@ TEST(AtomicFile, ReadersSeeAWholeFileWhileWritersReplaceIt) {
   const std::string path = dir.file("shared.bin");
   constexpr size_t kSize = 256 * 1024;
   write_file_atomic(path, {std::string(kSize, 'a')}, Durability::kRename);
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, reading{false};
   std::atomic<int> reads{0}, torn{0};
   std::thread reader([&] {
-    while (!done) {
+    for (bool first = true; first || !done; first = false) {
       const std::string content = read_all(path);
       ++reads;
       if (content.size() != kSize || content.find_first_not_of(content.front()) != std::string::npos) ++torn;
+      reading = true;
     }
   });
+  while (!reading) std::this_thread::yield();  // the writers start once the reader runs
   std::vector<std::thread> writers;
   for (char c : {'b', 'c', 'd', 'e'})
     writers.emplace_back([&, c] {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -51,7 +52,13 @@ TEST(DistLauncherChild, ExitWithRankCode) {
     std::this_thread::sleep_for(60s);  // stopped by the launcher when rank 1 fails
   }
   if (std::string(mode) == "hang" && e.rank == 1) std::_Exit(4);
-  if (std::string(mode) == "stopped") std::_Exit(130);  // both saved and stopped (Ctrl-C handled)
+  if (std::string(mode).rfind("stopped:", 0) == 0) {  // both saved and stopped (Ctrl-C handled); rank 1 later
+    if (e.rank == 1) {
+      std::this_thread::sleep_for(500ms);
+      std::ofstream(std::string(mode).substr(8) + "/rank1-stopped") << "1\n";
+    }
+    std::_Exit(130);
+  }
   if (std::string(mode) == "sigint") {  // rank 1 dies of SIGINT before a handler is set: it saved nothing
     if (e.rank == 0) std::this_thread::sleep_for(60s);
     std::signal(SIGINT, SIG_DFL);
@@ -140,7 +147,10 @@ TEST(DistLauncher, ARankKilledBySigintIsAFailure) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(launch_child("sigint"), 130);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
-  EXPECT_EQ(launch_child("stopped"), 130);  // both stopped by themselves: 130, nothing killed
+  // Both stopped by themselves: 130, and rank 1 is not killed when rank 0 reports its stop first.
+  test::TempDir dir;
+  EXPECT_EQ(launch_child("stopped:" + dir.path()), 130);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("rank1-stopped")));
 }
 
 // After a forwarded Ctrl-C the ranks go on to their next step; one that fails then still gets the

@@ -9,7 +9,6 @@
 
 #include "kestrel/core/safetensors.h"
 #include "kestrel/models/model_config.h"
-#include "kestrel/models/model_family.h"
 #include "kestrel/models/yolo_model.h"
 #include "test_support.h"
 
@@ -86,11 +85,10 @@ struct CheckOptions {
   std::string output = "output0";  // the output's expected name
 };
 
-// The name upstream's export gives the output: YOLOv7's export.py "output" for the models of the YOLOv7
-// repository (model_family's rule: its blocks or implicit heads), YOLOv5's "output0" for the others.
-inline std::string upstream_output_name(const models::YoloModel& model) {
-  return models::is_yolov7_family(model) ? "output" : "output0";
-}
+// The names upstream's exports give the output, by the repository a model comes from: YOLOv7's
+// export.py "output" (yolov7*, its baseline yolov4-csp / yolor, networks of its blocks), YOLOv5's "output0".
+inline constexpr const char* kYolov7Output = "output";
+inline constexpr const char* kYolov5Output = "output0";
 
 // Writes the cases next to DIR/model.onnx and runs kPythonCheck.
 inline test::CommandResult run_onnxruntime(const test::TempDir& dir, const std::vector<Case>& cases,

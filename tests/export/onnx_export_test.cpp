@@ -28,7 +28,8 @@ std::shared_ptr<models::YoloModel> random_model(const std::string& config) {
   return model;
 }
 
-void check_against_onnxruntime(models::YoloModel& model, const std::string& what, int64_t img, int64_t batch) {
+void check_against_onnxruntime(models::YoloModel& model, const std::string& what, int64_t img, int64_t batch,
+                               const std::string& output) {
   at::Tensor x = at::rand({batch, 3, img, img});
   at::Tensor y = test_onnx::predict(model, x);  // unfused: the export's fusing is checked too
   test::TempDir dir;
@@ -37,7 +38,7 @@ void check_against_onnxruntime(models::YoloModel& model, const std::string& what
   o.batch = batch;
   export_onnx(model, dir.file("model.onnx"), o, {{"names", "[\"a\"]"}});
   test_onnx::CheckOptions check;
-  check.output = test_onnx::upstream_output_name(model);
+  check.output = output;
   const test::CommandResult r = test_onnx::run_onnxruntime(dir, {{x, y}}, check);
   EXPECT_EQ(r.exit_code, 0) << what << ":\n" << r.output;
   EXPECT_NE(r.output.find("box_rel_err"), std::string::npos) << r.output;
@@ -45,26 +46,27 @@ void check_against_onnxruntime(models::YoloModel& model, const std::string& what
   std::cout << what << ": " << r.output;  // the measured errors, for the log
 }
 
-void check_config(const std::string& config, int64_t img, int64_t batch) {
+void check_config(const std::string& config, int64_t img, int64_t batch, const std::string& output) {
   auto model = random_model(config);
-  check_against_onnxruntime(*model, config, img, batch);
+  check_against_onnxruntime(*model, config, img, batch, output);
 }
 
 // A network written for the test (every block of a family), its BN statistics randomised, against onnxruntime.
-std::shared_ptr<models::YoloModel> check_yaml_network(const char* yaml, const std::string& what, uint64_t seed) {
+std::shared_ptr<models::YoloModel> check_yaml_network(const char* yaml, const std::string& what, uint64_t seed,
+                                                      const std::string& output) {
   auto model = test_onnx::yaml_network(yaml, what + ".yaml", seed);
-  check_against_onnxruntime(*model, what, 64, 2);
+  check_against_onnxruntime(*model, what, 64, 2, output);
   return model;
 }
 
-TEST(OnnxExport, Yolov5nMatchesOnnxRuntime) { check_config("yolov5n", 128, 2); }
-TEST(OnnxExport, Yolov5sMatchesOnnxRuntime) { check_config("yolov5s", 160, 1); }
-TEST(OnnxExport, Yolov7TinyMatchesOnnxRuntime) { check_config("yolov7-tiny", 128, 1); }
+TEST(OnnxExport, Yolov5nMatchesOnnxRuntime) { check_config("yolov5n", 128, 2, test_onnx::kYolov5Output); }
+TEST(OnnxExport, Yolov5sMatchesOnnxRuntime) { check_config("yolov5s", 160, 1, test_onnx::kYolov5Output); }
+TEST(OnnxExport, Yolov7TinyMatchesOnnxRuntime) { check_config("yolov7-tiny", 128, 1, test_onnx::kYolov7Output); }
 // SPPCSPC, RepConv (with its BN statistics randomised: the re-parameterisation is in the graph), IDetect.
-TEST(OnnxExport, Yolov7MatchesOnnxRuntime) { check_config("yolov7", 160, 1); }
-TEST(OnnxExport, Yolov7xMatchesOnnxRuntime) { check_config("yolov7x", 128, 1); }
+TEST(OnnxExport, Yolov7MatchesOnnxRuntime) { check_config("yolov7", 160, 1, test_onnx::kYolov7Output); }
+TEST(OnnxExport, Yolov7xMatchesOnnxRuntime) { check_config("yolov7x", 128, 1, test_onnx::kYolov7Output); }
 // YOLOv7's cfg/baseline Scaled-YOLOv4: YOLOv7 blocks with a plain Detect head, exported as "output".
-TEST(OnnxExport, Yolov4CspMatchesOnnxRuntime) { check_config("yolov4-csp", 64, 1); }
+TEST(OnnxExport, Yolov4CspMatchesOnnxRuntime) { check_config("yolov4-csp", 64, 1, test_onnx::kYolov7Output); }
 
 // Every YOLOv7 block in one small network, including those no shipped config uses (Shortcut, ReOrg,
 // SP) and RepConv in its three forms: identity branch, grouped with identity, stride 2 (no identity).
@@ -89,7 +91,7 @@ head:
   [[-1, 1, Conv, [32, 3, 2]],                              # 9  /16
    [[8, 9], 1, IDetect, [nc, anchors]]]                    # 10
 )";
-  check_yaml_network(yaml, "v7blocks", 5);
+  check_yaml_network(yaml, "v7blocks", 5, test_onnx::kYolov7Output);
 }
 
 // The P6 models' blocks: DownC (default and explicit pool size) and an IAuxDetect head, whose auxiliary
@@ -111,7 +113,7 @@ head:
    [3, 1, Conv, [24, 1, 1]],          # 5  auxiliary /16
    [[2, 3, 4, 5], 1, IAuxDetect, [nc, anchors]]]  # 6
 )";
-  auto model = check_yaml_network(yaml, "p6blocks", 6);
+  auto model = check_yaml_network(yaml, "p6blocks", 6, test_onnx::kYolov7Output);
   ASSERT_TRUE(model->head().aux());
   test::TempDir dir;
   OnnxExportOptions o;
@@ -142,7 +144,7 @@ backbone:
 head:
   [[[4, 5], 1, Detect, [nc, anchors]]]    # 6
 )";
-  check_yaml_network(yaml, "ghost", 7);
+  check_yaml_network(yaml, "ghost", 7, test_onnx::kYolov5Output);
 }
 
 // YOLOv5's C3TR (models/hub/yolov5s-transformer.yaml), with one and two layers of 4 heads. At their
@@ -174,7 +176,7 @@ head:
       if (ends(p.key(), ".v.weight") || ends(p.key(), ".out_proj.weight")) p.value().mul_(5);
     }
   }
-  check_against_onnxruntime(*model, "transformer", 64, 2);
+  check_against_onnxruntime(*model, "transformer", 64, 2, test_onnx::kYolov5Output);
 }
 
 // YOLOv7's cfg/baseline/ blocks: the CSP splits A, B, C with Darknet, Res and grouped ResX units, Res, ResX, Stem.
@@ -202,7 +204,7 @@ backbone:
 head:
   [[[6, 12], 1, IDetect, [nc, anchors]]]  # 13
 )";
-  check_yaml_network(yaml, "csp", 8);
+  check_yaml_network(yaml, "csp", 8, test_onnx::kYolov7Output);
 }
 
 // A layer type the exporter does not know (here a stand-in for nn.Upsample) stops the export with
