@@ -190,8 +190,13 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
   const size_t n = media.size();
   for (size_t i = 0, image = 0; i < n; ++i) {
     if (data::is_video_file(media[i])) {
-      std::unique_ptr<data::VideoReader> clip = data::open_video(media[i]);
-      detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir);
+      try {  // like an unreadable image, reported and skipped (upstream's loader goes on to the next file)
+        std::unique_ptr<data::VideoReader> clip = data::open_video(media[i]);
+        detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir);
+      } catch (const Error& e) {
+        std::cout << "video " << i + 1 << "/" << n << " " << media[i] << ": skipped (" << e.what() << ")" << std::endl;
+        ++skipped;
+      }
       continue;
     }
     const OutputNames& out = outputs[image++];
@@ -212,9 +217,9 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
       data::write_jpeg(annotated.string(), decoded.image);
     }
   }
-  if (detector.images() == 0) fail("--source ", o.source, ": none of the ", images.size(), " images could be read");
-  if (skipped)
-    std::printf("%lld of %zu images skipped (unreadable, listed above)\n", static_cast<long long>(skipped), images.size());
+  const char* what = images.size() == n ? "images" : "files";
+  if (detector.images() == 0) fail("--source ", o.source, ": none of the ", n, " ", what, " could be read");
+  if (skipped) std::printf("%lld of %zu %s skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n, what);
 }
 
 void run_detect(const DetectOptions& o) {

@@ -190,11 +190,15 @@ void run_val(const ValOptions& options) {
   const std::string& weights = o.weights.front();
   Model m = load_for(o, weights, cfg, device);
   // COCO as val.py: predictions saved as JSON with COCO's category ids, scored with COCOeval against
-  // <path>/annotations/instances_val2017.json when it is there, on the split's images only.
+  // <path>/annotations/instances_val2017.json (YOLOv7's YAML has no path: next to its val2017.txt) when it
+  // is there, for the val split, on the split's images only.
   const bool is_coco = eval::is_coco_dataset(cfg);
   std::string coco_ann = o.coco_ann;
-  const std::string coco_guess = (std::filesystem::path(cfg.root) / "annotations" / "instances_val2017.json").string();
-  if (coco_ann.empty() && is_coco && std::filesystem::exists(coco_guess)) coco_ann = coco_guess;
+  std::vector<std::string> coco_guesses = {(std::filesystem::path(cfg.root) / "annotations" / "instances_val2017.json").string()};
+  if (!cfg.val.empty())
+    coco_guesses.push_back((std::filesystem::path(cfg.val[0]).parent_path() / "annotations" / "instances_val2017.json").string());
+  for (const std::string& guess : coco_guesses)
+    if (coco_ann.empty() && is_coco && o.task == "val" && std::filesystem::exists(guess)) coco_ann = guess;
   const bool save_json = o.save_json || !coco_ann.empty() || is_coco;
   std::optional<eval::CocoAnnotations> annotations;
   if (!coco_ann.empty()) annotations = eval::read_coco_annotations(coco_ann);  // before the pass: a bad file fails fast
@@ -210,7 +214,8 @@ void run_val(const ValOptions& options) {
   if (!o.noplots) out.confusion = &confusion, out.plot_dir = dir;
   out.save_json = save_json;
   if (annotations) out.coco_category_ids = eval::coco_category_ids_for(m.names, *annotations, is_coco);
-  else if (is_coco && m.nc == 80) out.coco_category_ids = eval::coco80_to_coco91_ids();
+  else if (is_coco && m.nc <= 80)  // val.py's coco80_to_coco91_class()[c]: also a --single-cls class 0, person
+    out.coco_category_ids.assign(eval::coco80_to_coco91_ids().begin(), eval::coco80_to_coco91_ids().begin() + m.nc);
   const eval::ValidationResult r = validate_once(o, m, cfg, device, o.img_size, PassKind::plain, out);
   if (!writes) return;
   if (!o.noplots) {
@@ -226,11 +231,15 @@ void run_val(const ValOptions& options) {
     write_file_atomic(path, {eval::coco_results_json(r.predictions)}, Durability::kFlushed);
     std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
     if (annotations) {
-      std::cout << "Evaluating COCO mAP with " << coco_ann << " (" << r.image_ids.size() << " images of the split)\n";
-      const auto detections = eval::read_coco_results(path, *annotations);  // the file as saved
-      std::cout << eval::format_coco_summary(eval::evaluate_coco(*annotations, detections, r.image_ids));
-    } else if (is_coco) {
-      std::cout << "WARNING: no " << coco_guess << ": the predictions are not scored with COCOeval (--coco-ann FILE)\n";
+      std::cout << "Evaluating COCO mAP with " << coco_ann << "\n";
+      try {  // as val.py, a file that does not fit (other images) is a warning: the predictions are saved
+        const auto detections = eval::read_coco_results(path, *annotations);  // the file as saved
+        std::cout << eval::format_coco_summary(eval::evaluate_coco(*annotations, detections, r.image_ids));
+      } catch (const Error& e) {
+        std::cout << "WARNING: COCOeval unable to run: " << e.what() << "\n";
+      }
+    } else if (is_coco && o.task == "val") {
+      std::cout << "WARNING: no " << coco_guesses.front() << ": the predictions are not scored with COCOeval (--coco-ann FILE)\n";
     }
   }
   std::cout << "Results saved to " << dir << "\n";  // val.py's last lines

@@ -203,6 +203,14 @@ TEST(DetectVideoCli, FoldersAndGlobsMixImagesAndVideos) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("video 1/1 (1/5) " + run.dir.file("media/clip.avi")), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("image 1/"), std::string::npos) << r.output;
+  // A video that cannot be read is reported and skipped, as an unreadable image: the run goes on.
+  fs::create_directories(run.dir.file("mixed"));
+  fs::copy_file("data/demo/images/val/000000000139.jpg", run.dir.file("mixed/photo.jpg"));
+  test::write_file(run.dir.file("mixed/broken.mp4"), "not a video");
+  r = run.detect(run.dir.file("mixed"), "--nosave");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("video 2/2 " + run.dir.file("mixed/broken.mp4") + ": skipped ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 of 2 files skipped"), std::string::npos) << r.output;
 }
 
 }  // namespace

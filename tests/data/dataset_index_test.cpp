@@ -353,6 +353,19 @@ TEST(ImageFiles, GlobPatterns) {
   EXPECT_NE(test::error_message([&] { list_files({dir.file("d/*.gif")}, "--source", images); })
                 .find("--source: no file matches " + dir.file("d/*.gif")),
             std::string::npos);
+  // As Python's glob: `*` stays within a name (img_* is not img_set/...), `**` skips hidden folders, and
+  // a folder link loop lists each file once.
+  fs::create_directories(dir.file("d/img_set"));
+  fs::create_directories(dir.file("d/.cache"));
+  test::write_bytes(dir.file("d/img_set/x.jpg"), {1});
+  test::write_bytes(dir.file("d/img_1.jpg"), {1});
+  test::write_bytes(dir.file("d/.cache/h.jpg"), {1});
+  EXPECT_EQ(list_files({dir.file("d/**/img_*.jpg")}, "--source", images), (std::vector<std::string>{dir.file("d/img_1.jpg")}));
+  fs::create_directory_symlink(dir.file("d"), dir.file("d/sub/loop"));
+  const auto all = list_files({dir.file("d")}, "--source", images);
+  EXPECT_EQ(std::count(all.begin(), all.end(), dir.file("d/a.jpg")) + std::count(all.begin(), all.end(), dir.file("d/sub/loop/a.jpg")), 1)
+      << all.size() << " files";
+  EXPECT_EQ(list_files({dir.file("d/**/*.jpg")}, "--source", images).size(), all.size() - 2);  // less .cache/h.jpg, b.png
 }
 
 TEST(DatasetConfig, DemoYamlAndErrors) {

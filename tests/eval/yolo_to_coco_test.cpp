@@ -293,6 +293,8 @@ TEST(CocoCategories, IdsByNameThenCocoThenIndex) {
   coco.category_names.assign(80, "");
   const std::vector<std::string> names(80, "x");
   EXPECT_EQ(coco_category_ids_for(names, coco, true), coco80_to_coco91_ids());
+  // --single-cls on COCO: class 0 is COCO's person (val.py's coco80_to_coco91_class()[0]).
+  EXPECT_EQ(coco_category_ids_for({"item"}, coco, true), (std::vector<int>{1}));
 }
 
 // val.py's is_coco: a val entry ending in coco/val2017.txt (YOLOv5), or a YAML named coco.yaml (YOLOv7).

@@ -2,10 +2,12 @@
 
 #include <fnmatch.h>
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "kestrel/core/error.h"
 
@@ -24,8 +26,53 @@ namespace {
 
 bool is_pattern(const std::string& entry) { return entry.find_first_of("*?[") != std::string::npos; }
 
-// The files a glob pattern names, sorted. `**` spans folders (zero or more): the walk starts at the
-// folder before the first wildcard and fnmatch without FNM_PATHNAME lets `*` cross '/'.
+// Every file below `root`, following folder links; a folder met again (a link loop) is not entered twice.
+// A folder that cannot be listed is an error naming `source`: files must not go missing in silence.
+void walk(const std::string& root, const std::string& source, const std::function<void(const fs::path&)>& file) {
+  std::set<std::pair<dev_t, ino_t>> visited;
+  const auto first_visit = [&](const fs::path& dir) {
+    struct stat st {};
+    return ::stat(dir.c_str(), &st) != 0 || visited.insert({st.st_dev, st.st_ino}).second;
+  };
+  first_visit(root);
+  std::error_code ec;
+  const fs::recursive_directory_iterator end;
+  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);; it.increment(ec)) {
+    if (ec) fail(source, ": cannot list ", root, " (", ec.message(), ")");
+    if (it == end) break;
+    if (it->is_directory(ec)) {
+      if (!first_visit(it->path())) it.disable_recursion_pending();
+    } else if (it->is_regular_file(ec)) {
+      file(it->path());
+    }
+    ec.clear();
+  }
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t slash; (slash = path.find('/', start)) != std::string::npos; start = slash + 1) parts.push_back(path.substr(start, slash - start));
+  parts.push_back(path.substr(start));
+  return parts;
+}
+
+// Python's glob: `*`, `?` and `[...]` within one name, not matching a leading '.'; `**` any number of
+// folders (none included), hidden ones excepted.
+bool match_parts(const std::vector<std::string>& pattern, size_t p, const std::vector<std::string>& path, size_t s) {
+  if (p == pattern.size()) return s == path.size();
+  if (pattern[p] == "**") {
+    for (size_t k = s; k <= path.size(); ++k) {
+      if (k > s && !path[k - 1].empty() && path[k - 1][0] == '.') break;
+      if (match_parts(pattern, p + 1, path, k)) return true;
+    }
+    return false;
+  }
+  return s < path.size() && ::fnmatch(pattern[p].c_str(), path[s].c_str(), FNM_PERIOD) == 0 &&
+         match_parts(pattern, p + 1, path, s + 1);
+}
+
+// The files a glob pattern names, sorted; a pattern matching none is an error.
 std::vector<std::string> expand_pattern(const std::string& pattern, const std::string& source) {
   std::vector<std::string> out;
   if (pattern.find("**") == std::string::npos) {
@@ -36,19 +83,16 @@ std::vector<std::string> expand_pattern(const std::string& pattern, const std::s
     globfree(&g);
     if (rc != 0 && rc != GLOB_NOMATCH) fail(source, ": cannot expand ", pattern);
   } else {
+    // The walk starts at the folder before the first wildcard.
     const size_t wild = pattern.find_first_of("*?[");
     const size_t slash = pattern.rfind('/', wild);
     const std::string root = slash == std::string::npos ? "." : pattern.substr(0, slash == 0 ? 1 : slash);
-    std::string without = pattern;  // "a/**/b" also matches "a/b", as Python's recursive glob
-    for (size_t at; (at = without.find("**/")) != std::string::npos;) without.erase(at, 3);
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      std::string path = it->path().string();
+    const std::vector<std::string> wanted = split_path(pattern);
+    walk(root, source, [&](const fs::path& file) {
+      std::string path = file.string();
       if (slash == std::string::npos && path.rfind("./", 0) == 0) path.erase(0, 2);
-      if (::fnmatch(pattern.c_str(), path.c_str(), 0) == 0 || ::fnmatch(without.c_str(), path.c_str(), 0) == 0)
-        out.push_back(path);
-    }
+      if (match_parts(wanted, 0, split_path(path), 0)) out.push_back(path);
+    });
   }
   if (out.empty()) fail(source, ": no file matches ", pattern);
   std::sort(out.begin(), out.end());
@@ -70,11 +114,9 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
       for (const std::string& match : expand_pattern(entry, source))
         if (fs::is_regular_file(match, ec) && wanted(match)) images.push_back(match);
     } else if (fs::is_directory(entry, ec)) {
-      for (auto it = fs::recursive_directory_iterator(entry, fs::directory_options::follow_directory_symlink, ec);
-           it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) fail(source, ": cannot list ", entry, " (", ec.message(), ")");
-        if (it->is_regular_file(ec) && wanted(it->path().string())) images.push_back(it->path().string());
-      }
+      walk(entry, source, [&](const fs::path& file) {
+        if (wanted(file.string())) images.push_back(file.string());
+      });
     } else if (fs::is_regular_file(entry, ec) && fs::path(entry).extension() == ".txt") {
       std::ifstream in(entry);
       const fs::path parent = fs::path(entry).parent_path();

@@ -78,9 +78,11 @@ std::vector<int> coco_category_ids_for(const std::vector<std::string>& names, co
     ids.push_back(static_cast<int>(it->second));
   }
   if (ids.size() == names.size()) return ids;
+  // val.py's coco80_to_coco91_class()[c] for any class count up to 80 (--single-cls: class 0, person).
   const std::vector<int>& coco = coco80_to_coco91_ids();
-  if (is_coco && names.size() == coco.size() && std::all_of(coco.begin(), coco.end(), [&](int id) { return listed.count(id); }))
-    return coco;
+  if (is_coco && names.size() <= coco.size() &&
+      std::all_of(coco.begin(), coco.begin() + static_cast<std::ptrdiff_t>(names.size()), [&](int id) { return listed.count(id); }))
+    return std::vector<int>(coco.begin(), coco.begin() + static_cast<std::ptrdiff_t>(names.size()));
   ids.clear();
   for (size_t c = 0; c < names.size(); ++c) {
     if (!listed.count(static_cast<int64_t>(c)))

@@ -42,7 +42,8 @@ bool is_coco_dataset(const data::DatasetConfig& cfg);
 
 // The category id of each class in predictions scored against `annotations`: by name when every class
 // name is a category name of the file (COCO's instances_*.json and yolov5's coco.yaml names agree);
-// else COCO's 80 -> 91 ids for the 80 classes of a COCO dataset (is_coco); else the class index when
+// else COCO's 80 -> 91 ids on a COCO dataset (is_coco; also for fewer classes: --single-cls's class 0 is
+// person, as val.py); else the class index when
 // every index is a category id of the file (`kestrel data coco`'s files). Otherwise an error naming the
 // file and a class it does not know.
 std::vector<int> coco_category_ids_for(const std::vector<std::string>& names, const CocoAnnotations& annotations,
