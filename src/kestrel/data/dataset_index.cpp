@@ -23,8 +23,6 @@ namespace kestrel::data {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr int kMinImageSide = 10;  // upstream: "image size <10 pixels"
-
 bool is_jpeg_or_png_name(const std::string& path) {
   std::string ext = fs::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

@@ -9,6 +9,10 @@
 
 namespace kestrel::data {
 
+// Verification skips images with a side below this (upstream: "image size <10 pixels"); the label cache
+// refuses entries that say otherwise.
+inline constexpr int kMinImageSide = 10;
+
 struct ImageRecord {
   std::string image;
   std::string label;            // the label file (may not exist: a background image)

@@ -17,7 +17,6 @@ constexpr char kMagic[8] = {'K', 'S', 'T', 'L', 'I', 'D', 'X', '\0'};
 // 4: binary, one entry per image with its files' stamps (3 and before: one JSON document for the split).
 constexpr uint32_t kVersion = 4;
 constexpr uint32_t kByteOrderMark = 0x01020304;
-constexpr int kMinImageSide = 10;  // as verification: upstream's "image size <10 pixels"
 
 class Writer {
  public:
