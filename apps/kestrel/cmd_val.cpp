@@ -143,20 +143,90 @@ void run_speed(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
   }
 }
 
+// COCO predictions of a run: whether JSON is written, and the annotations that score it. val.py's rule: on
+// COCO the JSON is written without being asked, with COCO's category ids, and scored with COCOeval against
+// <path>/annotations/instances_val2017.json (YOLOv7's YAML has no path: next to its val2017.txt) when it is
+// there, for the val split, on the split's images only.
+struct CocoOutput {
+  bool is_coco = false, save_json = false;
+  std::string ann_path;                         // --coco-ann or the file found on COCO ("" for none)
+  std::string expected_ann;                     // where COCO's annotations were looked for first
+  std::optional<eval::CocoAnnotations> annotations;
+};
+
+CocoOutput coco_output_for(const ValOptions& o, const data::DatasetConfig& cfg) {
+  CocoOutput c;
+  c.is_coco = eval::is_coco_dataset(cfg);
+  c.ann_path = o.coco_ann;
+  std::vector<std::string> guesses = {(std::filesystem::path(cfg.root) / "annotations" / "instances_val2017.json").string()};
+  if (!cfg.val.empty())
+    guesses.push_back((std::filesystem::path(cfg.val[0]).parent_path() / "annotations" / "instances_val2017.json").string());
+  c.expected_ann = guesses.front();
+  for (const std::string& guess : guesses)
+    if (c.ann_path.empty() && c.is_coco && o.task == "val" && std::filesystem::exists(guess)) c.ann_path = guess;
+  c.save_json = o.save_json || !c.ann_path.empty() || c.is_coco;
+  if (!c.ann_path.empty()) c.annotations = eval::read_coco_annotations(c.ann_path);  // before any pass: a bad file fails fast
+  return c;
+}
+
+// Class -> category id in the JSON predictions (empty: the class index).
+std::vector<int> category_ids_for(const CocoOutput& c, const Model& m) {
+  if (c.annotations) return eval::coco_category_ids_for(m.names, *c.annotations, c.is_coco);
+  if (c.is_coco && m.nc <= 80)  // val.py's coco80_to_coco91_class()[c]: also a --single-cls class 0, person
+    return {eval::coco80_to_coco91_ids().begin(), eval::coco80_to_coco91_ids().begin() + m.nc};
+  return {};
+}
+
+// Writes a pass's predictions to `path` and scores the file as saved when there are annotations; as val.py,
+// annotations that do not fit (other images) are a warning. Returns COCOeval's summary when it ran.
+std::optional<eval::CocoSummary> save_coco_predictions(const CocoOutput& c, const ValOptions& o,
+                                                       const eval::ValidationResult& r, const std::string& path) {
+  write_file_atomic(path, {eval::coco_results_json(r.predictions)}, Durability::kFlushed);
+  std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
+  if (!c.annotations) {
+    if (c.is_coco && o.task == "val")
+      std::cout << "WARNING: no " << c.expected_ann << ": the predictions are not scored with COCOeval (--coco-ann FILE)\n";
+    return std::nullopt;
+  }
+  std::cout << "Evaluating COCO mAP with " << c.ann_path << "\n";
+  try {
+    const auto detections = eval::read_coco_results(path, *c.annotations);
+    const eval::CocoSummary summary = eval::evaluate_coco(*c.annotations, detections, r.image_ids);
+    std::cout << eval::format_coco_summary(summary);
+    return summary;
+  } catch (const Error& e) {
+    std::cout << "WARNING: COCOeval unable to run: " << e.what() << "\n";
+    return std::nullopt;
+  }
+}
+
 // val.py / test.py --task study: every weights file at sizes 256 ... 1536, a study_*.txt each and study.png,
-// in one run folder (upstream writes them to the working directory). No plots, labels or JSON per pass.
+// in one run folder (upstream writes them to the working directory). No plots or labels per pass. With JSON
+// (--save-json, or on COCO) each pass saves <weights>_<size>_predictions.json, and where COCOeval scores it
+// the row's mAP50 and mAP50-95 are COCOeval's, as upstream's rows (val.py replaces its own with them).
 void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& device) {
-  o.save_json = o.save_txt = false;
-  o.coco_ann.clear();
+  o.save_txt = false;
+  const CocoOutput coco = coco_output_for(o, cfg);
   const std::filesystem::path dir = train::make_run_dir(o.project, o.name, o.exist_ok, false);
   std::vector<std::string> files;
   for (const auto& weights : o.weights) {
     Model m = load_for(o, weights, cfg, device);
+    PassOutputs out;
+    out.save_json = coco.save_json;
+    if (coco.save_json) out.coco_category_ids = category_ids_for(coco, m);
     const std::string file = (dir / eval::study_file_name(o.data, weights)).string();
     std::string rows;
     for (int img : eval::study_image_sizes()) {
       std::cout << "\nRunning " << file << " --img " << img << "...\n";
-      const eval::ValidationResult r = validate_once(o, m, cfg, device, img, PassKind::study, {});
+      eval::ValidationResult r = validate_once(o, m, cfg, device, img, PassKind::study, out);
+      if (coco.save_json) {
+        const std::string json = (dir / (std::filesystem::path(weights).stem().string() + "_" + std::to_string(img) +
+                                         "_predictions.json")).string();
+        if (const auto summary = save_coco_predictions(coco, o, r, json)) {
+          r.metrics.map = summary->stats[0];
+          r.metrics.map50 = summary->stats[1];
+        }
+      }
       rows += eval::study_row(r, m.yolov7, img, o.batch_size) + "\n";
     }
     write_file_atomic(file, {rows}, Durability::kFlushed);
@@ -189,19 +259,8 @@ void run_val(const ValOptions& options) {
          "several only with --task speed or study");
   const std::string& weights = o.weights.front();
   Model m = load_for(o, weights, cfg, device);
-  // COCO as val.py: predictions saved as JSON with COCO's category ids, scored with COCOeval against
-  // <path>/annotations/instances_val2017.json (YOLOv7's YAML has no path: next to its val2017.txt) when it
-  // is there, for the val split, on the split's images only.
-  const bool is_coco = eval::is_coco_dataset(cfg);
-  std::string coco_ann = o.coco_ann;
-  std::vector<std::string> coco_guesses = {(std::filesystem::path(cfg.root) / "annotations" / "instances_val2017.json").string()};
-  if (!cfg.val.empty())
-    coco_guesses.push_back((std::filesystem::path(cfg.val[0]).parent_path() / "annotations" / "instances_val2017.json").string());
-  for (const std::string& guess : coco_guesses)
-    if (coco_ann.empty() && is_coco && o.task == "val" && std::filesystem::exists(guess)) coco_ann = guess;
-  const bool save_json = o.save_json || !coco_ann.empty() || is_coco;
-  std::optional<eval::CocoAnnotations> annotations;
-  if (!coco_ann.empty()) annotations = eval::read_coco_annotations(coco_ann);  // before the pass: a bad file fails fast
+  const CocoOutput coco = coco_output_for(o, cfg);
+  const bool save_json = coco.save_json;
   // The run folder exists before the pass (val_batch images are written during it); none when nothing is written.
   const bool writes = !o.noplots || save_json || o.save_txt;
   const std::string dir = writes ? train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false) : "";
@@ -213,9 +272,7 @@ void run_val(const ValOptions& options) {
   }
   if (!o.noplots) out.confusion = &confusion, out.plot_dir = dir;
   out.save_json = save_json;
-  if (annotations) out.coco_category_ids = eval::coco_category_ids_for(m.names, *annotations, is_coco);
-  else if (is_coco && m.nc <= 80)  // val.py's coco80_to_coco91_class()[c]: also a --single-cls class 0, person
-    out.coco_category_ids.assign(eval::coco80_to_coco91_ids().begin(), eval::coco80_to_coco91_ids().begin() + m.nc);
+  if (save_json) out.coco_category_ids = category_ids_for(coco, m);
   const eval::ValidationResult r = validate_once(o, m, cfg, device, o.img_size, PassKind::plain, out);
   if (!writes) return;
   if (!o.noplots) {
@@ -226,22 +283,9 @@ void run_val(const ValOptions& options) {
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, m.names, file("P_curve.png"));
     eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, m.names, file("R_curve.png"));
   }
-  if (save_json) {
-    const std::string path = (std::filesystem::path(dir) / (std::filesystem::path(weights).stem().string() + "_predictions.json")).string();
-    write_file_atomic(path, {eval::coco_results_json(r.predictions)}, Durability::kFlushed);
-    std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
-    if (annotations) {
-      std::cout << "Evaluating COCO mAP with " << coco_ann << "\n";
-      try {  // as val.py, a file that does not fit (other images) is a warning: the predictions are saved
-        const auto detections = eval::read_coco_results(path, *annotations);  // the file as saved
-        std::cout << eval::format_coco_summary(eval::evaluate_coco(*annotations, detections, r.image_ids));
-      } catch (const Error& e) {
-        std::cout << "WARNING: COCOeval unable to run: " << e.what() << "\n";
-      }
-    } else if (is_coco && o.task == "val") {
-      std::cout << "WARNING: no " << coco_guesses.front() << ": the predictions are not scored with COCOeval (--coco-ann FILE)\n";
-    }
-  }
+  if (save_json)
+    save_coco_predictions(coco, o, r,
+                          (std::filesystem::path(dir) / (std::filesystem::path(weights).stem().string() + "_predictions.json")).string());
   std::cout << "Results saved to " << dir << "\n";  // val.py's last lines
   if (o.save_txt) report_labels(out.txt_dir);
 }

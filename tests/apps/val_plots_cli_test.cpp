@@ -72,7 +72,7 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
 
 // val.py's --task study: one run folder with study_<data>_<weights>.txt, a row of 10 values per size 256 ...
 // 1536 (each pass really at that size: its speed line names the shape), and study.png. Two weights files,
-// two study files; several weights are refused for a plain validation (val.py would ensemble them). Two
+// two study files; with JSON the rows carry COCOeval's mAP; several weights are refused for a plain validation (val.py would ensemble them). Two
 // images and a yolov5n at an eighth of the width keep the 1536 passes short.
 TEST(ValPlotsCli, StudyWritesARowPerSizeAndThePlot) {
   test::TempDir dir;
@@ -108,6 +108,34 @@ TEST(ValPlotsCli, StudyWritesARowPerSizeAndThePlot) {
     EXPECT_EQ(rows, 11) << name;
   }
   EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp/study.png"))) << r.output;
+
+  // With JSON, every size saves its predictions and the row's mAP50 and mAP50-95 are COCOeval's (val.py's
+  // rows). Annotations whose boxes are all crowds leave COCOeval nothing to score: its summary is -1, which
+  // kestrel's own metrics (>= 0) can never be, so the rows show whose numbers they are.
+  r = test::run_command(test::kestrel_binary() + " data coco " + data + " --split val --out " + dir.file("ann.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json ann = nlohmann::json::parse(std::ifstream(dir.file("ann.json")));
+  ASSERT_FALSE(ann["annotations"].empty());
+  for (auto& a : ann["annotations"]) a["iscrowd"] = 1;
+  test::write_file(dir.file("crowd.json"), ann.dump());
+  r = test::run_command(test::kestrel_binary() + " val --task study --data " + data + " --batch-size 2 --device cpu --weights " +
+                        best + " --save-json --coco-ann " + dir.file("crowd.json") + " --project " + dir.file("val"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream rows(dir.file("val/exp2/study_tiny_best.txt"));
+  ASSERT_TRUE(rows) << r.output;
+  int sizes = 0;
+  for (std::string line; std::getline(rows, line); ++sizes) {
+    std::istringstream row(line);
+    std::vector<double> v;
+    for (double x; row >> x;) v.push_back(x);
+    ASSERT_EQ(v.size(), 10u) << line;
+    EXPECT_EQ(v[2], -1) << "mAP50 from COCOeval: " << line;
+    EXPECT_EQ(v[3], -1) << "mAP50-95 from COCOeval: " << line;
+  }
+  EXPECT_EQ(sizes, 11);
+  for (int img = 256; img <= 1536; img += 128)
+    EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp2/best_" + std::to_string(img) + "_predictions.json"))) << img;
+
   r = test::run_command(test::kestrel_binary() + " val --data " + data + " --device cpu --weights " + last + " " + best);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--weights: 2 files given"), std::string::npos) << r.output;
