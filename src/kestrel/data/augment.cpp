@@ -20,6 +20,13 @@ double random_unit(std::mt19937& rng) {
 
 double uniform(std::mt19937& rng, double lo, double hi) { return lo + (hi - lo) * random_unit(rng); }
 
+size_t draw_partner(std::mt19937& rng, int n, const std::vector<int64_t>* weighted_draw) {
+  if (!weighted_draw) return static_cast<size_t>(random_below(rng, n));
+  const int64_t image = (*weighted_draw)[static_cast<size_t>(random_below(rng, static_cast<int>(weighted_draw->size())))];
+  if (image < 0 || image >= n) fail("draw_partner: image ", image, " of a weighted draw over ", n, " images");
+  return static_cast<size_t>(image);
+}
+
 int random_below(std::mt19937& rng, int n) {
   if (n <= 0) fail("random_below: n must be positive, got ", n);
   // CPython's _randbelow: rejection sampling on bit_length(n) top bits (getrandbits).

@@ -27,6 +27,9 @@ enum class Dialect { yolov5, yolov7 };
 double random_unit(std::mt19937& rng);                         // [0, 1), 53 bits: random.random()
 double uniform(std::mt19937& rng, double lo, double hi);       // random.uniform(lo, hi)
 int random_below(std::mt19937& rng, int n);                    // [0, n): random.randrange(n)
+// A mosaic partner among n images: any image, or with a weighted draw (--image-weights) one of its entries
+// (random.choices(dataset.indices)); one random_below either way, so the stream does not depend on it.
+size_t draw_partner(std::mt19937& rng, int n, const std::vector<int64_t>* weighted_draw);
 std::vector<int> sample_indices(std::mt19937& rng, int n, int k);  // random.sample(range(n), k)
 double beta(std::mt19937& rng, double a, double b);            // Beta(a, b) from two gamma draws
 

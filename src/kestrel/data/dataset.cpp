@@ -138,12 +138,12 @@ Sample YoloDataset::load_resized(size_t index, cv::Size* original, bool writable
   return labelled(record, writable && options_.cache_ram ? entry->image.clone() : entry->image);
 }
 
-Sample YoloDataset::mosaic(size_t index, std::mt19937& rng) const {
+Sample YoloDataset::mosaic(size_t index, std::mt19937& rng, const std::vector<int64_t>* partners) const {
   const int n = static_cast<int>(records_.size());
   const bool nine = options_.dialect == Dialect::yolov7 && random_unit(rng) >= 1.0 - options_.hyp.mosaic9;
   const size_t tiles = nine ? 9 : 4;
   std::vector<size_t> picks{index};
-  for (size_t i = 1; i < tiles; ++i) picks.push_back(static_cast<size_t>(random_below(rng, n)));
+  for (size_t i = 1; i < tiles; ++i) picks.push_back(draw_partner(rng, n, partners));
   if (!nine && options_.dialect == Dialect::yolov5) std::shuffle(picks.begin(), picks.end(), rng);
   if (nine) {
     std::array<Sample, 9> t;
@@ -155,14 +155,16 @@ Sample YoloDataset::mosaic(size_t index, std::mt19937& rng) const {
   return mosaic4(std::move(t), options_.img_size, options_.hyp, rng, options_.dialect);
 }
 
-Sample YoloDataset::training_sample(size_t index, cv::Size shape, std::mt19937& rng) const {
+Sample YoloDataset::training_sample(size_t index, cv::Size shape, std::mt19937& rng,
+                                    const std::vector<int64_t>* partners) const {
   const auto& hyp = options_.hyp;
   Sample s;
   // Upstream: mosaic = augment and not rect (mixup only ever mixes mosaics).
   if (!options_.rect && random_unit(rng) < hyp.mosaic) {
-    s = mosaic(index, rng);
+    s = mosaic(index, rng, partners);
     if (random_unit(rng) < hyp.mixup) {
-      Sample other = mosaic(static_cast<size_t>(random_below(rng, static_cast<int>(records_.size()))), rng);
+      // The other mosaic's first image is any image, its partners from the draw (upstream's randint(0, n - 1)).
+      Sample other = mosaic(static_cast<size_t>(random_below(rng, static_cast<int>(records_.size()))), rng, partners);
       mixup(s, other, rng, options_.dialect == Dialect::yolov7 ? 8.0 : 32.0);
     }
   } else {
@@ -171,6 +173,9 @@ Sample YoloDataset::training_sample(size_t index, cv::Size shape, std::mt19937& 
     resized.image = lb.image;
     letterbox_labels(resized, lb);
     s = std::move(resized);
+    // Upstream warps this path's boxes (random_perspective without segments): their corners, clipped, with
+    // the boxes' area threshold, not the polygons' tighter boxes and lower threshold that a mosaic uses.
+    s.segments.clear();
     random_perspective(s, hyp, {0, 0}, rng, options_.dialect);
   }
   augment_hsv(s.image, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, rng);
@@ -179,18 +184,21 @@ Sample YoloDataset::training_sample(size_t index, cv::Size shape, std::mt19937& 
   // skips it without drawing, so box-only datasets see the same stream whatever paste_in is.
   if (hyp.paste_in > 0 && polygons_ && random_unit(rng) < hyp.paste_in) {
     const auto load = [this](size_t i) { return load_resized(i); };
-    paste_in(s, collect_paste_objects(load, records_.size(), options_.img_size, rng), rng);
+    paste_in(s, collect_paste_objects(load, records_.size(), options_.img_size, rng, 30, 32, partners), rng);
   }
   random_flips(s, hyp, rng);
   return s;
 }
 
-Sample YoloDataset::get(size_t index, int epoch, SampleMeta* meta, std::optional<size_t> shape_batch) const {
-  std::mt19937 rng(static_cast<uint32_t>(sample_seed(options_.seed, epoch, index)));
+Sample YoloDataset::get(size_t index, int epoch, SampleMeta* meta, std::optional<size_t> shape_batch,
+                        const WeightedDraw* weighted) const {
+  // Positions in a weighted draw seed apart from image indices (bit 43), which stay below 2^43.
+  const uint64_t key = weighted ? weighted->position | (1ull << 43) : index;
+  std::mt19937 rng(static_cast<uint32_t>(sample_seed(options_.seed, epoch, key)));
   if (meta) meta->index = static_cast<int64_t>(index);
   const cv::Size shape = batch_shape(shape_batch.value_or(index / static_cast<size_t>(options_.batch_size)));
   if (options_.augment) {
-    Sample s = training_sample(index, shape, rng);
+    Sample s = training_sample(index, shape, rng, weighted ? weighted->images : nullptr);
     if (meta) meta->original = s.image.size();
     return s;
   }

@@ -30,6 +30,15 @@ struct DatasetOptions {
   uint64_t seed = 0;
 };
 
+// --image-weights: the epoch's draw of images by weight, over all ranks (upstream's dataset.indices), and a
+// sample's position in it. Mosaic and paste-in partners then come from the draw (upstream's
+// random.choices(self.indices, k=3)), and the sample is seeded by its position, so an image drawn twice in an
+// epoch is augmented twice, differently.
+struct WeightedDraw {
+  const std::vector<int64_t>* images = nullptr;
+  uint64_t position = 0;
+};
+
 // Where a sample came from, to map predictions back to the original image.
 struct SampleMeta {
   int64_t index = 0;          // position in the dataset
@@ -46,12 +55,14 @@ class YoloDataset {
   const std::vector<ImageRecord>& records() const { return records_; }
   const DatasetOptions& options() const { return options_; }
 
-  // The sample at `index` for `epoch`: deterministic for (seed, epoch, index), whatever thread asks.
+  // The sample at `index` for `epoch`: deterministic for (seed, epoch, index), whatever thread asks; with a
+  // weighted draw, for (seed, epoch, position in the draw).
   // Training: img_size x img_size with augmentation; with rect (upstream's --rect), no mosaic and the
   // image letterboxed to its batch's shape, then augmented. Validation: the letterboxed image (rect
   // shape). shape_batch: the batch whose rect shape the sample takes (default: index / batch_size; a
   // loader batch whose samples wrap around the epoch's end gives them its first sample's).
-  Sample get(size_t index, int epoch, SampleMeta* meta = nullptr, std::optional<size_t> shape_batch = std::nullopt) const;
+  Sample get(size_t index, int epoch, SampleMeta* meta = nullptr, std::optional<size_t> shape_batch = std::nullopt,
+             const WeightedDraw* weighted = nullptr) const;
 
   // Rectangular mode: the (w, h) of batch i (samples are ordered by aspect ratio).
   cv::Size batch_shape(size_t batch) const;
@@ -62,8 +73,9 @@ class YoloDataset {
   Sample load_resized(size_t index, cv::Size* original = nullptr, bool writable = false) const;
 
  private:
-  Sample training_sample(size_t index, cv::Size shape, std::mt19937& rng) const;
-  Sample mosaic(size_t index, std::mt19937& rng) const;
+  // partners: the weighted draw to take mosaic / paste-in partners from (null: every image alike).
+  Sample training_sample(size_t index, cv::Size shape, std::mt19937& rng, const std::vector<int64_t>* partners) const;
+  Sample mosaic(size_t index, std::mt19937& rng, const std::vector<int64_t>* partners) const;
 
   DatasetOptions options_;
   std::vector<ImageRecord> records_;

@@ -141,10 +141,12 @@ void DataLoader::start_epoch(int epoch, int64_t first_batch) {
   // gets the same count, then every world_size-th entry from this rank (as DistributedSampler).
   std::vector<int64_t> all(dataset_->size());
   std::iota(all.begin(), all.end(), 0);
+  weighted_draw_.clear();
   if (!sample_weights_.empty()) {
     std::mt19937_64 rng(sample_seed(options_.seed, epoch, ~1ull));
     std::discrete_distribution<int64_t> draw(sample_weights_.begin(), sample_weights_.end());
     for (auto& i : all) i = draw(rng);
+    weighted_draw_ = all;
   } else if (options_.shuffle) {
     std::shuffle(all.begin(), all.end(), std::mt19937_64(sample_seed(options_.seed, epoch, ~0ull)));
   }
@@ -187,7 +189,10 @@ Batch DataLoader::build_batch(int64_t batch) const {
                                : std::nullopt;
   for (size_t i = start; i < end; ++i) {
     SampleMeta meta;
-    const Sample sample = dataset_->get(static_cast<size_t>(order_[i]), epoch_, &meta, shape_batch);
+    // This rank's i-th sample is entry rank + i * world_size of the epoch's (padded) order.
+    const WeightedDraw weighted{&weighted_draw_, static_cast<uint64_t>(options_.rank) + i * static_cast<uint64_t>(options_.world_size)};
+    const Sample sample = dataset_->get(static_cast<size_t>(order_[i]), epoch_, &meta, shape_batch,
+                                        weighted_draw_.empty() ? nullptr : &weighted);
     writer.add(sample, meta);  // now, while its pixels are in cache
   }
   Batch out = writer.finish();

@@ -64,7 +64,8 @@ class DataLoader {
   size_t num_batches() const;
   // --image-weights: from the next start_epoch on, the epoch's order is dataset-size draws with
   // replacement, sample i with probability weights[i] / sum (seeded by seed and epoch), instead of
-  // a permutation. Empty: permutations again. Needs shuffle; all weights >= 0, some > 0.
+  // a permutation. Empty: permutations again. Needs shuffle; all weights >= 0, some > 0. Mosaic partners
+  // come from the epoch's draw too, and each drawn sample is augmented afresh (WeightedDraw).
   void set_sample_weights(std::vector<double> weights);
   const std::vector<int64_t>& epoch_order() const { return order_; }  // dataset indices of this rank
   int prefetch() const { return options_.prefetch; }  // the bound in effect (after the default)
@@ -79,6 +80,7 @@ class DataLoader {
   LoaderOptions options_;
   std::vector<int64_t> order_;
   std::vector<double> sample_weights_;
+  std::vector<int64_t> weighted_draw_;  // --image-weights: the epoch's draw over all ranks, before padding
   int epoch_ = 0;
 
   mutable std::mutex mutex_;

@@ -56,7 +56,8 @@ std::vector<PasteObject> cut_objects(const Sample& labels, cv::Size size, const 
 }
 
 std::vector<PasteObject> collect_paste_objects(const std::function<Sample(size_t)>& load, size_t n_images,
-                                               int img_size, std::mt19937& rng, size_t wanted, int max_mosaics) {
+                                               int img_size, std::mt19937& rng, size_t wanted, int max_mosaics,
+                                               const std::vector<int64_t>* weighted_draw) {
   if (n_images == 0) fail("paste_in: no images to take objects from");
   const int n = static_cast<int>(n_images);
   std::vector<PasteObject> objects;
@@ -65,7 +66,7 @@ std::vector<PasteObject> collect_paste_objects(const std::function<Sample(size_t
     std::array<size_t, 4> picks{};
     picks[0] = static_cast<size_t>(random_below(rng, n));
     const cv::Point centre = draw_mosaic4_centre(img_size, rng);
-    for (size_t i = 1; i < 4; ++i) picks[i] = static_cast<size_t>(random_below(rng, n));
+    for (size_t i = 1; i < 4; ++i) picks[i] = draw_partner(rng, n, weighted_draw);
     std::array<Sample, 4> tiles;
     for (size_t i = 0; i < 4; ++i) {
       tiles[i] = load(picks[i]);
