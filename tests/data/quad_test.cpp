@@ -1,12 +1,16 @@
 // --quad collate against hand-placed pixels and boxes, and through the loader (B -> B/4 images of 2x).
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/quad.h"
+#include "test_support.h"
 
 namespace kestrel::data {
 namespace {
@@ -62,6 +66,17 @@ TEST(Quad, UpsampleKeepsTheFirstImagesBoxes) {
   EXPECT_TRUE(at::equal(q.images[0], ref));
   EXPECT_EQ(q.target_mask[0].sum().item<int>(), 1);
   EXPECT_TRUE(at::allclose(q.targets[0][0], at::tensor({0.f, 0.5f, 0.25f, 0.2f, 0.4f})));
+
+  // Odd sizes and the whole byte range (255 next to 0 included): the same reference, pixel for pixel.
+  Batch big;
+  big.images = at::randint(0, 256, {4, 3, 5, 7}, at::make_generator<at::CPUGeneratorImpl>(5), at::TensorOptions().dtype(at::kByte));
+  big.images[0][1].select(0, 2).fill_(255);
+  big.images[0][1].select(0, 3).fill_(0);
+  big.targets = at::zeros({4, 1, 5});
+  big.target_mask = at::zeros({4, 1}, at::kBool);
+  big.meta.resize(4);
+  const at::Tensor big_ref = at::upsample_bilinear2d(big.images[0].unsqueeze(0).to(at::kDouble), {10, 14}, false)[0].to(at::kByte);
+  EXPECT_TRUE(at::equal(quad_collate(big, {false}).images[0], big_ref));
 }
 
 TEST(Quad, LoaderGivesQuarterBatchesOfTwiceTheSize) {
@@ -77,6 +92,7 @@ TEST(Quad, LoaderGivesQuarterBatchesOfTwiceTheSize) {
   o.quad = true;
   o.drop_last = true;
   DataLoader loader(ds, o);
+  test::OpRecorder recorder;
   loader.start_epoch(0);
   int batches = 0;
   while (auto b = loader.next()) {
@@ -85,6 +101,14 @@ TEST(Quad, LoaderGivesQuarterBatchesOfTwiceTheSize) {
     ++batches;
   }
   EXPECT_EQ(batches, 4);  // 32 images / 8
+  // The collate runs in the worker threads, which dispatch allocations only: an ATen kernel there would
+  // start an OpenMP team of its own in every worker.
+  std::string kernels;
+  for (const auto& call : recorder.calls())
+    if (call.thread != std::this_thread::get_id() && call.op != "aten::empty" && call.op != "aten::empty_strided" &&
+        call.op != "aten::is_pinned")  // a query, no kernel
+      kernels += call.op + " ";
+  EXPECT_EQ(kernels, "");
   EXPECT_THROW(quad_collate(four_images(), {true, false}), Error);
 }
 
