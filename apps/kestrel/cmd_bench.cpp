@@ -39,8 +39,10 @@ void run_bench_data(const BenchDataOptions& o) {
   l.batch_size = o.batch;
   l.workers = o.workers;
   l.drop_last = true;
-  if (o.bind)
-    for (int c = 0; c < o.workers; ++c) l.cpu_cores.push_back(c % static_cast<int>(std::thread::hardware_concurrency()));
+  if (o.bind) {  // the cores this process may use (a container's or taskset's set), not 0 .. N-1
+    l.cpu_cores = data::allowed_cpu_cores();
+    if (l.cpu_cores.empty()) fail("bench data --bind: the allowed CPU cores could not be read (sched_getaffinity)");
+  }
   data::DataLoader loader(dataset, l);
   if (loader.num_batches() == 0)  // drop_last: whole batches only
     fail("bench data: ", o.data, ": ", dataset->size(), " images make no whole batch of ", o.batch,
@@ -136,7 +138,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--epochs", o->epochs, "epochs to time (the first fills a RAM cache)")->check(CLI::Range(1, 1000));
   cmd->add_option("--repeat", o->repeat, "use the split N times per epoch")->check(CLI::Range(1, 100000));
   cmd->add_option("--cache", o->cache, "cache resized images: ram, or disk (.npy next to each image)");
-  cmd->add_flag("--bind", o->bind, "bind worker i to CPU core i");
+  cmd->add_flag("--bind", o->bind, "bind worker i to the i-th allowed CPU core");
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->callback([o] { run_bench_data(*o); });
 

@@ -81,7 +81,7 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "fp16", "bf16", "off"}));
   cmd->add_option("--loss-scale", o->loss_scale, "initial dynamic loss scale for fp16")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--check-nans", o->check_nans, "stop at the first non-finite loss and say where");
+  cmd->add_flag("--check-nans", o->check_nans, "stop at the first non-finite loss and say where (reads the loss back every step: the GPU is drained each time)");
   cmd->add_flag("--freeze-bn", o->freeze_bn, "keep BatchNorm statistics fixed");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "activation checkpointing (recompute in backward, less memory): the first N layers, or several layer indices");

@@ -2,6 +2,8 @@
 // for a seed whatever the worker count, collation by hand, validation letterbox mapping back.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -138,6 +140,21 @@ TEST(Loader, RanksTakeDisjointSlicesOfTheAllowedCores) {
   EXPECT_TRUE(rank_cpu_cores({}, 0, 1).empty());
   EXPECT_THROW(rank_cpu_cores(sixteen, 2, 2), Error);
   EXPECT_FALSE(allowed_cpu_cores().empty());
+}
+
+// A core the process may not use (here one beyond the machine's) cannot be bound: the workers run unbound,
+// the epoch is whole, and a warning says so instead of the binding silently not happening.
+TEST(Loader, UnbindableCoreIsReportedAndTheEpochStillRuns) {
+  auto ds = demo(true, 64);
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  o.cpu_cores = {CPU_SETSIZE - 1};
+  testing::internal::CaptureStderr();
+  const auto batches = epoch(ds, o, 0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(batches.size(), 4u);
+  EXPECT_NE(err.find("could not be bound to CPU core " + std::to_string(CPU_SETSIZE - 1)), std::string::npos) << err;
 }
 
 TEST(Loader, EverySampleExactlyOncePerEpoch) {

@@ -55,6 +55,10 @@ SampleCheck verify_sample(const std::string& image, int nc) {
     v.ok = true;
   } catch (const Error& e) {
     v.problem = e.what();
+  } catch (const std::exception& e) {  // e.g. bad_alloc for a header that claims a huge image under a memory limit
+    v.problem = cat(image, ": ", e.what());
+  } catch (...) {
+    v.problem = cat(image, ": unreadable (unknown error)");
   }
   return v;
 }
@@ -120,11 +124,20 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
   std::atomic<size_t> next{0};
   const int threads = std::max(1, options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  for (int t = 0; t < std::min<int>(threads, static_cast<int>(std::max<size_t>(to_verify.size(), 1))); ++t)
-    pool.emplace_back([&] {
-      for (size_t k = next++; k < to_verify.size(); k = next++) results[to_verify[k]] = verify_sample(images[to_verify[k]], options.nc);
-    });
-  for (auto& th : pool) th.join();
+  const auto join_all = [&pool] {
+    for (auto& th : pool) th.join();
+  };
+  try {  // verify_sample catches everything; a thread that cannot be started must not leave joinable ones behind
+    for (int t = 0; t < std::min<int>(threads, static_cast<int>(std::max<size_t>(to_verify.size(), 1))); ++t)
+      pool.emplace_back([&] {
+        for (size_t k = next++; k < to_verify.size(); k = next++) results[to_verify[k]] = verify_sample(images[to_verify[k]], options.nc);
+      });
+  } catch (...) {
+    next = to_verify.size();  // the running threads stop after their current image
+    join_all();
+    throw;
+  }
+  join_all();
   index.verified = static_cast<int>(to_verify.size());
   std::vector<bool> verified_now(images.size());
   for (size_t i : to_verify) verified_now[i] = true;

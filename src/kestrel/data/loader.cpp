@@ -5,8 +5,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <numeric>
 #include <random>
 
@@ -232,8 +234,12 @@ void DataLoader::worker_loop(int worker) {
   if (!options_.cpu_cores.empty()) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(options_.cpu_cores[static_cast<size_t>(worker) % options_.cpu_cores.size()], &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    const int core = options_.cpu_cores[static_cast<size_t>(worker) % options_.cpu_cores.size()];
+    CPU_SET(core, &set);
+    // A core outside the allowed set is refused (EINVAL): the worker runs unbound, and says so once.
+    static std::atomic<bool> warned{false};
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0 && !warned.exchange(true))
+      std::cerr << "WARNING: loader worker " << worker << " could not be bound to CPU core " << core << "; workers run unbound\n";
   }
   const int64_t total = static_cast<int64_t>(num_batches());
   while (true) {

@@ -1,7 +1,9 @@
 // One training step of YOLOv5/YOLOv7 train.py, shared by `kestrel train` and `kestrel bench train`:
 // forward and loss under autocast, backward of the scaled loss, and (every `accumulate` batches) the
 // optimiser step: unscale + clip, fused update that skips inf/NaN steps, loss-scale update, EMA.
-// Nothing here reads a device value back to the host.
+// Nothing here reads a device value back to the host, except the foreach optimiser under a loss scaler
+// (bench's PyTorch-eager baseline, `--foreach-optimizer`), which reads found_inf once per update as
+// torch.optim does; `kestrel train` always takes the fused update.
 #pragma once
 #include <array>
 #include <functional>
