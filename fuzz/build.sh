@@ -43,19 +43,20 @@ for t in "${targets[@]}"; do
       "$CXX" -std=c++17 -O1 -g -I src -I /usr/include/opencv4 fuzz/make_image_seeds.cpp src/kestrel/data/image_io.cpp \
         src/kestrel/data/video_io.cpp -lopencv_core -lopencv_imgproc -lturbojpeg -lpng -o "$out/make_image_seeds" ;;
     disk_cache)
-      build disk_cache src/kestrel/data/disk_cache.cpp -lopencv_core
+      build disk_cache src/kestrel/data/disk_cache.cpp src/kestrel/core/atomic_file.cpp src/kestrel/core/file_stamp.cpp -lopencv_core
       # seed maker: no fuzzer, same sources
       "$CXX" -std=c++17 -O1 -g -I src -I /usr/include/opencv4 fuzz/make_disk_cache_seeds.cpp \
-        src/kestrel/data/disk_cache.cpp -lopencv_core -o "$out/make_disk_cache_seeds" ;;
+        src/kestrel/data/disk_cache.cpp src/kestrel/core/atomic_file.cpp src/kestrel/core/file_stamp.cpp -lopencv_core \
+        -o "$out/make_disk_cache_seeds" ;;
     coco_eval) build coco_eval src/kestrel/eval/coco_eval.cpp ;;
     yaml) build yaml src/kestrel/core/yaml_file.cpp src/kestrel/data/dataset_config.cpp src/kestrel/data/hyp.cpp \
             src/kestrel/models/model_config.cpp -lyaml-cpp ;;
     dataset_index)
       build dataset_index src/kestrel/data/dataset_index.cpp src/kestrel/data/label_cache.cpp src/kestrel/data/image_files.cpp \
         src/kestrel/data/image_io.cpp src/kestrel/data/video_io.cpp src/kestrel/data/labels.cpp src/kestrel/core/atomic_file.cpp \
-        -lopencv_core -lturbojpeg -lpng
+        src/kestrel/core/file_stamp.cpp -lopencv_core -lturbojpeg -lpng
       "$CXX" -std=c++17 -O1 -g -I src fuzz/make_index_seeds.cpp src/kestrel/data/label_cache.cpp \
-        src/kestrel/data/image_files.cpp -o "$out/make_index_seeds" ;;
+        src/kestrel/data/image_files.cpp src/kestrel/core/file_stamp.cpp -o "$out/make_index_seeds" ;;
     safetensors|training_state)
       torch_flags
       if [ "$t" = safetensors ]; then build safetensors src/kestrel/core/safetensors.cpp "${torch[@]}"

@@ -11,7 +11,7 @@
 using namespace kestrel;
 
 namespace {
-const data::SourceStamp kStamp{1234, 5678};
+const FileStamp kStamp{1234, 5678};
 const data::ResizeKey kKey{16, true};
 }  // namespace
 

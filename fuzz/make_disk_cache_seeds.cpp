@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  const kestrel::data::SourceStamp stamp{1234, 5678};
+  const kestrel::FileStamp stamp{1234, 5678};
   const kestrel::data::ResizeKey key{16, true};
   cv::Mat landscape(12, 16, CV_8UC3), portrait(16, 5, CV_8UC3);
   cv::randu(landscape, 0, 256);

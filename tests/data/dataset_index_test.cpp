@@ -347,7 +347,7 @@ TEST(ImageFiles, GlobPatterns) {
             (std::vector<std::string>{dir.file("d/a.jpg"), dir.file("d/b.png")}));  // not the folder, the .txt or the video
   EXPECT_EQ(list_files({dir.file("d/**/*.jpg")}, "--source", images),
             (std::vector<std::string>{dir.file("d/a.jpg"), dir.file("d/sub/c.jpg"), dir.file("d/sub/deeper/e.jpg")}));
-  const auto media = [](const std::string& path) { return has_image_extension(path) || path.size() > 4 && path.substr(path.size() - 4) == ".mp4"; };
+  const auto media = [](const std::string& path) { return has_image_extension(path) || (path.size() > 4 && path.substr(path.size() - 4) == ".mp4"); };
   EXPECT_EQ(list_files({dir.file("d/[bc]*")}, "--source", media),
             (std::vector<std::string>{dir.file("d/b.png"), dir.file("d/clip.mp4")}));
   EXPECT_NE(test::error_message([&] { list_files({dir.file("d/*.gif")}, "--source", images); })

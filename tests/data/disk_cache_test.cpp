@@ -44,7 +44,7 @@ TEST(DiskCache, RoundTripAndNumpyReadsIt) {
   test::TempDir dir;
   const std::string image = dir.file("a.jpg");
   test::write_file(image, "pretend image bytes");
-  const SourceStamp stamp = source_stamp(image);
+  const FileStamp stamp = stamp_of_existing(image);
   const ResizeKey key{64, true};
   const cv::Mat pixels = test::coordinate_image(64, 37);  // 37 x 64 x 3
   const std::string path = disk_cache_path(image, key);
@@ -74,7 +74,7 @@ TEST(DiskCache, StaleTruncatedAndCorruptFilesAreMisses) {
   test::TempDir dir;
   const std::string image = dir.file("a.png");
   test::write_file(image, "v1");
-  const SourceStamp stamp = source_stamp(image);
+  const FileStamp stamp = stamp_of_existing(image);
   const ResizeKey key{32, true};
   const std::string path = disk_cache_path(image, key);
   const cv::Mat pixels = test::coordinate_image(32, 20);
@@ -84,9 +84,9 @@ TEST(DiskCache, StaleTruncatedAndCorruptFilesAreMisses) {
 
   EXPECT_FALSE(read_disk_cache(dir.file("none.npy"), stamp, key, &why));
   EXPECT_EQ(why, "missing");
-  EXPECT_FALSE(read_disk_cache(path, SourceStamp{stamp.size + 1, stamp.mtime_ns}, key, &why));
+  EXPECT_FALSE(read_disk_cache(path, FileStamp{stamp.size + 1, stamp.mtime_ns}, key, &why));
   EXPECT_EQ(why, "source image changed");
-  EXPECT_FALSE(read_disk_cache(path, SourceStamp{stamp.size, stamp.mtime_ns + 1}, key, &why));
+  EXPECT_FALSE(read_disk_cache(path, FileStamp{stamp.size, stamp.mtime_ns + 1}, key, &why));
   EXPECT_FALSE(read_disk_cache(path, stamp, ResizeKey{32, false}, &why));
   EXPECT_EQ(why, "made for another image size");
 
@@ -119,7 +119,7 @@ TEST(DiskCache, UnwritableFolderIsAClearError) {
   test::TempDir dir;
   const cv::Mat pixels = test::coordinate_image(8, 8);
   EXPECT_THROW(write_disk_cache(dir.file("missing/folder/a.jpg.8.npy"), CachedImage{pixels, cv::Size(8, 8)},
-                                SourceStamp{}, ResizeKey{8, true}),
+                                FileStamp{}, ResizeKey{8, true}),
                Error);
 }
 
@@ -167,7 +167,7 @@ TEST(DiskCache, DatasetSamplesAreByteIdenticalAndDamageIsRebuilt) {
     const std::string good = read_all(damaged);
     test::write_file(damaged, good.substr(0, good.size() / 2));
     expect_same_samples(plain, YoloDataset(index, o), 3);
-    EXPECT_TRUE(read_disk_cache(damaged, source_stamp(index.records[1].image), key));
+    EXPECT_TRUE(read_disk_cache(damaged, stamp_of_existing(index.records[1].image), key));
     EXPECT_EQ(read_all(damaged), good);
   }
 }

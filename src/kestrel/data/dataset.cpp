@@ -107,10 +107,10 @@ Sample YoloDataset::load_resized(size_t index, cv::Size* original, bool writable
   if (!entry) {
     auto fresh = std::make_shared<Cached>();
     const ResizeKey key{options_.img_size, options_.augment};
-    SourceStamp stamp;
+    FileStamp stamp;
     std::string cache_file;
     if (options_.cache_disk) {
-      stamp = source_stamp(record.image);  // before decoding: a file replaced meanwhile is a miss next time
+      stamp = stamp_of_existing(record.image);  // before decoding: a file replaced meanwhile is a miss next time
       cache_file = disk_cache_path(record.image, key);
       if (std::optional<CachedImage> hit = read_disk_cache(cache_file, stamp, key)) {
         fresh->image = std::move(hit->image);

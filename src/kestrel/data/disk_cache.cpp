@@ -91,17 +91,11 @@ std::optional<CachedImage> miss(std::string* why, const std::string& reason) {
 
 }  // namespace
 
-SourceStamp source_stamp(const std::string& image_path) {
-  struct stat st {};
-  if (::stat(image_path.c_str(), &st) != 0) fail(image_path, ": cannot be read (", std::strerror(errno), ")");
-  return {static_cast<uint64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-}
-
 std::string disk_cache_path(const std::string& image_path, const ResizeKey& key) {
   return cat(image_path, ".", key.img_size, key.augment ? "" : "-area", ".npy");
 }
 
-std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const SourceStamp& stamp, const ResizeKey& key,
+std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const FileStamp& stamp, const ResizeKey& key,
                                            std::string* why) {
   Fd file{::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) return miss(why, "missing");
@@ -129,7 +123,7 @@ std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const 
   Trailer t{};
   if (!read_exact(file.fd, &t, sizeof t, static_cast<off_t>(header.size() + pixels))) return miss(why, "truncated trailer");
   if (std::memcmp(t.magic, kTrailerMagic, sizeof kTrailerMagic) != 0) return miss(why, "no kestrel trailer");
-  if (t.source_size != stamp.size || t.source_mtime_ns != stamp.mtime_ns) return miss(why, "source image changed");
+  if (t.source_size != static_cast<uint64_t>(stamp.size) || t.source_mtime_ns != stamp.mtime_ns) return miss(why, "source image changed");
   if (t.img_size != static_cast<uint32_t>(key.img_size) || t.augment != static_cast<uint32_t>(key.augment))
     return miss(why, "made for another image size");
   // The checksum covers the pixels only: a damaged original size above INT_MAX became a negative cv::Size.
@@ -146,14 +140,14 @@ std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const 
   return out;
 }
 
-void write_disk_cache(const std::string& cache_path, const CachedImage& entry, const SourceStamp& stamp,
+void write_disk_cache(const std::string& cache_path, const CachedImage& entry, const FileStamp& stamp,
                       const ResizeKey& key) {
   if (entry.image.type() != CV_8UC3 || entry.image.empty()) fail(cache_path, ": the disk cache holds 8-bit BGR images");
   const cv::Mat img = entry.image.isContinuous() ? entry.image : entry.image.clone();
   const size_t pixels = img.total() * 3;
   Trailer t{};
   std::memcpy(t.magic, kTrailerMagic, sizeof kTrailerMagic);
-  t.source_size = stamp.size;
+  t.source_size = static_cast<uint64_t>(stamp.size);
   t.source_mtime_ns = stamp.mtime_ns;
   t.original_w = static_cast<uint32_t>(entry.original.width);
   t.original_h = static_cast<uint32_t>(entry.original.height);

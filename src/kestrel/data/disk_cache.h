@@ -16,15 +16,11 @@
 
 #include <opencv2/core.hpp>
 
+#include "kestrel/core/file_stamp.h"
+
 namespace kestrel::data {
 
-// What the cache is made from: the source file's size and modification time.
-struct SourceStamp {
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
-};
-SourceStamp source_stamp(const std::string& image_path);  // throws kestrel::Error if it cannot be stat'ed
-
+// What the cache is made from: the source file's size and modification time (stamp_of_existing).
 // How the image was resized: long side img_size, with the training (INTER_LINEAR) or validation
 // (INTER_AREA when shrinking) interpolation of resize_long_side.
 struct ResizeKey {
@@ -42,11 +38,11 @@ std::string disk_cache_path(const std::string& image_path, const ResizeKey& key)
 
 // The cached image, or nullopt if the file is missing, stale (another stamp or key), truncated or corrupt;
 // `why` (if given) says which.
-std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const SourceStamp& stamp, const ResizeKey& key,
+std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const FileStamp& stamp, const ResizeKey& key,
                                            std::string* why = nullptr);
 
 // Writes atomically; throws kestrel::Error naming the file if it cannot (e.g. a read-only dataset folder).
-void write_disk_cache(const std::string& cache_path, const CachedImage& entry, const SourceStamp& stamp,
+void write_disk_cache(const std::string& cache_path, const CachedImage& entry, const FileStamp& stamp,
                       const ResizeKey& key);
 
 }  // namespace kestrel::data

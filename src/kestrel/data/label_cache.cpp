@@ -94,12 +94,6 @@ LabelRow get_row(Reader& r, int nc) {
 
 }  // namespace
 
-FileStamp stamp_of(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return {};
-  return {static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-}
-
 uint64_t label_cache_checksum(const char* data, size_t size) {
   // 8 bytes at a time (a COCO cache is tens of MB), each word multiplied in and rotated: any change of a
   // byte changes the sum; the length is mixed in last.

@@ -15,17 +15,10 @@
 #include <map>
 #include <string>
 
+#include "kestrel/core/file_stamp.h"
 #include "kestrel/data/dataset_index.h"
 
 namespace kestrel::data {
-
-struct FileStamp {
-  int64_t size = -1;      // -1: no such file
-  int64_t mtime_ns = 0;
-  bool operator==(const FileStamp& o) const { return size == o.size && mtime_ns == o.mtime_ns; }
-  bool operator!=(const FileStamp& o) const { return !(*this == o); }
-};
-FileStamp stamp_of(const std::string& path);
 
 // One image's verification outcome.
 struct SampleCheck {
