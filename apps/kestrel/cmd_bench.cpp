@@ -25,6 +25,8 @@ struct BenchDataOptions {
 void run_bench_data(const BenchDataOptions& o) {
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
   auto index = data::index_split(data::list_images(cfg.train, cfg.source), data::IndexOptions{cfg.nc, o.workers, true});
+  if (!index.skipped.empty()) std::cout << data::describe(index, "train", 20);
+  data::require_usable(index, cfg.source, "train", cfg.train);
   // --repeat N: the split N times over (as upstream's benchmark replicates coco128 16x), without copying files.
   const auto records = index.records;
   for (int r = 1; r < o.repeat; ++r) index.records.insert(index.records.end(), records.begin(), records.end());

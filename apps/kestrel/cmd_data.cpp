@@ -69,6 +69,7 @@ void run_show(const DataShowOptions& o) {
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
   auto index = data::index_split(data::list_images(cfg.train, cfg.source), data::IndexOptions{cfg.nc, o.workers, true});
   if (!index.skipped.empty()) std::cout << data::describe(index, "train", 20);
+  data::require_usable(index, cfg.source, "train", cfg.train);
   data::DatasetOptions d;
   d.img_size = o.img;
   d.seed = o.seed;

@@ -79,6 +79,22 @@ TEST(CliData, SplitWithoutUsableSamplesIsAnError) {
   EXPECT_TRUE(r.output.find("a.jpg: corrupt or unsupported image") != std::string::npos ||
               r.output.find("a.jpg: not a JPEG or PNG") != std::string::npos) << r.output;
   EXPECT_NE(r.output.find("a split has no usable sample"), std::string::npos) << r.output;
+
+  // Training on it names the dataset file, the split and its folder; a split with no images says so, and a
+  // split the file does not have (val --task test on a YAML without `test:`) is named as missing.
+  r = test::run_command(test::kestrel_binary() + " train --data " + dir.file("d.yaml") +
+                        " --cfg yolov5n.yaml --img 64 --epochs 1 --device cpu --project " + dir.file("runs"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(dir.file("d.yaml") + ": none of the 1 images of the train split"), std::string::npos) << r.output;
+  std::filesystem::create_directories(dir.file("images/empty"));
+  test::write_file(dir.file("e.yaml"), "path: .\ntrain: images/empty\nval: images/empty\nnames: [a]\n");
+  r = test::run_command(test::kestrel_binary() + " bench data --data " + dir.file("e.yaml") + " --img 64 --batch-size 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("e.yaml: the train split ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(") has no images"), std::string::npos) << r.output;
+  r = test::run_command(test::kestrel_binary() + " val --task test --data data/demo/demo.yaml --device cpu --weights w.safetensors");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("data/demo/demo.yaml: no 'test' split"), std::string::npos) << r.output;
 }
 
 TEST(CliData, ShowWritesAnImage) {

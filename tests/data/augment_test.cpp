@@ -147,6 +147,20 @@ TEST(Letterbox, AutoPadsOnlyToTheNextStrideMultiple) {
   EXPECT_EQ(lb.image.at<cv::Vec3b>(342, 0), kGrey);
 }
 
+// A 3000 x 1 image at 64: r = 64 / 3000 rounds the short side to 0 px; it keeps one row (detect runs such
+// images, which only training's checks refuse): 64 x 1 content, 31 rows short -> 32 rows with auto padding
+// (15 above, 16 below), 63 rows of padding without.
+TEST(Letterbox, ThinImageKeepsOnePixel) {
+  Letterbox lb = letterbox(cv::Mat(1, 3000, CV_8UC3, cv::Scalar::all(0)), 64, 64);
+  EXPECT_EQ(lb.image.size(), cv::Size(64, 32));
+  EXPECT_EQ(lb.image.at<cv::Vec3b>(15, 0), cv::Vec3b(0, 0, 0));
+  EXPECT_EQ(lb.image.at<cv::Vec3b>(14, 0), kGrey);
+  EXPECT_EQ(lb.image.at<cv::Vec3b>(16, 0), kGrey);
+  LetterboxOptions square;
+  square.auto_pad = false;
+  EXPECT_EQ(letterbox(cv::Mat(3000, 1, CV_8UC3), 64, 64, square).image.size(), cv::Size(64, 64));
+}
+
 TEST(Letterbox, ScaleFillStretchesAndNoScaleUpKeepsSmallImages) {
   LetterboxOptions fill;
   fill.auto_pad = false, fill.scale_fill = true;

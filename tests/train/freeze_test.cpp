@@ -3,6 +3,7 @@
 
 #include <torch/nn/modules/batchnorm.h>
 
+#include "kestrel/core/error.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/freeze.h"
 
@@ -34,6 +35,27 @@ TEST(Freeze, OnlyTheSelectedLayersParametersStopLearning) {
     EXPECT_EQ(p.value().requires_grad(), !hit) << p.key();
   }
   EXPECT_EQ(freeze_layers(*model, {0}), 0);  // upstream's default: nothing frozen
+}
+
+// yolov5n has 25 layers (0..23 and the Detect head, 24): --freeze 24 leaves the head to train, while 25 (or
+// 999) freezes everything, which upstream only finds out in backward; indices beyond the model, or negative
+// ones, are refused rather than ignored.
+TEST(Freeze, NothingLeftToTrainAndLayersBeyondTheModelAreErrors) {
+  auto model = yolov5n();
+  EXPECT_GT(freeze_layers(*model, {24}), 0);
+  const auto message = [&](const std::vector<int>& spec) {
+    try {
+      freeze_layers(*model, spec);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({25}).find("nothing is left to train"), std::string::npos) << message({25});
+  EXPECT_NE(message({999}).find("--freeze 999: the model has 25 layers (0..24)"), std::string::npos) << message({999});
+  EXPECT_NE(message({0, 1, 999}).find("--freeze: layer 999 is outside the model's layers 0..24"), std::string::npos);
+  EXPECT_NE(message({-3}).find("--freeze: a layer count must be 0 or more"), std::string::npos) << message({-3});
+  EXPECT_NE(message({1, -2}).find("--freeze: layer indices count from 0"), std::string::npos) << message({1, -2});
 }
 
 TEST(Freeze, FreezeBnPutsEveryBatchNormInEvalMode) {

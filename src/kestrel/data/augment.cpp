@@ -156,7 +156,8 @@ Letterbox letterbox(const cv::Mat& img, int new_height, int new_width, const Let
   Letterbox lb;
   lb.ratio = {r, r};
   // std::nearbyint rounds half to even, as Python's round().
-  cv::Size unpad(int(std::nearbyint(img.cols * r)), int(std::nearbyint(img.rows * r)));
+  // At least a pixel: a 3000 x 1 image would round its short side to 0 (upstream's cv2.resize then fails).
+  cv::Size unpad(std::max(1, int(std::nearbyint(img.cols * r))), std::max(1, int(std::nearbyint(img.rows * r))));
   double dw = new_width - unpad.width, dh = new_height - unpad.height;
   if (options.auto_pad) {  // minimum rectangle: pad only up to the next stride multiple
     dw = (new_width - unpad.width) % options.stride, dh = (new_height - unpad.height) % options.stride;

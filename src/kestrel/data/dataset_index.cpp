@@ -186,6 +186,16 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
   return index;
 }
 
+void require_usable(const DatasetIndex& index, const std::string& source, const std::string& split,
+                    const std::vector<std::string>& entries) {
+  if (!index.records.empty()) return;
+  std::string where;
+  for (const std::string& e : entries) where += (where.empty() ? "" : ", ") + e;
+  if (index.counts.images == 0) fail(source, ": the ", split, " split (", where, ") has no images");
+  fail(source, ": none of the ", index.counts.images, " images of the ", split, " split (", where, ") is usable (",
+       index.skipped.size(), " skipped, listed above)");
+}
+
 std::string describe(const DatasetIndex& index, const std::string& split, size_t limit) {
   const auto& c = index.counts;
   std::ostringstream out;

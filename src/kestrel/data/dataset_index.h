@@ -60,4 +60,9 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
 // Human-readable report: counts on one line, then every skipped file with its reason (at most `limit`).
 std::string describe(const DatasetIndex& index, const std::string& split, size_t limit = 50);
 
+// An error naming `source` (the dataset YAML), the split and its entries when the split has no usable
+// sample: nothing listed, or every file skipped (describe() lists why).
+void require_usable(const DatasetIndex& index, const std::string& source, const std::string& split,
+                    const std::vector<std::string>& entries);
+
 }  // namespace kestrel::data
