@@ -97,6 +97,20 @@ TEST(ModelConfigErrors, WrongArgumentType) {
   EXPECT_NE(msg.find("layer 1 (Conv): argument 2 must be an integer, got 'three'"), std::string::npos) << msg;
 }
 
+// Arguments LibTorch would take and fail on later with an unrelated message (a kernel of 0 gives "from is
+// out of bounds for float" in the weight initialisation), an anchors key that is neither a list nor a
+// number, and a negative padding (only None means automatic).
+TEST(ModelConfigErrors, KernelStrideAnchorsAndPaddingOutOfRange) {
+  auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 0, 2]"));
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): convolution: kernel size must be >= 1, got 0"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, -2]"));
+  EXPECT_NE(msg.find("layer 0 (Conv): convolution: padding must be >= 0 (or None: automatic), got -2"), std::string::npos) << msg;
+  const std::string text = replaced(replaced(replaced(kTinyHead, "  - [10,13, 16,30, 33,23]\n", ""), "  - [30,61, 62,45, 59,119]\n", ""),
+                                    "anchors:", "anchors: abc");
+  msg = error_of(text);
+  EXPECT_NE(msg.find("bad.yaml: 'anchors' must be a list of [w, h, ...] lists or an integer, got 'abc'"), std::string::npos) << msg;
+}
+
 TEST(ModelConfigErrors, MissingKeys) {
   for (const char* key : {"nc: 4\n", "depth_multiple: 0.33\n", "backbone:\n"}) {
     auto msg = error_of(replaced(kTinyHead, key, ""));
@@ -201,8 +215,8 @@ TEST(ModelConfigErrors, ArgumentsLibTorchRefusesNameTheLine) {
   msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 3]"));  // 16 input channels, 3 groups
   EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): "), std::string::npos) << msg;
   EXPECT_NE(msg.find("divisible by groups"), std::string::npos) << msg;
-  msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 0]"));  // stride 0
-  EXPECT_NE(msg.find("bad.yaml: the network cannot run a 256 x 256 probe image"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 0]"));  // stride 0: refused when the layer is built
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): convolution: stride must be >= 1, got 0"), std::string::npos) << msg;
   // Concatenating the 1/4 map (layer 1) with the 1/8 map (layer 3): the spatial sizes differ.
   msg = error_of(replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[[1, 3], 1, Concat, [1]],"));
   EXPECT_NE(msg.find("bad.yaml: the network cannot run a 256 x 256 probe image"), std::string::npos) << msg;

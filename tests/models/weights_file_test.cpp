@@ -2,6 +2,7 @@
 // embedded YAML describes a bigger network than its tensors is refused before that network is built.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -71,11 +72,34 @@ TEST(WeightsFile, MoreClassNamesThanTheHeadHoldsIsAnError) {
   test::TempDir dir;
   SafetensorsContents file = load_safetensors(save_yolov5n(dir));
   file.metadata.at("names") = R"(["cat", "dog", "bird"])";
+  file.metadata.at("nc") = "3";
   const std::string bad = dir.file("names.safetensors");
   save_safetensors(bad, file.tensors, file.metadata);
   const std::string message = test::error_message([&] { load_model_weights(bad); });
   EXPECT_NE(message.find(bad), std::string::npos) << message;
   EXPECT_NE(message.find("parameter values"), std::string::npos) << message;
+}
+
+// Weights with a NaN (a diverged run, damaged bytes) would load and detect nothing, or train on NaN; a
+// class count in the metadata that disagrees with the names means the file was edited by hand.
+TEST(WeightsFile, NonFiniteTensorsAndAClassCountThatDisagreesAreErrors) {
+  test::TempDir dir;
+  const SafetensorsContents good = load_safetensors(save_yolov5n(dir));
+  SafetensorsContents file = good;
+  size_t k = 5;
+  while (file.tensors[k].second.scalar_type() != at::kFloat) ++k;  // a weight, not a batch counter
+  file.tensors[k].second = file.tensors[k].second.clone();
+  file.tensors[k].second.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+  const std::string nan = dir.file("nan.safetensors");
+  save_safetensors(nan, file.tensors, file.metadata);
+  std::string message = test::error_message([&] { load_model_weights(nan); });
+  EXPECT_NE(message.find(nan + ": tensor " + file.tensors[k].first + " holds NaN or infinite values"), std::string::npos) << message;
+  file = good;
+  file.metadata.at("nc") = "5";
+  const std::string nc = dir.file("nc.safetensors");
+  save_safetensors(nc, file.tensors, file.metadata);
+  message = test::error_message([&] { load_model_weights(nc); });
+  EXPECT_NE(message.find(nc + ": weights metadata says nc 5 but lists 2 class names"), std::string::npos) << message;
 }
 
 }  // namespace

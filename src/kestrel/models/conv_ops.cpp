@@ -3,6 +3,7 @@
 #include <torch/nn/options/batchnorm.h>
 #include <torch/utils.h>
 
+#include "kestrel/core/error.h"
 #include "kestrel/models/parameter_budget.h"
 
 namespace kestrel::models {
@@ -14,6 +15,14 @@ FlopCounter::FlopCounter() : previous_(active_counter) { active_counter = this; 
 FlopCounter::~FlopCounter() { active_counter = previous_; }
 
 torch::nn::Conv2d make_conv2d(const torch::nn::Conv2dOptions& o) {
+  // LibTorch takes a kernel of 0 and fails later, in the weight initialisation, with an unrelated message.
+  const auto positive = [](const char* what, const torch::ExpandingArray<2>& v) {
+    for (int64_t x : *v)
+      if (x < 1) fail("convolution: ", what, " must be >= 1, got ", x);
+  };
+  positive("kernel size", o.kernel_size());
+  positive("stride", o.stride());
+  positive("dilation", o.dilation());
   // weight [c_out, c_in / groups, kh, kw]; groups < 1 is left for Conv2d's own check.
   const int64_t in_per_group = o.groups() >= 1 ? o.in_channels() / o.groups() : o.in_channels();
   charge_parameters("convolution", {o.out_channels(), in_per_group, (*o.kernel_size())[0], (*o.kernel_size())[1]});

@@ -19,6 +19,8 @@ namespace {
 constexpr const char* kFormat = "kestrel-yolo-weights-1";
 
 std::string read_text(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(path, ": is a directory, not a model config");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, ": cannot read the model config");
   std::ostringstream s;
@@ -67,6 +69,12 @@ LoadedModel load_model_weights(const std::string& path) {
     fail(path, ": weights metadata 'names' is not a JSON list of strings (", e.what(), ")");
   }
   if (out.info.names.empty()) fail(path, ": weights metadata has no class names");
+  if (m.count("nc") && m.at("nc") != std::to_string(out.info.names.size()))
+    fail(path, ": weights metadata says nc ", m.at("nc"), " but lists ", out.info.names.size(), " class names");
+  // Weights of a diverged run (or damaged bytes) would load and predict nothing, or train on NaN.
+  for (const auto& [key, tensor] : file.tensors)
+    if (at::isFloatingType(tensor.scalar_type()) && !at::isfinite(tensor).all().item<bool>())
+      fail(path, ": tensor ", key, " holds NaN or infinite values (saved from a run that diverged, or damaged)");
   for (const auto& [key, value] : m)
     if (key != "format" && key != "model_yaml" && key != "model_name" && key != "names" && key != "nc")
       out.info.extra[key] = value;

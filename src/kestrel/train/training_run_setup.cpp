@@ -116,9 +116,9 @@ void TrainingRun::build_model() {
     info.names = names;
     info.extra.clear();
   }
-  auto build = [&] {
-    return models::build_model(models::parse_model_config(info.model_yaml, info.model_name + ".yaml"), nc);
-  };
+  // Errors in the config name the file given with --cfg (the weights' own config: its name).
+  const std::string config_source = o.cfg.empty() ? info.model_name + ".yaml" : models::resolve_model_config_path(o.cfg);
+  auto build = [&] { return models::build_model(models::parse_model_config(info.model_yaml, config_source), nc); };
   // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
   torch::manual_seed(o.seed);
   model = build();
