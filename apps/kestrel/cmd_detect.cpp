@@ -249,6 +249,9 @@ void run_detect(const DetectOptions& o) {
   d.nms.conf_thres = o.conf_thres;
   d.nms.iou_thres = o.iou_thres;
   d.nms.max_det = o.max_det;
+  for (int c : o.classes)  // detect.py drops every box for a class the model does not have, without a word
+    if (c < 0 || c >= static_cast<int>(names.size()))
+      fail("--classes ", c, ": ", o.weights, " has classes 0..", names.size() - 1);
   d.nms.classes = o.classes;
   d.nms.agnostic = o.agnostic_nms;
   // YOLOv7's detect.py: its NMS, and always at most 300 detections (it has no --max-det).

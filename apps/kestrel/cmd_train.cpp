@@ -1,4 +1,5 @@
 // kestrel train: YOLOv5/YOLOv7 train.py's flags (same names and defaults where kestrel has them).
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -6,10 +7,12 @@
 #include <vector>
 
 #include "commands.h"
+#include "kestrel/core/error.h"
 #include "kestrel/dist/launcher.h"
 #include "kestrel/dist/process_group.h"
 #include "kestrel/train/evolve.h"
 #include "kestrel/train/hyperparameters.h"
+#include "kestrel/train/optimizer.h"
 #include "kestrel/train/trainer.h"
 #include "kestrel/train/training_state.h"
 
@@ -93,7 +96,12 @@ void add_train_command(CLI::App& app) {
                 "--check-nans then sees a loss after its update)");
   recipe_defaults->push_back(
       cmd->add_option("--max-grad-norm", o->max_grad_norm, "gradient-norm clipping (<= 0: off; YOLOv7 recipes: off)")
-          ->capture_default_str());
+          ->capture_default_str()->check(CLI::Validator(
+              [](std::string& v) {  // nan would switch clipping off without a word
+                double x = 0;
+                return CLI::detail::lexical_cast(v, x) && std::isfinite(x) ? std::string() : "must be a finite number, got " + v;
+              },
+              "FINITE")));
   cmd->add_option("--max-boxes", o->max_boxes, "target capacity per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--min-warmup-iters", o->min_warmup_iterations,
@@ -147,6 +155,14 @@ void add_train_command(CLI::App& app) {
     if (yolov7_flags->second && cache->count() > 0 && o->cache != "ram")
       throw CLI::ValidationError("--cache-images", "means --cache ram, but --cache " + o->cache + " was given too");
     if (yolov7_flags->first) o->optimizer = "Adam";
+    // Checked here, before a run folder exists and AutoAnchor runs, rather than where they are used.
+    try {
+      train::parse_optimizer_kind(o->optimizer);
+    } catch (const Error& e) {
+      throw CLI::ValidationError(e.what());  // "--optimizer NAME: expected ..."
+    }
+    if (o->image_weights && o->rect)
+      throw CLI::ValidationError("--image-weights", "draws images at random, which --rect's fixed batch order does not allow");
     if (yolov7_flags->second) o->cache = "ram";
     if (o->resume.empty() && !o->hyp.empty() && train::load_hyperparameters(o->hyp).yolov7_recipe) {
       const std::vector<CLI::Option*>& given = *recipe_defaults;  // --epochs, --patience, --max-grad-norm

@@ -305,13 +305,13 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str();
   auto* iou = cmd->add_option("--iou-thres,--iou", o->iou_thres, "NMS IoU threshold (YOLOv7 models: 0.65 unless given)")
                    ->capture_default_str();
-  cmd->add_option("--max-det", o->max_det, "detections per image")->capture_default_str();
+  cmd->add_option("--max-det", o->max_det, "detections per image")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--task", o->task,
                   "split: train, val or test; speed: the val split at conf 0.25, IoU 0.45, for the timings; study: the "
                   "val split at sizes 256 ... 1536 (study_*.txt, study.png)")
       ->capture_default_str()->check(CLI::IsMember({"train", "val", "test", "speed", "study"}));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");
-  cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str();
+  cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str()->check(CLI::Range(0, 1024));
   cmd->add_flag("--single-cls", o->single_cls, "treat as single-class dataset");
   cmd->add_flag("--verbose", o->verbose, "per-class table for any class count (none for one class or when nothing was correct, as val.py)");
   cmd->add_flag("--save-txt", o->save_txt, "save predictions to <run>/labels/<image stem>.txt (cls cx cy w h, normalised)");

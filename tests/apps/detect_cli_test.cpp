@@ -63,6 +63,10 @@ TEST(DetectCli, UpstreamSpellings) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("WARNING: --data ignored (the class names come from the weights): "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("missing.yaml"), std::string::npos) << r.output;
+  // A class the model does not have would drop every box without a word (detect.py): refused.
+  r = test::run_command(detect + "--classes 1 500");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--classes 500: " + dir.file("w.safetensors") + " has classes 0..2"), std::string::npos) << r.output;
   r = test::run_command(detect + "--view-img");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("kestrel opens no windows"), std::string::npos) << r.output;

@@ -301,6 +301,19 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--nproc-per-node: 2, but this process is already one of 1 (WORLD_SIZE is set"), std::string::npos)
       << r.output;
+  // Refused before the run folder and AutoAnchor, not when first used: an unknown optimiser, image weights
+  // with --rect's fixed order, a clipping norm of nan (which would switch clipping off), no detections.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"train --optimizer Lion", "--optimizer Lion: expected SGD, Adam or AdamW"},
+      {"train --rect --image-weights", "--image-weights: draws images at random"},
+      {"train --max-grad-norm nan", "--max-grad-norm: must be a finite number, got nan"},
+      {"val --weights w.safetensors --max-det 0", "--max-det: Value 0 not in range"},
+      {"val --weights w.safetensors --workers -3", "--workers: Value -3 not in range"}};
+  for (const auto& [args, message] : refused) {
+    r = test::run_command(test::kestrel_binary() + " " + args + " --project " + dir.file("runs"));
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs")));
 }
 

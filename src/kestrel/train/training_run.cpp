@@ -258,6 +258,9 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   const std::array<double, 3> train_loss =
       host_items(totals.loss_sum / static_cast<double>(std::max<int64_t>(progression.loss_count, 1)));
   result.epoch_losses.push_back(train_loss[0] + train_loss[1] + train_loss[2]);
+  if (!std::isfinite(result.epoch_losses.back()))  // without --check-nans the run goes on: say so once an epoch
+    std::cout << "WARNING: the epoch's mean training loss is not finite (box " << train_loss[0] << ", obj " << train_loss[1]
+              << ", cls " << train_loss[2] << "): training has diverged; --check-nans stops at the first such step\n";
   const bool final_epoch = epoch + 1 == o.epochs;
   if ((!o.noval || final_epoch) && dist_ctx.is_main()) validate_epoch();
   const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);

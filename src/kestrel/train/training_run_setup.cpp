@@ -169,6 +169,9 @@ void TrainingRun::transfer_pretrained(const models::LoadedModel& pretrained) {
   }
   models::load_state_dict(*model, transfer, /*strict=*/false, o.weights);
   std::cout << "Transferred " << transfer.size() << "/" << target.size() << " items from " << o.weights << "\n";
+  if (transfer.size() * 2 < target.size())  // upstream says no more than the count
+    std::cout << "WARNING: most of the model starts untrained: " << o.weights << " is a " << pretrained.info.model_name
+              << " model, matching " << transfer.size() << " of this model's " << target.size() << " tensors by name and shape\n";
 }
 
 void TrainingRun::build_data() {
