@@ -56,6 +56,29 @@ TEST(Quad, StitchPlacesImagesAndBoxesInTheirQuadrants) {
   expect_row(4, {7, 0.55f, 0.95f, 0.05f, 0.05f});
 }
 
+// Two groups of random images (odd sizes), one stitched and one upsampled: every pixel of both against
+// upstream's torch.cat of the four images and ATen's upsample in double, truncated.
+TEST(Quad, EveryPixelOfTwoGroupsAsUpstreamComputesThem) {
+  const auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  Batch b;
+  b.images = at::randint(0, 256, {8, 3, 5, 7}, gen, at::TensorOptions().dtype(at::kByte));
+  b.targets = at::zeros({8, 1, 5});
+  b.target_mask = at::zeros({8, 1}, at::kBool);
+  b.meta.resize(8);
+  for (const bool first_stitched : {true, false}) {
+    const Batch q = quad_collate(b, {first_stitched, !first_stitched});
+    ASSERT_EQ(q.images.sizes(), (at::IntArrayRef{2, 3, 10, 14}));
+    for (int64_t g = 0; g < 2; ++g) {
+      const int64_t i = 4 * g;
+      const at::Tensor expected =
+          (g == 0) == first_stitched
+              ? at::cat({at::cat({b.images[i], b.images[i + 1]}, 1), at::cat({b.images[i + 2], b.images[i + 3]}, 1)}, 2)
+              : at::upsample_bilinear2d(b.images[i].unsqueeze(0).to(at::kDouble), {10, 14}, false)[0].to(at::kByte);
+      EXPECT_TRUE(at::equal(q.images[g], expected)) << "group " << g << (first_stitched ? ", group 0 stitched" : ", group 1 stitched");
+    }
+  }
+}
+
 TEST(Quad, UpsampleKeepsTheFirstImagesBoxes) {
   Batch b = four_images();
   b.images[0].copy_(at::arange(24).view({3, 2, 4}).to(at::kByte));

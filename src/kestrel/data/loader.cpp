@@ -236,7 +236,8 @@ void DataLoader::worker_loop(int worker) {
     CPU_ZERO(&set);
     const int core = options_.cpu_cores[static_cast<size_t>(worker) % options_.cpu_cores.size()];
     CPU_SET(core, &set);
-    // A core outside the allowed set is refused (EINVAL): the worker runs unbound, and says so once.
+    // A core outside the allowed set is refused (EINVAL): the worker runs unbound, and says so once per
+    // process (the test of this warning relies on running in a process of its own, as ctest runs it).
     static std::atomic<bool> warned{false};
     if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0 && !warned.exchange(true))
       std::cerr << "WARNING: loader worker " << worker << " could not be bound to CPU core " << core << "; workers run unbound\n";

@@ -78,7 +78,7 @@ void YoloModel::set_checkpointed_layers(const std::vector<int>& indices) {
   const int body = static_cast<int>(layers_.size()) - 1;  // the head is never checkpointed
   checkpointed_.assign(static_cast<size_t>(body), false);
   for (int i : indices) {
-    if (i < 0 || i >= body) fail("checkpoint: layer ", i, " is outside the model's layers 0..", body - 1, " (", name_, ")");
+    if (i < 0 || i >= body) fail("--checkpoint: layer ", i, " is outside the model's layers 0..", body - 1, " (", name_, ")");
     checkpointed_[static_cast<size_t>(i)] = info_[static_cast<size_t>(i)].from.size() == 1;
   }
 }

@@ -260,7 +260,7 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   result.epoch_losses.push_back(train_loss[0] + train_loss[1] + train_loss[2]);
   if (!std::isfinite(result.epoch_losses.back()))  // without --check-nans the run goes on: say so once an epoch
     std::cout << "WARNING: the epoch's mean training loss is not finite (box " << train_loss[0] << ", obj " << train_loss[1]
-              << ", cls " << train_loss[2] << "): training has diverged; --check-nans stops at the first such step\n";
+              << ", cls " << train_loss[2] << "): an fp16 overflow the loss scaler skipped, or training has diverged; --check-nans stops at the first such step\n";
   const bool final_epoch = epoch + 1 == o.epochs;
   if ((!o.noval || final_epoch) && dist_ctx.is_main()) validate_epoch();
   const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);
@@ -371,7 +371,13 @@ TrainResult TrainingRun::finish() {
 // Upstream ends by validating best.pt with the per-class table, and its end-of-training charts (val.py
 // with plots=True on best.pt, and plot_results) unless --noplots.
 void TrainingRun::validate_best() {
-  models::LoadedModel best = models::load_model_weights(result.best);
+  models::LoadedModel best;
+  try {
+    best = models::load_model_weights(result.best);
+  } catch (const Error& e) {  // a run that diverged saved NaN weights as best: the run still ends, and says so
+    std::cout << "\nWARNING: the final validation of best weights is skipped: " << e.what() << "\n";
+    return;
+  }
   best.model->to(device);
   eval::ValidationOptions v;
   v.metric = eval::metric_style_for(*best.model, o.v5_metric);

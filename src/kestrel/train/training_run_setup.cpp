@@ -147,11 +147,13 @@ void TrainingRun::build_model() {
   const int frozen = freeze_layers(*model, o.freeze);
   if (frozen) std::cout << "freezing " << frozen << " parameter tensors\n";
   if (!o.checkpoint.empty()) {
+    std::vector<int> layers;
     try {
-      model->set_checkpointed_layers(selected_layers(o.checkpoint));
+      layers = selected_layers(o.checkpoint);
     } catch (const Error& e) {
       fail("--checkpoint: ", e.what());
     }
+    model->set_checkpointed_layers(layers);
     std::cout << "activation checkpointing of " << model->num_checkpointed_layers() << " layers\n";
   }
 }
