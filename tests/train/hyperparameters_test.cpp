@@ -2,6 +2,7 @@
 // malformed files are errors naming the file and key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -80,6 +81,36 @@ TEST(Hyperparameters, BadFilesNameTheFileAndKey) {
   ASSERT_EQ(unknown.unknown_keys.size(), 1u);
   EXPECT_EQ(unknown.unknown_keys[0], "my_key");
   std::filesystem::remove_all(dir);
+}
+
+// A file without some keys trains on hyp.scratch-low's values for them (upstream fails with a KeyError):
+// they are listed, and the run's hyp.yaml holds every value trained with. Probabilities above 1, a scale
+// gain of 1 or more and a negative warm-up are refused with the file, line and key.
+TEST(Hyperparameters, MissingKeysAreListedAndOutOfRangeValuesRefused) {
+  test::TempDir dir;
+  const auto write = [&](const std::string& name, const std::string& text) {
+    test::write_file(dir.file(name), text);
+    return dir.file(name);
+  };
+  const Hyperparameters partial = load_hyperparameters(write("p.yaml", "lr0: 0.02\nmosaic: 0.5\n"));
+  EXPECT_DOUBLE_EQ(partial.lr0, 0.02);
+  EXPECT_DOUBLE_EQ(partial.momentum, 0.937);
+  EXPECT_EQ(partial.defaulted_keys.size(), default_hyperparameters().values.size() - 2);
+  EXPECT_NE(std::find(partial.defaulted_keys.begin(), partial.defaulted_keys.end(), "momentum"), partial.defaulted_keys.end());
+  const std::string yaml = hyperparameters_yaml(partial);
+  EXPECT_EQ(yaml.rfind("lr0: 0.02\nmosaic: 0.5\n", 0), 0u) << yaml;  // the file's keys first, as read
+  EXPECT_NE(yaml.find("\nmomentum: 0.937\n"), std::string::npos) << yaml;
+  EXPECT_TRUE(load_hyperparameters("configs/hyps/hyp.scratch-low.yaml").defaulted_keys.empty());
+  EXPECT_TRUE(load_hyperparameters("configs/hyps/hyp.scratch.p5.yaml").defaulted_keys.empty());
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"lr0: 0.01\nmosaic: 2\n", "m.yaml:2: 'mosaic' is a probability: at most 1, got 2"},
+      {"lr0: 0.01\nfliplr: 1.5\n", "m.yaml:2: 'fliplr' is a probability: at most 1, got 1.5"},
+      {"lr0: 0.01\nscale: 1.5\n", "m.yaml:2: 'scale' is a gain below 1"},
+      {"warmup_epochs: -3\n", "m.yaml: 'warmup_epochs' must be >= 0"}};
+  for (const auto& [text, message] : refused) {
+    const std::string error = test::error_message([&] { load_hyperparameters(write("m.yaml", text)); });
+    EXPECT_NE(error.find(message), std::string::npos) << text << " -> " << error;
+  }
 }
 
 }  // namespace

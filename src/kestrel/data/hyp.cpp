@@ -31,9 +31,13 @@ AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe
     if (!(*target >= 0) || !std::isfinite(*target))
       fail(path, ":", root[key].Mark().line + 1, ": '", key, "' must be a finite number >= 0");
   }
-  // Upstream's copy_paste draws round(p * n) of n instances (random.sample): above 1 it fails there.
-  if (o.copy_paste > 1)
-    fail(path, ":", root["copy_paste"].Mark().line + 1, ": 'copy_paste' is a probability: at most 1, got ", o.copy_paste);
+  // Probabilities above 1 (upstream's copy_paste then fails in random.sample; the others act as 1 there) and
+  // a scale gain of 1 or more (a zero or negative image scale) are mistakes in the file.
+  for (const auto& [key, value] : {std::pair<const char*, double>{"copy_paste", o.copy_paste}, {"mosaic", o.mosaic},
+                                   {"mixup", o.mixup}, {"flipud", o.flipud}, {"fliplr", o.fliplr}, {"paste_in", o.paste_in}})
+    if (value > 1) fail(path, ":", root[key].Mark().line + 1, ": '", key, "' is a probability: at most 1, got ", value);
+  if (o.scale >= 1)
+    fail(path, ":", root["scale"].Mark().line + 1, ": 'scale' is a gain below 1 (images are scaled by 1 +/- scale), got ", o.scale);
   return o;
 }
 

@@ -87,6 +87,13 @@ Hyperparameters load_hyperparameters(const std::string& path) {
   }
   // YOLOv7's train.py trains with OTA when loss_ota is 1 or missing; any other value means its plain loss.
   if (h.yolov7_recipe && !root["loss_ota"]) h.loss_ota = true;
+  for (const auto& [key, target] : bindings(h)) {
+    const std::string name = key;
+    if (root[name] || name == "mosaic9" || (name == "paste_in" && !h.yolov7_recipe)) continue;
+    h.defaulted_keys.push_back(name);
+    h.values.emplace_back(name, *target);
+  }
+  if (h.warmup_epochs < 0) fail(path, ": 'warmup_epochs' must be >= 0");
   if (h.lr0 <= 0) fail(path, ": 'lr0' must be > 0");
   if (h.lrf <= 0) fail(path, ": 'lrf' must be > 0");
   if (h.momentum < 0 || h.momentum >= 1) fail(path, ": 'momentum' must be in [0, 1)");

@@ -21,9 +21,11 @@ struct Hyperparameters {
   bool yolov7_recipe = false; // the file has YOLOv7 keys (paste_in / loss_ota)
   std::vector<std::pair<std::string, double>> values;  // every key as read, in file order (for hyp.yaml)
   std::vector<std::string> unknown_keys;
+  std::vector<std::string> defaulted_keys;  // keys the file lacks: the defaults above (and in hyp.yaml)
 };
 
-// Reads `path` (errors name the file, line and key). Missing keys keep the defaults above.
+// Reads `path` (errors name the file, line and key). Missing keys keep the defaults above (upstream fails
+// on them with a KeyError), are listed in defaulted_keys and appended to values.
 Hyperparameters load_hyperparameters(const std::string& path);
 // The defaults as a file would hold them (no file given).
 Hyperparameters default_hyperparameters();

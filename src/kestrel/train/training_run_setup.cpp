@@ -95,6 +95,11 @@ void TrainingRun::load_recipe() {
     for (const auto& k : hyp.unknown_keys) keys += " " + k;
     std::cout << "warning: " << o.hyp << ": keys kestrel does not use:" << keys << "\n";
   }
+  if (!hyp.defaulted_keys.empty()) {
+    std::string keys;
+    for (const auto& k : hyp.defaulted_keys) keys += " " + k;
+    std::cout << "warning: " << o.hyp << " lacks" << keys << ": hyp.scratch-low's values are used (hyp.yaml lists them)\n";
+  }
   hyp.loss.label_smoothing = o.label_smoothing;
   data_cfg = data::load_dataset_config(o.data);
   // Upstream keeps a one-class dataset's own name.
