@@ -140,7 +140,13 @@ void add_data_command(CLI::App& app) {
   shw->add_option("--workers", show->workers, "loader threads")->check(CLI::Range(1, 256));
   shw->add_option("--seed", show->seed, "augmentation seed");
   shw->add_flag("--yolov7", show->yolov7, "YOLOv7 augmentation semantics (also implied by a YOLOv7 hyp file)");
-  shw->add_option("--out", show->out, "output image");
+  shw->add_option("--out", show->out, "output image (JPEG: .jpg or .jpeg)")->check(CLI::Validator(
+      [](std::string& v) {
+        std::string ext = std::filesystem::path(v).extension().string();
+        for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return ext == ".jpg" || ext == ".jpeg" ? std::string() : "kestrel writes a JPEG: name it .jpg, not " + v;
+      },
+      "JPEG"));
   shw->callback([show] { run_show(*show); });
 
   auto coco = std::make_shared<DataCocoOptions>();

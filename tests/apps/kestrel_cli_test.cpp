@@ -99,7 +99,10 @@ TEST(CliData, SplitWithoutUsableSamplesIsAnError) {
 
 TEST(CliData, ShowWritesAnImage) {
   test::TempDir dir;
-  auto r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out " + dir.file("b.jpg"));
+  auto r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out " + dir.file("b.txt"));
+  EXPECT_NE(r.exit_code, 0);  // a JPEG under another name
+  EXPECT_NE(r.output.find("--out: kestrel writes a JPEG: name it .jpg"), std::string::npos) << r.output;
+  r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out " + dir.file("b.jpg"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::file_size(dir.file("b.jpg")) > 1000);
   // 4 images of 128: a 2 x 2 grid at full size; labels.jpg and labels_correlogram.jpg beside it, over every

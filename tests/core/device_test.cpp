@@ -13,6 +13,10 @@ TEST(Device, CpuAndBadSpecs) {
   EXPECT_TRUE(parse_device("cpu").is_cpu());
   EXPECT_TRUE(parse_device("CPU").is_cpu());
   EXPECT_THROW(parse_device("gpu7"), Error);
+  // Devices LibTorch knows but kestrel does not run on: named at once, not by a later LibTorch error.
+  for (const char* other : {"mps", "xpu:0", "meta"})
+    EXPECT_NE(test::error_message([&] { parse_device(other); }).find(std::string("--device ") + other + ": kestrel runs on cpu or CUDA"),
+              std::string::npos) << other;
   // A list outside data parallel: one process cannot use several devices.
   try {
     (void)parse_device("0,1");

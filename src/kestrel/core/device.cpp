@@ -41,6 +41,8 @@ c10::Device parse_device(const std::string& spec) {
   } catch (const std::exception&) {
     fail("--device ", spec, ": not a device (use cpu, 0, cuda:0 ...)");
   }
+  // mps, xpu, meta ...: devices LibTorch names but kestrel does not train on (their errors come much later).
+  if (!device.is_cuda() && !device.is_cpu()) fail("--device ", spec, ": kestrel runs on cpu or CUDA devices (0, cuda:0 ...)");
   if (device.is_cuda()) {
     int count = static_cast<int>(torch::cuda::device_count());
     if (count == 0) fail("--device ", spec, ": no CUDA device is available on this machine (use --device cpu)");
