@@ -278,8 +278,9 @@ TEST(DatasetIndexCache, LabelValuesRoundTripBitForBit) {
       const LabelRow &a = fresh.records[i].rows[r], &b = cached.records[i].rows[r];
       EXPECT_EQ(std::memcmp(a.box.data(), b.box.data(), sizeof a.box), 0) << i << " " << r;
       ASSERT_EQ(a.polygon.size(), b.polygon.size());
-      if (!a.polygon.empty())  // (memcmp of two empty vectors' null pointers is undefined)
+      if (!a.polygon.empty()) {  // (memcmp of two empty vectors' null pointers is undefined)
         EXPECT_EQ(std::memcmp(a.polygon.data(), b.polygon.data(), a.polygon.size() * sizeof(float)), 0) << i << " " << r;
+      }
       values += 5 + a.polygon.size();
     }
   }
