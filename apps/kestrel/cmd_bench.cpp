@@ -164,7 +164,7 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--warmup", t->warmup, "untimed steps")->capture_default_str()->check(CLI::Range(0, 10000));
   step->add_option("--steps", t->steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
   step->add_option("--checkpoint", t->checkpoint_layers, "activation checkpointing of the first N layers (-1: all)")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 20));
   step->add_flag("--ablation", *ablation,
                  "table: fp32 (foreach optimiser), + mixed precision, + channels-last, + fused optimiser, + CUDA graph (CUDA), + checkpointing, "
                  "and (CUDA) the graph row + fused BN-SiLU");

@@ -74,6 +74,9 @@ TEST(StepBench, OtaLossRunsAndBadOptionsAreErrors) {
   o.img_size = 100;
   EXPECT_THROW(bench_train_step(o), Error);
   o = small("fp32", false);
+  o.checkpoint_layers = 99;  // more layers than the model has: the row's label would claim 99
+  EXPECT_NE(test::error_message([&] { bench_train_step(o); }).find("--checkpoint 99: "), std::string::npos);
+  o = small("fp32", false);
   o.cuda_graph = true;  // graphs are a CUDA feature: on the CPU an error, not a silent eager run
   EXPECT_THROW(bench_train_step(o), Error);
   o.fused_optimizer = false;  // a graph cannot hold the foreach update's host read

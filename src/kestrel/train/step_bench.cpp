@@ -132,7 +132,9 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
   if (o.fused_bn_silu) models::set_fused_batch_norm_silu(*b->model, true);
   if (o.checkpoint_layers != 0) {
     const int body = static_cast<int>(config.layers.size()) - 1;  // the last layer is the head
-    const int n = o.checkpoint_layers < 0 ? body : std::min(o.checkpoint_layers, body);
+    if (o.checkpoint_layers > body)  // the table's label says N layers: N must be what runs
+      fail("--checkpoint ", o.checkpoint_layers, ": ", config.name(), " has ", body, " layers before its head (-1: all)");
+    const int n = o.checkpoint_layers < 0 ? body : o.checkpoint_layers;
     std::vector<int> layers(static_cast<size_t>(n));
     std::iota(layers.begin(), layers.end(), 0);
     b->model->set_checkpointed_layers(layers);
