@@ -147,6 +147,13 @@ void add_train_command(CLI::App& app) {
       if (option->count() > 0)
         throw CLI::ValidationError(name, "kestrel has no W&B or Google Cloud logging; it writes TensorBoard "
                                    "event files and results.csv into the run folder (tensorboard --logdir runs/train)");
+    // `--img 64 --img 32` would make the pair `--img 64 32` (train, val) without a word: CLI11 collects both.
+    int img_flags = 0;
+    for (const std::string& arg : dist::own_command_line())
+      for (const std::string name : {"--img", "--img-size", "--imgsz"})
+        img_flags += arg == name || arg.rfind(name + "=", 0) == 0;
+    if (img_flags > 1)
+      throw CLI::ValidationError("--img", "given more than once; a train and a val size are given together: --img 640 640");
     o->img_size = img_sizes->at(0);
     o->img_size_test = img_sizes->size() > 1 ? img_sizes->at(1) : 0;
     // A YOLOv7 spelling beside a different YOLOv5 one is a contradiction, not a silent override.

@@ -310,6 +310,7 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --optimizer Lion", "--optimizer Lion: expected SGD, Adam or AdamW"},
       {"train --rect --image-weights", "--image-weights: draws images at random"},
       {"train --max-grad-norm nan", "--max-grad-norm: must be a finite number, got nan"},
+      {"train --img 64 --imgsz=32", "--img: given more than once"},
       {"val --weights w.safetensors --max-det 0", "--max-det: Value 0 not in range"},
       {"val --weights w.safetensors --workers -3", "--workers: Value -3 not in range"}};
   for (const auto& [args, message] : refused) {
