@@ -5,7 +5,8 @@
 
 #include <malloc.h>
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+// sanitizer/allocator_interface.h's declaration (the header is not installed with gcc's runtime).
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #endif
 
 #include <numeric>
