@@ -250,7 +250,7 @@ void run_val(const ValOptions& options) {
   make_current(device);
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
   const std::string split = o.task == "train" || o.task == "test" ? o.task : "val";  // speed and study: val
-  if (cfg.split(split).empty()) fail(cfg.source, ": no '", split, "' split (its '", split, ":' entry is missing or empty)");
+  cfg.existing_split(split);  // before any weights are loaded
   if (o.task == "speed") return run_speed(o, cfg, device);
   if (o.task == "study") {
     o.task = "val";  // upstream's run() validates the val split for any task but train/val/test

@@ -67,6 +67,12 @@ const std::vector<std::string>& DatasetConfig::split(const std::string& name) co
   fail("unknown split '", name, "' (train, val or test)");
 }
 
+const std::vector<std::string>& DatasetConfig::existing_split(const std::string& name) const {
+  const std::vector<std::string>& entries = split(name);
+  if (entries.empty()) fail(source, ": no '", name, "' split (its '", name, ":' entry is missing or empty)");
+  return entries;
+}
+
 DatasetConfig load_dataset_config(const std::string& path) {
   YAML::Node root = load_yaml_file(path, "dataset");
   if (!root.IsMap()) fail(path, ": a dataset file is a YAML mapping with train, val and names");

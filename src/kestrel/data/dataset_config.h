@@ -14,6 +14,8 @@ struct DatasetConfig {
   std::vector<std::string> names;          // nc entries
 
   const std::vector<std::string>& split(const std::string& name) const;  // "train" | "val" | "test"
+  // The same, failing with the file and split when the file has none (a missing or empty entry).
+  const std::vector<std::string>& existing_split(const std::string& name) const;
 };
 
 // Relative paths resolve against the YAML file's folder (upstream resolves `path` against its

@@ -129,12 +129,12 @@ class Args {
   const ModelConfig& cfg_;
 };
 
-// The anchors per level of a config whose 'anchors' is a number.
-int64_t anchors_per_level(const ModelConfig& cfg) {
+// The anchors per level when 'anchors' is a number; `where` names the file (or its head row).
+int64_t anchors_per_level(const YAML::Node& anchors, const std::string& where) {
   try {
-    return cfg.anchors.as<int64_t>();
+    return anchors.as<int64_t>();
   } catch (const YAML::Exception&) {
-    fail(cfg.source, ": 'anchors' must be a list of [w, h, ...] lists or an integer, got '", cfg.anchors.Scalar(), "'");
+    fail(where, ": 'anchors' must be a list of [w, h, ...] lists or an integer, got '", anchors.Scalar(), "'");
   }
 }
 
@@ -143,12 +143,7 @@ std::vector<std::vector<double>> read_anchors(const YAML::Node& node, size_t lev
   std::vector<std::vector<double>> anchors;
   if (node.IsScalar()) {
     // Upstream's placeholder when only a count is given: [0, 1, ..., 2k - 1] per level (AutoAnchor replaces it).
-    int64_t k = 0;
-    try {
-      k = node.as<int64_t>();
-    } catch (const YAML::Exception&) {
-      fail(args.where(), ": 'anchors' must be a list of [w, h, ...] lists or an integer, got '", node.Scalar(), "'");
-    }
+    const int64_t k = anchors_per_level(node, args.where());
     if (k < 1) fail(args.where(), ": anchors per level must be >= 1");
     std::vector<double> level(static_cast<size_t>(2 * k));
     for (size_t i = 0; i < level.size(); ++i) level[i] = static_cast<double>(i);
@@ -384,7 +379,7 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
       if (auto it = table.find(spec.module); it != table.end()) {
         args.at_least(1, "(the first is the output width)");
         const int64_t na = cfg.anchors.IsSequence() && cfg.anchors.size() ? cfg.anchors[0].size() / 2
-                           : cfg.anchors.IsScalar()                      ? anchors_per_level(cfg)
+                           : cfg.anchors.IsScalar()                      ? anchors_per_level(cfg.anchors, cfg.source)
                                                                          : 3;
         int64_t c2 = args.integer(0, 0);
         if (c2 < 1) fail(args.where(), ": the output width must be >= 1");
@@ -420,14 +415,8 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
         if (!anchor_node) fail(args.where(), ": the head needs anchors but the file has no 'anchors' key");
         std::vector<int64_t> in_ch;
         for (int f : row.from) in_ch.push_back(channels_of(f));
-        try {
-          head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, row.from.size() / (aux ? 2 : 1), args), in_ch,
-                                          spec.module != "Detect", aux);
-        } catch (const Error& e) {  // read_anchors' errors name the layer already
-          const std::string message = e.what();
-          if (message.rfind(args.where(), 0) == 0) throw;
-          fail(args.where(), ": ", message);
-        }
+        head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, row.from.size() / (aux ? 2 : 1), args), in_ch,
+                                        spec.module != "Detect", aux);
         std::string chs;
         for (auto c : in_ch) chs += (chs.empty() ? "" : ", ") + std::to_string(c);
         built = {head, 0, cat("[", head_nc, ", ", render(anchor_node), ", [", chs, "]]")};
@@ -438,9 +427,9 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
       }
     } catch (const c10::Error& e) {
       fail(args.where(), ": ", e.what_without_backtrace());
-    } catch (const Error& e) {  // a layer's own check (make_conv2d's, ...); the builder's name the row already
+    } catch (const Error& e) {  // a layer's own check (make_conv2d's, Detect's ...); the builder's name the file already
       const std::string message = e.what();
-      if (message.find(cfg.source) != std::string::npos) throw;
+      if (message.rfind(cfg.source, 0) == 0) throw;
       fail(args.where(), ": ", message);
     }
     if (spec.from.size() > 1 && spec.module != "Concat" && spec.module != "Shortcut" && !head)

@@ -25,8 +25,7 @@ namespace fs = std::filesystem;
 // The split's images, verified (skipped files reported on stdout); --single-cls makes every class 0.
 data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::string& split, int workers,
                                   int nc_for_check, bool single_cls) {
-  if (cfg.split(split).empty()) fail(cfg.source, ": no '", split, "' split (its '", split, ":' entry is missing or empty)");
-  const auto images = data::list_images(cfg.split(split), cfg.source);
+  const auto images = data::list_images(cfg.existing_split(split), cfg.source);
   data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, workers, true});
   // Skipped files, and a label cache that could not be read or written (every run then verifies again).
   if (!index.skipped.empty() || !index.cache_note.empty()) std::cout << data::describe(index, split, 20);
