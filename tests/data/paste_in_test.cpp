@@ -312,7 +312,7 @@ TEST(PasteIn, CollectStopsAtTheWantedCountFromPolygonImagesOnly) {
   };
   std::mt19937 rng(11);
   // (A first canvas of image 5 only would give nothing and stop: 1 in 6^4.)
-  const std::vector<PasteObject> objects = collect_paste_objects(load, 6, 64, rng, 30, 32);
+  const std::vector<PasteObject> objects = collect_paste_objects(load, 6, 64, rng, nullptr, 30, 32);
   EXPECT_GE(objects.size(), 30u) << "loads " << loads;
   EXPECT_EQ(loads % 4, 0);
   EXPECT_GT(box_only_loads, 0);  // the box-only image took part

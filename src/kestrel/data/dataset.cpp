@@ -184,7 +184,7 @@ Sample YoloDataset::training_sample(size_t index, cv::Size shape, std::mt19937& 
   // skips it without drawing, so box-only datasets see the same stream whatever paste_in is.
   if (hyp.paste_in > 0 && polygons_ && random_unit(rng) < hyp.paste_in) {
     const auto load = [this](size_t i) { return load_resized(i); };
-    paste_in(s, collect_paste_objects(load, records_.size(), options_.img_size, rng, 30, 32, partners), rng);
+    paste_in(s, collect_paste_objects(load, records_.size(), options_.img_size, rng, partners), rng);
   }
   random_flips(s, hyp, rng);
   return s;

@@ -56,8 +56,8 @@ std::vector<PasteObject> cut_objects(const Sample& labels, cv::Size size, const 
 }
 
 std::vector<PasteObject> collect_paste_objects(const std::function<Sample(size_t)>& load, size_t n_images,
-                                               int img_size, std::mt19937& rng, size_t wanted, int max_mosaics,
-                                               const std::vector<int64_t>* weighted_draw) {
+                                               int img_size, std::mt19937& rng,
+                                               const std::vector<int64_t>* weighted_draw, size_t wanted, int max_mosaics) {
   if (n_images == 0) fail("paste_in: no images to take objects from");
   const int n = static_cast<int>(n_images);
   std::vector<PasteObject> objects;

@@ -70,8 +70,9 @@ std::vector<PasteObject> cut_objects(const Sample& labels, cv::Size size, const 
 // four random images, then cut_objects(canvas, 0.5) (the canvas painted only where objects are cut).
 // weighted_draw (--image-weights): the three images after the first come from it (draw_partner).
 std::vector<PasteObject> collect_paste_objects(const std::function<Sample(size_t)>& load, size_t n_images,
-                                               int img_size, std::mt19937& rng, size_t wanted = 30,
-                                               int max_mosaics = 32, const std::vector<int64_t>* weighted_draw = nullptr);
+                                               int img_size, std::mt19937& rng,
+                                               const std::vector<int64_t>* weighted_draw = nullptr, size_t wanted = 30,
+                                               int max_mosaics = 32);
 
 // Whether a paste box is usable: more than 20 px on each side and under 30% of every box of `sample`
 // covered by it.
