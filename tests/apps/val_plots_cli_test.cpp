@@ -70,6 +70,18 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/speed"))) << r.output;
 }
 
+// The rows of a study file, each a list of its numbers (none when the file cannot be read).
+std::vector<std::vector<double>> study_rows(const std::string& path) {
+  std::vector<std::vector<double>> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream row(line);
+    rows.emplace_back();
+    for (double x; row >> x;) rows.back().push_back(x);
+  }
+  return rows;
+}
+
 // val.py's --task study: one run folder with study_<data>_<weights>.txt, a row of 10 values per size 256 ...
 // 1536 (each pass really at that size: its speed line names the shape), and study.png. Two weights files,
 // two study files; with JSON the rows carry COCOeval's mAP; several weights are refused for a plain validation (val.py would ensemble them). Two
@@ -94,18 +106,13 @@ TEST(ValPlotsCli, StudyWritesARowPerSizeAndThePlot) {
   for (int img = 256; img <= 1536; img += 128)
     EXPECT_NE(r.output.find("at shape (2, 3, " + std::to_string(img) + ", " + std::to_string(img) + ")"), std::string::npos) << img;
   for (const char* name : {"study_tiny_last.txt", "study_tiny_best.txt"}) {
-    std::ifstream in(dir.file(std::string("val/exp/") + name));
-    ASSERT_TRUE(in) << name << "\n" << r.output;
-    int rows = 0;
-    for (std::string line; std::getline(in, line); ++rows) {
-      std::istringstream row(line);
-      std::vector<double> v;
-      for (double x; row >> x;) v.push_back(x);
-      ASSERT_EQ(v.size(), 10u) << line;
-      for (int k = 4; k < 7; ++k) EXPECT_EQ(v[k], 0) << "no validation loss outside training: " << line;
-      EXPECT_GT(v[8], 0) << "inference time: " << line;
+    const auto rows = study_rows(dir.file(std::string("val/exp/") + name));
+    EXPECT_EQ(rows.size(), 11u) << name << "\n" << r.output;
+    for (const std::vector<double>& v : rows) {
+      ASSERT_EQ(v.size(), 10u) << name;
+      for (int k = 4; k < 7; ++k) EXPECT_EQ(v[k], 0) << "no validation loss outside training: " << name;
+      EXPECT_GT(v[8], 0) << "inference time: " << name;
     }
-    EXPECT_EQ(rows, 11) << name;
   }
   EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp/study.png"))) << r.output;
 
@@ -121,18 +128,13 @@ TEST(ValPlotsCli, StudyWritesARowPerSizeAndThePlot) {
   r = test::run_command(test::kestrel_binary() + " val --task study --data " + data + " --batch-size 2 --device cpu --weights " +
                         best + " --save-json --coco-ann " + dir.file("crowd.json") + " --project " + dir.file("val"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::ifstream rows(dir.file("val/exp2/study_tiny_best.txt"));
-  ASSERT_TRUE(rows) << r.output;
-  int sizes = 0;
-  for (std::string line; std::getline(rows, line); ++sizes) {
-    std::istringstream row(line);
-    std::vector<double> v;
-    for (double x; row >> x;) v.push_back(x);
-    ASSERT_EQ(v.size(), 10u) << line;
-    EXPECT_EQ(v[2], -1) << "mAP50 from COCOeval: " << line;
-    EXPECT_EQ(v[3], -1) << "mAP50-95 from COCOeval: " << line;
+  const auto rows = study_rows(dir.file("val/exp2/study_tiny_best.txt"));
+  EXPECT_EQ(rows.size(), 11u) << r.output;
+  for (const std::vector<double>& v : rows) {
+    ASSERT_EQ(v.size(), 10u);
+    EXPECT_EQ(v[2], -1) << "mAP50 from COCOeval";
+    EXPECT_EQ(v[3], -1) << "mAP50-95 from COCOeval";
   }
-  EXPECT_EQ(sizes, 11);
   for (int img = 256; img <= 1536; img += 128)
     EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp2/best_" + std::to_string(img) + "_predictions.json"))) << img;
 
