@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run an upstream YOLOv5 v7.0 or YOLOv7 script (val.py, test.py, detect.py) under current numpy and Pillow.
+"""Run an upstream YOLOv5 v7.0 or YOLOv7 script (val.py, test.py, detect.py, train.py) under current numpy and Pillow.
 
 Measurement only, for bench/val_vs_upstream.sh; run with the upstream venv's Python from the upstream tree:
 
@@ -21,6 +21,10 @@ YOLOv7, whose load_image is a module function) are replaced by kestrel's, by wra
     its own) in v7.0, a stable sort (equal ratios in file order) in kestrel. The wrapper re-sorts the dataset
     stably after __init__ and recomputes batch_shapes with upstream's formula.
 KESTREL_PREPROCESS=resize or =sort replaces only that one.
+
+With KESTREL_TRAIN_DUMP=DIR (bench/train_vs_upstream.sh), YOLOv5's train.py also leaves the float32 weights
+of its model and EMA and each iteration's losses in DIR (see _train_with_dump); with KESTREL_SORT_OBJ_IOU=1 too,
+its loss keeps the largest IoU where candidates share a cell, as kestrel's.
 """
 import os
 import runpy
@@ -116,6 +120,52 @@ def _kestrel_preprocess(resize=True, sort=True):
         cls.load_image = load_image
 
 
+def _train_with_dump(dump_dir):
+    """YOLOv5's train.py with two observers registered through its own Callbacks (train.main(opt, callbacks)):
+    each iteration's running-mean losses, and at the end of training the float32 state of the model and of
+    its EMA (train.py's checkpoints hold float16 copies) in DUMP_DIR/upstream_final.pt, the iterations in
+    DUMP_DIR/upstream_iters.json. The EMA is found by subclassing the ModelEMA that train.py imported."""
+    import json
+    from pathlib import Path
+
+    import torch
+    import train as upstream_train  # upstream train.py, imported from the working directory
+    from utils.callbacks import Callbacks
+
+    seen = {'model': None, 'ema': None, 'iters': []}
+
+    class ObservedEMA(upstream_train.ModelEMA):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen['ema'] = self
+
+    def batch_end(model, ni, imgs, targets, paths, mloss, *rest):
+        seen['model'] = model
+        seen['iters'].append([int(ni)] + [float(x) for x in mloss])
+
+    def train_end(*args):
+        def fp32(module):
+            return {k: v.detach().float().clone() for k, v in module.state_dict().items()}
+
+        out = Path(dump_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save({'model': fp32(seen['model']), 'ema': fp32(seen['ema'].ema), 'ema_updates': seen['ema'].updates},
+                   out / 'upstream_final.pt')
+        (out / 'upstream_iters.json').write_text(json.dumps(seen['iters']))
+
+    upstream_train.ModelEMA = ObservedEMA
+    if os.environ.get('KESTREL_SORT_OBJ_IOU') == '1':
+        # ComputeLoss's own switch (a class attribute, False in v7.0): candidates sorted by IoU before
+        # tobj[b, a, gj, gi] = iou, so where several hit one cell the largest IoU is written last, which is
+        # the rule kestrel's loss uses (src/kestrel/loss/yolo_loss.cpp level_loss).
+        import utils.loss
+        utils.loss.ComputeLoss.sort_obj_iou = True
+    callbacks = Callbacks()
+    callbacks.register_action('on_train_batch_end', callback=batch_end)
+    callbacks.register_action('on_train_end', callback=train_end)
+    upstream_train.main(upstream_train.parse_opt(), callbacks)
+
+
 if len(sys.argv) < 2:
     sys.exit('usage: upstream_run.py SCRIPT.py [ARGS...]')
 script = sys.argv[1]
@@ -126,4 +176,9 @@ if _kp in ('1', 'resize', 'sort'):
     _kestrel_preprocess(resize=_kp != 'sort', sort=_kp != 'resize')
 elif _kp:
     sys.exit(f'KESTREL_PREPROCESS={_kp}: expected 1 (both), resize or sort')
-runpy.run_path(script, run_name='__main__')
+if os.environ.get('KESTREL_TRAIN_DUMP'):
+    if script != 'train.py' or not os.path.exists('utils/callbacks.py'):
+        sys.exit('KESTREL_TRAIN_DUMP: YOLOv5 train.py only (its Callbacks carry the observers)')
+    _train_with_dump(os.environ['KESTREL_TRAIN_DUMP'])
+else:
+    runpy.run_path(script, run_name='__main__')

@@ -1,6 +1,8 @@
 // The YOLOv5 schedule at given iterations, derived by hand from train.py's formulas (peers.md §2.1).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <vector>
 
 #include "kestrel/train/schedule.h"
@@ -103,12 +105,78 @@ TEST(Schedule, WarmupRampsAtGivenIterations) {
   const double target = 0.01 * lr_factor(o, 6);
   EXPECT_NEAR(s.lr[1], 0.6 * target, 1e-12);
   EXPECT_NEAR(s.lr[0], 0.1 + 0.6 * (target - 0.1), 1e-12);
-  // after warm-up: every group at lr0 * lf(epoch), full momentum and accumulation
+  // after warm-up: every group at lr0 * lf(epoch - 1) (train.py's scheduler steps at each epoch's end),
+  // full momentum and accumulation
   s = step_settings(o, 20, 201, 10);
-  EXPECT_NEAR(s.lr[0], 0.01 * (0.8 * 0.99 + 0.01), 1e-12);
+  EXPECT_NEAR(s.lr[0], 0.01 * (0.81 * 0.99 + 0.01), 1e-12);  // lf(19)
   EXPECT_DOUBLE_EQ(s.lr[0], s.lr[2]);
   EXPECT_DOUBLE_EQ(s.momentum, 0.937);
   EXPECT_EQ(s.accumulate, 4);
+}
+
+// After the warm-up, train.py's learning rate is what its LambdaLR set at the previous epoch's end,
+// lr0 * lf(e - 1); the epoch in which the warm-up ends keeps lr0 * lf(e) from its last warm-up iteration,
+// so that value serves two epochs. Hand-derived case: 300 epochs of 38 batches (lr0 = lrf = 0.01, linear),
+// warm-up max(round(3 x 38), 100) = 114 iterations, ending in epoch 3 (iterations 114..151): epochs 3 and 4
+// train at 0.01 lf(3) = 0.009901 and epoch 5 at 0.01 lf(4) = 0.009868 (the x/lr columns of such a
+// YOLOv5 v7.0 run's results.csv read 0.009901, 0.009901, 0.009868).
+TEST(Schedule, AfterWarmupAnEpochTrainsAtThePreviousEpochsFactor) {
+  ScheduleOptions o;
+  o.epochs = 300;
+  const int64_t nb = 38;
+  ASSERT_EQ(warmup_iterations(o, nb), 114);
+  const auto last_lr = [&](int epoch) { return step_settings(o, epoch, (epoch + 1) * nb - 1, nb).lr; };
+  const double lf3 = 0.01 * ((1 - 3.0 / 300) * 0.99 + 0.01), lf4 = 0.01 * ((1 - 4.0 / 300) * 0.99 + 0.01);
+  EXPECT_NEAR(lf3, 0.009901, 5e-7);
+  EXPECT_NEAR(lf4, 0.009868, 5e-7);
+  for (int group = 0; group < 3; ++group) {
+    EXPECT_DOUBLE_EQ(last_lr(3)[group], lf3) << group;
+    EXPECT_DOUBLE_EQ(last_lr(4)[group], lf3) << group;
+    EXPECT_DOUBLE_EQ(last_lr(5)[group], lf4) << group;
+  }
+  // the warm-up's own iterations aim at the epoch's factor: its last one (114) is exactly lr0 * lf(3)
+  EXPECT_DOUBLE_EQ(step_settings(o, 3, 114, nb).lr[1], lf3);
+  EXPECT_DOUBLE_EQ(step_settings(o, 3, 115, nb).lr[1], lf3);
+  // the first iteration of epoch 4 is past the warm-up and its epoch had none: still lf(3)
+  EXPECT_DOUBLE_EQ(step_settings(o, 4, 152, nb).lr[0], lf3);
+}
+
+// A warm-up ending inside an epoch: 30 batches per epoch, 100 iterations, so epoch 3 (iterations 90..119)
+// ends it at iteration 100 and keeps lr0 lf(3) after it; epoch 4 trains at lf(3) too, epoch 5 at lf(4).
+// With more warm-up than training every iteration ramps. Cosine and YOLOv7's linear factor lag alike.
+TEST(Schedule, WarmupEndingInsideAnEpochAndOtherFactors) {
+  ScheduleOptions o;
+  o.epochs = 10;
+  const int64_t nb = 30;
+  ASSERT_EQ(warmup_iterations(o, nb), 100);
+  const double lf3 = 0.01 * ((1 - 0.3) * 0.99 + 0.01), lf4 = 0.01 * ((1 - 0.4) * 0.99 + 0.01);  // 0.00703, 0.00604
+  EXPECT_DOUBLE_EQ(step_settings(o, 3, 100, nb).lr[0], lf3);
+  EXPECT_DOUBLE_EQ(step_settings(o, 3, 119, nb).lr[2], lf3);
+  EXPECT_DOUBLE_EQ(step_settings(o, 4, 120, nb).lr[1], lf3);
+  EXPECT_DOUBLE_EQ(step_settings(o, 5, 150, nb).lr[1], lf4);
+  // 1 batch per epoch, 10 epochs, 100 warm-up iterations: the last epoch is still warming up, towards lf(9)
+  EXPECT_NEAR(step_settings(o, 9, 9, 1).lr[1], 0.09 * 0.01 * ((1 - 0.9) * 0.99 + 0.01), 1e-15);
+  o.cos_lr = true;  // lf(3) = ((1 - cos(0.3 pi)) / 2)(0.01 - 1) + 1
+  EXPECT_NEAR(step_settings(o, 4, 120, nb).lr[1], 0.01 * ((1 - std::cos(0.3 * 3.14159265358979323846)) / 2 * -0.99 + 1), 1e-15);
+  o.cos_lr = false;
+  o.yolov7 = true;  // YOLOv7's --linear-lr: lf(3) = (1 - 3/9)(1 - lrf) + lrf
+  EXPECT_NEAR(step_settings(o, 4, 120, nb).lr[1], 0.01 * ((1 - 3.0 / 9) * 0.99 + 0.01), 1e-15);
+}
+
+// No warm-up (--min-warmup-iters 0, warmup_epochs 0: nw = 0): iteration 0 is still "in" it (ni <= nw), and
+// numpy's interp(0, [0, 0], [start, end]) gives the end value, so it trains at lr0 lf(0), full momentum and
+// accumulation, as every later iteration of epoch 0.
+TEST(Schedule, NoWarmupStartsAtTheFullSettings) {
+  ScheduleOptions o;
+  o.warmup_epochs = 0;
+  o.min_warmup_iterations = 0;
+  ASSERT_EQ(warmup_iterations(o, 10), 0);
+  const StepSettings first = step_settings(o, 0, 0, 10);
+  EXPECT_DOUBLE_EQ(first.lr[0], 0.01);
+  EXPECT_DOUBLE_EQ(first.lr[1], 0.01);
+  EXPECT_DOUBLE_EQ(first.momentum, 0.937);
+  EXPECT_EQ(first.accumulate, 4);
+  EXPECT_DOUBLE_EQ(step_settings(o, 1, 10, 10).lr[1], 0.01);  // epoch 1 at lf(0)
 }
 
 // train.py's warm-up sets x['momentum'] only where a group has one (SGD); Adam's groups hold 'betas', so

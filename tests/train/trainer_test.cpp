@@ -6,12 +6,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <sstream>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
+#include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
@@ -303,6 +306,71 @@ TEST(Trainer, ResumeNeedsNotThePretrainedFile) {
   EXPECT_EQ(test::error_message([&] { second = train(resume); }), "");
   EXPECT_FALSE(second.interrupted);
   EXPECT_EQ(second.epochs_completed, 2);
+}
+
+// train.py rounds a new run's model to float16 precision before its first step (model.half().float(),
+// "pre-reduce anchor precision"); kestrel does too, so that the same initial weights give upstream's
+// losses. With learning rates of 1e-30 the parameters cannot move by a float32 step (their entries that
+// are 0, the BN biases, move by ~1e-31), so the saved ones are the starting ones: the pretrained float32
+// values rounded to float16. BN's running statistics move in the forward passes and are not compared.
+TEST(Trainer, NewRunStartsFromWeightsRoundedToHalfPrecision) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 1);
+  const std::vector<std::string> names = data::load_dataset_config(o.data).names;
+  auto pretrained = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")),
+                                        static_cast<int>(names.size()));
+  models::save_model_weights(dir.file("pre.safetensors"), *pretrained, models::describe_config("yolov5n", names));
+  std::ofstream(dir.file("hyp.yaml")) << "lr0: 1.0e-30\nwarmup_bias_lr: 0.0\n";  // other keys: the defaults
+  o.cfg.clear();
+  o.weights = dir.file("pre.safetensors");
+  o.hyp = dir.file("hyp.yaml");
+  o.noautoanchor = true;
+  const TrainResult run = train(o);
+  const auto saved = load_safetensors(training_state_path(run.save_dir));
+  std::map<std::string, at::Tensor> by_name(saved.tensors.begin(), saved.tensors.end());
+  int compared = 0, changed_by_rounding = 0;
+  for (const auto& item : pretrained->named_parameters()) {
+    const std::string& name = item.key();
+    const auto it = by_name.find("model/" + name);
+    ASSERT_NE(it, by_name.end()) << name;
+    ASSERT_EQ(it->second.scalar_type(), at::kFloat) << name;  // a float16 file would round by itself
+    const at::Tensor start = item.value().detach(), rounded = start.to(at::kHalf).to(at::kFloat);
+    EXPECT_LE((it->second - rounded).abs().max().item<double>(), 1e-20) << name;
+    // a random float32 kernel's entries are float16 values with probability ~2^-13 each; BN starts at 1 and 0
+    if (start.numel() >= 16 && start.std().item<double>() > 0) {
+      EXPECT_GT((rounded - start).abs().max().item<double>(), 0) << name;
+      ++changed_by_rounding;
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int>(pretrained->parameters().size()));
+  EXPECT_GT(changed_by_rounding, 50);  // yolov5n's 60 convolution kernels
+}
+
+// results.csv's x/lr0..2 are the optimiser's groups in the recipe's order: YOLOv5's train.py puts the biases
+// first, YOLOv7's last (its warm-up ramps group 2 from warmup_bias_lr). At the end of epoch 0 (iteration 1
+// of a 100- or 1000-iteration warm-up) the bias rate is still near warmup_bias_lr = 0.1 in both recipes
+// and the others near 0 (they ramp from 0 to lr0 = 0.01).
+TEST(Trainer, LearningRateColumnsFollowTheRecipesGroupOrder) {
+  test::TempDir dir;
+  for (const bool yolov7 : {false, true}) {
+    TrainOptions o = short_run(dir, 1);
+    o.noval = true;
+    o.name = yolov7 ? "v7" : "v5";
+    if (yolov7) o.hyp = "configs/hyps/hyp.scratch.p5.yaml";
+    const TrainResult r = train(o);
+    std::ifstream csv(fs::path(r.save_dir) / "results.csv");
+    std::string header, row;
+    ASSERT_TRUE(std::getline(csv, header) && std::getline(csv, row));
+    std::vector<double> values;
+    std::stringstream fields(row);
+    for (std::string field; std::getline(fields, field, ',');) values.push_back(std::stod(field));
+    ASSERT_EQ(values.size(), 14u) << row;
+    const double lr0 = values[11], lr2 = values[13];
+    EXPECT_GT(yolov7 ? lr2 : lr0, 0.09) << row;
+    EXPECT_LT(yolov7 ? lr0 : lr2, 0.001) << row;
+    EXPECT_LT(values[12], 0.001) << row;
+  }
 }
 
 // --channels-last changes only the memory layout: the same losses, and saved weights and optimiser state

@@ -10,10 +10,10 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// numpy.interp for two points, clamped at both ends.
+// numpy.interp for two points, clamped at both ends. With x0 == x1 (no warm-up) numpy gives y1 at x0.
 double interp(double x, double x0, double x1, double y0, double y1) {
-  if (x <= x0) return y0;
   if (x >= x1) return y1;
+  if (x <= x0) return y0;
   return y0 + (x - x0) / (x1 - x0) * (y1 - y0);
 }
 
@@ -48,9 +48,13 @@ double scaled_weight_decay(const ScheduleOptions& o, double weight_decay) {
 }
 
 StepSettings step_settings(const ScheduleOptions& o, int epoch, int64_t iteration, int64_t batches_per_epoch) {
-  const double target_lr = o.lr0 * lr_factor(o, epoch);
-  StepSettings s{{target_lr, target_lr, target_lr}, o.momentum, accumulation_steps(o)};
+  // train.py's LambdaLR is stepped at the end of each epoch (after epoch e: lr0 * lf(e)), so after the warm-up
+  // an epoch trains at the previous epoch's factor; only the epoch in which the warm-up ends keeps lf(epoch),
+  // the value its last warm-up iteration wrote. (Upstream's results.csv shows it: x/lr repeats at that epoch.)
   const int64_t warmup = warmup_iterations(o, batches_per_epoch);
+  const bool warmup_in_epoch = static_cast<int64_t>(epoch) * batches_per_epoch <= warmup;
+  const double target_lr = o.lr0 * lr_factor(o, warmup_in_epoch ? epoch : epoch - 1);
+  StepSettings s{{target_lr, target_lr, target_lr}, o.momentum, accumulation_steps(o)};
   if (iteration > warmup) return s;
   const double x = static_cast<double>(iteration), end = static_cast<double>(warmup);
   s.accumulate = std::max(1, round_half_even(interp(x, 0, end, 1, static_cast<double>(o.nominal_batch_size) / o.batch_size)));

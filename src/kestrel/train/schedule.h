@@ -21,8 +21,9 @@ struct ScheduleOptions {
   // here) beta1 stays at `momentum` from the first iteration.
   bool ramp_momentum = true;
   bool cos_lr = false;            // --cos-lr (YOLOv7's default is cosine)
-  // YOLOv7's train.py (its hyp files): --linear-lr reaches lrf at the last epoch (E - 1, not E), and the
-  // optimiser steps when ni % accumulate == 0 (YOLOv5: ni - last_opt_step >= accumulate).
+  // YOLOv7's train.py (its hyp files): --linear-lr's factor reaches lrf at epoch E - 1, not E (the last
+  // epoch trains at lf(E - 2), see step_settings), and the optimiser steps when ni % accumulate == 0
+  // (YOLOv5: ni - last_opt_step >= accumulate).
   bool yolov7 = false;
   int epochs = 100;
   int min_warmup_iterations = 100;  // YOLOv5: 100, YOLOv7: 1000
@@ -54,7 +55,9 @@ struct StepSettings {
 };
 
 // Settings for global iteration `iteration` (= batch index + batches_per_epoch * epoch) of `epoch`.
-// Python's rounding (half to even) where upstream rounds.
+// Python's rounding (half to even) where upstream rounds. The warm-up ramps towards lr0 * lf(epoch); after
+// it, an epoch trains at lr0 * lf(epoch - 1) (train.py steps its LambdaLR at each epoch's end), except the
+// epoch in which the warm-up ends, which stays at lr0 * lf(epoch).
 StepSettings step_settings(const ScheduleOptions& o, int epoch, int64_t iteration, int64_t batches_per_epoch);
 
 }  // namespace kestrel::train

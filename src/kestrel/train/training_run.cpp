@@ -299,10 +299,15 @@ void TrainingRun::validate_epoch() {
 }
 
 // results.csv and TensorBoard: the row of upstream's columns (train losses, P, R, mAPs, val losses, lrs).
+// x/lr0..2 are the optimiser's parameter groups in upstream's order: YOLOv5's biases, weights, norm
+// weights; YOLOv7's train.py builds them as norm weights, weights, biases (its warm-up ramps group 2 from
+// warmup_bias_lr), so its recipes log that order.
 void TrainingRun::log_epoch(int epoch, const std::array<double, 3>& train_loss, const EpochTotals& totals) {
+  const std::array<double, 3>& lr = totals.lr;  // biases, weights, norm weights (schedule.h)
+  const std::array<double, 3> logged_lr = hyp.yolov7_recipe ? std::array<double, 3>{lr[2], lr[1], lr[0]} : lr;
   const std::vector<double> row = {train_loss[0], train_loss[1], train_loss[2], last_val.metrics.mp,
                                    last_val.metrics.mr, last_val.metrics.map50, last_val.metrics.map, last_val.loss[0],
-                                   last_val.loss[1], last_val.loss[2], totals.lr[0], totals.lr[1], totals.lr[2]};
+                                   last_val.loss[1], last_val.loss[2], logged_lr[0], logged_lr[1], logged_lr[2]};
   results->append(epoch, row);
   for (size_t k = 0; k < row.size(); ++k) tensorboard->add_scalar(ResultsCsv::columns()[k + 1], row[k], epoch);
   if (totals.images_per_second > 0) tensorboard->add_scalar("x/images_per_second", totals.images_per_second, epoch);
@@ -383,6 +388,16 @@ void TrainingRun::validate_best() {
   v.metric = eval::metric_style_for(*best.model, o.v5_metric);
   v.single_cls = o.single_cls;
   v.half = true;  // upstream validates attempt_load(best).half() (fp16 autocast here; CUDA only)
+  // train.py's IoU for this validation: YOLOv5's 0.65 on COCO (a val path ending in coco/val2017.txt), else
+  // 0.6; YOLOv7's 0.7, used only for --data *coco.yaml with 80 classes (it validates best only then).
+  const auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (hyp.yolov7_recipe && ends_with(o.data, "coco.yaml") && nc == 80)
+    v.nms.iou_thres = 0.7;
+  else if (!hyp.yolov7_recipe && data_cfg.val.size() == 1 &&
+           ends_with(fs::path(data_cfg.val[0]).lexically_normal().string(), "coco/val2017.txt"))
+    v.nms.iou_thres = 0.65;
   if (o.channels_last) {
     to_channels_last(*best.model);
     v.channels_last = true;

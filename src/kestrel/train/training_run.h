@@ -62,7 +62,7 @@ class TrainingRun {
   void load_recipe();              // hyperparameters, dataset config, class names
   void build_model();              // seeded init, pretrained transfer, SyncBN, EMA copy, freeze, checkpointing
   void build_data();               // training and validation loaders
-  void run_autoanchor();           // AutoAnchor (new runs): rank 0 searches, all ranks receive
+  void run_autoanchor();           // new runs: AutoAnchor (rank 0 searches, all ranks receive), weights to fp16 precision
   void build_optimiser();          // schedule, optimiser groups, precision, loss scaler
   void restore_resume_state();     // --resume only: weights, optimiser, scaler, progression
   void choose_run_dir();           // a new run folder on rank 0; a scratch folder on other ranks

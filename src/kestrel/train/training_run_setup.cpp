@@ -9,6 +9,7 @@
 #include <map>
 #include <regex>
 
+#include <torch/csrc/autograd/grad_mode.h>
 #include <torch/cuda.h>
 
 #include "kestrel/core/device.h"
@@ -217,18 +218,32 @@ void TrainingRun::build_data() {
   nb = static_cast<int64_t>(train_data.loader->num_batches());
 }
 
-// A resumed run keeps its saved anchors.
+// A resumed run keeps its saved anchors and weights.
 void TrainingRun::run_autoanchor() {
-  if (o.noautoanchor || !o.resume.empty()) return;
-  if (dist_ctx.is_main()) {
-    AutoAnchorOptions aa;
-    aa.anchor_t = hyp.loss.anchor_t;
-    aa.seed = o.seed;
-    std::cout << check_anchors(model->head(), train_data.dataset->records(), o.img_size, aa).report;
+  if (resuming()) return;
+  if (!o.noautoanchor) {
+    if (dist_ctx.is_main()) {
+      AutoAnchorOptions aa;
+      aa.anchor_t = hyp.loss.anchor_t;
+      aa.seed = o.seed;
+      std::cout << check_anchors(model->head(), train_data.dataset->records(), o.img_size, aa).report;
+    }
+    std::vector<at::Tensor> head_buffers;
+    for (const auto& b : model->head().named_buffers()) head_buffers.push_back(b.value());
+    dist::broadcast_tensors(head_buffers, dist_ctx);
   }
-  std::vector<at::Tensor> head_buffers;
-  for (const auto& b : model->head().named_buffers()) head_buffers.push_back(b.value());
-  dist::broadcast_tensors(head_buffers, dist_ctx);
+  // train.py then rounds the whole model to float16 precision ("pre-reduce anchor precision",
+  // model.half().float(), YOLOv5 and YOLOv7): a new run trains from those weights, so kestrel does too, and
+  // the same initial weights give upstream's first losses to the last digit (docs/parity.md). Values beyond
+  // float16's range keep their float32 value where upstream's would become inf. Every rank rounds alike.
+  torch::NoGradGuard no_grad;
+  auto round_to_half = [](at::Tensor t) {
+    if (!t.is_floating_point()) return;
+    const at::Tensor rounded = t.to(at::kHalf).to(t.scalar_type());
+    t.copy_(at::where(rounded.isinf() & t.isfinite(), t, rounded));
+  };
+  for (const auto& p : model->parameters()) round_to_half(p);
+  for (const auto& b : model->buffers()) round_to_half(b);
 }
 
 void TrainingRun::build_optimiser() {

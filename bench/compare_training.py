@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Compare a `kestrel train` run with an upstream YOLOv5 train.py run of the same recipe (bench/train_vs_upstream.sh).
+
+Measurement only; run with kestrel's venv Python (torch, safetensors, tensorboard):
+
+    python bench/compare_training.py --upstream-dump DIR --upstream-run RUN --kestrel-run RUN [--other-upstream-dump DIR]
+
+Reads upstream's per-iteration losses and final float32 model/EMA (bench/upstream_run.py KESTREL_TRAIN_DUMP)
+and results.csv, kestrel's TensorBoard scalars (float32 epoch losses), results.csv and
+weights/last.state.safetensors. With one iteration per epoch an epoch's loss is that iteration's.
+Prints per epoch: the largest relative difference of the three train losses and whether the three
+learning rates (x/lr0..2) agree; then the final weights' relative difference (norm of all differences
+over norm of all weights) for the model and the EMA. --other-upstream-dump: a second upstream run
+(e.g. another thread count) whose differences from the first show how far rounding alone moves a run.
+"""
+import argparse
+import csv
+import glob
+import json
+
+import torch
+from safetensors.torch import load_file
+
+
+def results_rows(path):
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    head = [h.strip() for h in rows[0]]
+    return [dict(zip(head, (float(x) for x in row))) for row in rows[1:]]
+
+
+def kestrel_losses(run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    files = glob.glob(f'{run}/events.out.tfevents.*')
+    if len(files) != 1:
+        raise SystemExit(f'{run}: expected one TensorBoard event file, found {len(files)}')
+    ea = EventAccumulator(files[0])
+    ea.Reload()
+    cols = [[e.value for e in ea.Scalars(f'train/{n}_loss')] for n in ('box', 'obj', 'cls')]
+    return [list(t) for t in zip(*cols)]
+
+
+def rel_diff(a, b):
+    return max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b))
+
+
+def weights_diff(a, b):
+    num = den = 0.0
+    for name, t in a.items():
+        if not t.is_floating_point():
+            continue
+        if name not in b or b[name].shape != t.shape:
+            raise SystemExit(f'{name}: missing or of another shape in the other weights')
+        num += (b[name].double() - t.double()).pow(2).sum().item()
+        den += t.double().pow(2).sum().item()
+    if den == 0:
+        raise SystemExit('no floating-point weights to compare')
+    return (num / den) ** 0.5
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--upstream-dump', required=True)
+    ap.add_argument('--upstream-run', required=True)
+    ap.add_argument('--kestrel-run', required=True)
+    ap.add_argument('--other-upstream-dump')
+    ap.add_argument('--show', type=int, default=8, help='epochs listed from the start (then every 10th)')
+    args = ap.parse_args()
+
+    up = [it[1:] for it in json.load(open(f'{args.upstream_dump}/upstream_iters.json'))]
+    other = ([it[1:] for it in json.load(open(f'{args.other_upstream_dump}/upstream_iters.json'))]
+             if args.other_upstream_dump else None)
+    k = kestrel_losses(args.kestrel_run)
+    ur, kr = results_rows(f'{args.upstream_run}/results.csv'), results_rows(f'{args.kestrel_run}/results.csv')
+    if not (len(up) == len(k) == len(ur) == len(kr)):
+        raise SystemExit(f'iterations/epochs differ: upstream {len(up)} iterations, {len(ur)} rows; '
+                         f'kestrel {len(k)} epochs, {len(kr)} rows (one iteration per epoch expected)')
+    lr_mismatch = []
+    print('epoch  train-loss rel. diff kestrel vs upstream' + ('   upstream vs other upstream' if other else '') +
+          '   x/lr0 x/lr1 x/lr2 (upstream)')
+    for e in range(len(up)):
+        lrs = [(ur[e][f'x/lr{g}'], kr[e][f'x/lr{g}']) for g in range(3)]
+        lr_ok = all(abs(a - b) <= 1e-9 + 2e-5 * abs(a) for a, b in lrs)  # results.csv: 5 significant digits
+        if not lr_ok:
+            lr_mismatch.append(e)
+        if e < args.show or e % 10 == 0 or e == len(up) - 1 or not lr_ok:
+            line = f'{e:5d}  {rel_diff(up[e], k[e]):.1e}'
+            if other and e < len(other):
+                line += f'                                   {rel_diff(up[e], other[e]):.1e}'
+            print(line + '   ' + ' '.join(f'{a:.5g}' for a, _ in lrs) + ('' if lr_ok else '   LR DIFFERS: kestrel ' +
+                                                                      ' '.join(f'{b:.5g}' for _, b in lrs)))
+    print(f'learning rates: {"all epochs agree" if not lr_mismatch else "differ at epochs " + str(lr_mismatch)}')
+    last = len(up) - 1
+    for key in ('metrics/mAP_0.5', 'metrics/mAP_0.5:0.95', 'val/box_loss', 'val/obj_loss', 'val/cls_loss'):
+        print(f'final {key}: upstream {ur[last][key]:.5g}, kestrel {kr[last][key]:.5g}')
+    u = torch.load(f'{args.upstream_dump}/upstream_final.pt', weights_only=True)
+    state = load_file(f'{args.kestrel_run}/weights/last.state.safetensors')
+    for part in ('model', 'ema'):
+        kw = {n[len(part) + 1:]: t for n, t in state.items() if n.startswith(part + '/')}
+        line = f'final {part} weights: |kestrel - upstream| / |upstream| = {weights_diff(u[part], kw):.2e}'
+        if args.other_upstream_dump:
+            o = torch.load(f'{args.other_upstream_dump}/upstream_final.pt', weights_only=True)
+            line += f'; other upstream run: {weights_diff(u[part], o[part]):.2e}'
+        print(line)
+
+
+if __name__ == '__main__':
+    main()

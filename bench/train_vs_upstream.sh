@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Training parity: `kestrel train` against upstream YOLOv5 v7.0 train.py (run as an external program, for
+# measurement only) from the same initial weights on the same batch. Manual: not part of the build, CI
+# or tests. Results and their reading: docs/parity.md, "Training".
+#
+# Set-up that removes every source of difference but the implementations:
+#   - data: the first N_IMAGES (16) demo train images, resized once to IMG (320) on the long side and saved
+#     as PNG, so that no loader resizes (upstream truncates, kestrel rounds up) and no JPEG decoder differs;
+#     train = val; batch size = N_IMAGES, so every epoch is the same single batch whatever the shuffle;
+#   - hyp: hyp.scratch-low with every augmentation off (mosaic, HSV, translate, scale, fliplr = 0; the rest
+#     are 0 already): both pipelines then only letterbox;
+#   - weights: a kestrel model after one epoch (any weights would do), exported to an upstream checkpoint
+#     (tools/export_state_dict.py, bench/upstream_checkpoint_from_state_dict.py), float32 on both sides;
+#     both trainers round them to float16 before their first step (train.py's model.half().float()), the
+#     batch check of step 1 uses them unrounded;
+#   - upstream's loss with ComputeLoss.sort_obj_iou = True (kestrel's rule for candidates sharing a cell,
+#     docs/design.md); --noautoanchor on both sides; CPU, fp32, THREADS OpenMP threads each.
+# Steps:
+#   1. batch: kestrel's first training batch and loss (build/kestrel_train_batch) against upstream's own
+#      sample of each image and upstream's model and ComputeLoss on kestrel's images and targets
+#      (bench/upstream_train_batch.py);
+#   2. runs: EPOCHS epochs of each (115: past the 100-iteration warm-up, so the schedule after it is
+#      compared too); upstream's per-iteration losses and float32 final weights come from
+#      bench/upstream_run.py's KESTREL_TRAIN_DUMP. NOISE=1 adds a second upstream run with 2 threads:
+#      how far float rounding alone moves a run;
+#   3. bench/compare_training.py: losses per epoch, learning rates, final weights.
+#
+# Upstream environment: as bench/train_cpu_vs_upstream.sh (its header), torch being the one kestrel links.
+# Usage: bench/train_vs_upstream.sh      (about 6 minutes with NOISE=1 on a 2-core machine)
+# Environment (defaults in brackets): UPSTREAM_DIR [/tmp/yolov5], UPSTREAM_PYTHON [/tmp/upstream-venv/bin/python],
+#   KESTREL_BIN [build/kestrel; the batch tool is built in its folder], KESTREL_PYTHON [~/.cache/kestrel/venv/bin/python],
+#   EPOCHS [115], IMG [320], N_IMAGES [16], THREADS [1], NOISE [1],
+#   WORK [mktemp -d /tmp/kestrel-train-parity.XXXXXX; an existing one must not hold runs/ yet]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov5}
+UPSTREAM_PYTHON=${UPSTREAM_PYTHON:-/tmp/upstream-venv/bin/python}
+KESTREL_BIN=$(realpath "${KESTREL_BIN:-build/kestrel}")
+BUILD_DIR=$(dirname "$KESTREL_BIN")
+KPY=${KESTREL_PYTHON:-$HOME/.cache/kestrel/venv/bin/python}
+EPOCHS=${EPOCHS:-115}
+IMG=${IMG:-320}
+N_IMAGES=${N_IMAGES:-16}
+THREADS=${THREADS:-1}
+NOISE=${NOISE:-1}
+WORK=${WORK:-$(mktemp -d /tmp/kestrel-train-parity.XXXXXX)}
+WORK=$(realpath "$WORK")
+echo "work folder: $WORK"
+# Both trainers number a run folder that exists (init2, ...), which this script would not read.
+[ ! -e "$WORK/runs" ] || { echo "$WORK/runs exists: give a new WORK" >&2; exit 1; }
+[ -f "$UPSTREAM_DIR/train.py" ] || { echo "no upstream YOLOv5 at $UPSTREAM_DIR (see the header)" >&2; exit 1; }
+
+# ---- data, hyp, initial weights -------------------------------------------------------------------------
+"$KPY" - "$REPO/data/demo" "$WORK/data" "$N_IMAGES" "$IMG" <<'PY'
+import shutil, sys
+from pathlib import Path
+from PIL import Image
+src, out, n, size = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+for d in ('images/train', 'labels/train'):
+    (out / d).mkdir(parents=True, exist_ok=True)
+for p in sorted((src / 'images/train').glob('*.jpg'))[:n]:
+    im = Image.open(p).convert('RGB')
+    r = size / max(im.size)
+    im.resize((round(im.size[0] * r), round(im.size[1] * r)), Image.BILINEAR).save(out / 'images/train' / (p.stem + '.png'))
+    shutil.copy(src / 'labels/train' / (p.stem + '.txt'), out / 'labels/train')  # normalised: unchanged by a resize
+names = [l for l in (src / 'demo.yaml').read_text().splitlines() if l.startswith('  ')]
+(out / 'data.yaml').write_text(f'path: {out}\ntrain: images/train\nval: images/train\nnc: 80\nnames:\n' + '\n'.join(names) + '\n')
+PY
+sed -e 's/^\(hsv_h\|hsv_s\|hsv_v\|translate\|scale\|fliplr\|mosaic\):.*/\1: 0.0/' configs/hyps/hyp.scratch-low.yaml > "$WORK/hyp.yaml"
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+common=(--data "$WORK/data/data.yaml" --hyp "$WORK/hyp.yaml" --batch-size "$N_IMAGES" --img "$IMG" --workers 2
+        --device cpu --noval --noautoanchor --noplots --project "$WORK/runs")
+"$KESTREL_BIN" train --cfg yolov5n "${common[@]}" --epochs 1 --name init --quiet > "$WORK/init.log"
+"$KPY" tools/export_state_dict.py "$WORK/runs/init/weights/last.safetensors" "$WORK/init_sd.pt" --yaml "$WORK/model.yaml" > /dev/null
+mkdir -p "$WORK/ultralytics"
+font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+if [ -f "$font" ]; then cp "$font" "$WORK/ultralytics/Arial.ttf"; else : >"$WORK/ultralytics/Arial.ttf"; fi
+up_env=(env YOLOv5_AUTOINSTALL=False YOLOV5_CONFIG_DIR="$WORK/ultralytics" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)
+(cd "$UPSTREAM_DIR" && "${up_env[@]}" "$UPSTREAM_PYTHON" "$REPO/bench/upstream_checkpoint_from_state_dict.py" \
+   --upstream-dir . --yaml "$WORK/model.yaml" --state-dict "$WORK/init_sd.pt" --data "$WORK/data/data.yaml" \
+   --out "$WORK/init.pt" > "$WORK/checkpoint.log")
+tail -1 "$WORK/checkpoint.log"
+
+# ---- 1. one batch -----------------------------------------------------------------------------------------
+cmake --build "$BUILD_DIR" --target kestrel_train_batch > /dev/null
+echo "== batch: kestrel's first batch and loss, upstream's samples and loss on it"
+"$BUILD_DIR/kestrel_train_batch" "$WORK/runs/init/weights/last.safetensors" "$WORK/data/data.yaml" "$WORK/hyp.yaml" "$IMG" \
+  "$N_IMAGES" "$WORK/batch"
+(cd "$UPSTREAM_DIR" && "${up_env[@]}" "$UPSTREAM_PYTHON" "$REPO/bench/upstream_train_batch.py" --ckpt "$WORK/init.pt" \
+   --hyp "$WORK/hyp.yaml" --img "$IMG" --batch "$WORK/batch" --sort-obj-iou 2>&1 | sed '/^Scanning/d')
+
+# ---- 2. the runs ------------------------------------------------------------------------------------------
+echo "== runs: $EPOCHS epochs each, $THREADS thread(s)"
+"$KESTREL_BIN" train --weights "$WORK/runs/init/weights/last.safetensors" "${common[@]}" --epochs "$EPOCHS" \
+  --name kestrel --quiet > "$WORK/kestrel.log"
+upstream_train() {  # name, threads
+  (cd "$UPSTREAM_DIR" && OMP_NUM_THREADS=$2 MKL_NUM_THREADS=$2 "${up_env[@]}" KESTREL_TRAIN_DUMP="$WORK/$1" \
+     KESTREL_SORT_OBJ_IOU=1 "$UPSTREAM_PYTHON" "$REPO/bench/upstream_run.py" train.py --weights "$WORK/init.pt" \
+     "${common[@]}" --epochs "$EPOCHS" --name "$1" > "$WORK/$1.log" 2>&1)
+}
+upstream_train upstream "$THREADS"
+other=()
+if [ "$NOISE" = 1 ]; then
+  upstream_train upstream_t2 2
+  other=(--other-upstream-dump "$WORK/upstream_t2")
+fi
+
+# ---- 3. comparison ----------------------------------------------------------------------------------------
+echo "== comparison"
+"$KPY" bench/compare_training.py --upstream-dump "$WORK/upstream" --upstream-run "$WORK/runs/upstream" \
+  --kestrel-run "$WORK/runs/kestrel" "${other[@]}" 2>&1 | sed '/[Ww]arn/d'
