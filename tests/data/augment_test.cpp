@@ -195,6 +195,24 @@ TEST(Hsv, ZeroGainsLeaveImageAndGeneratorAlone) {
   EXPECT_EQ(rng, untouched);
 }
 
+// YOLOv7's augment_hsv has no zero-gain shortcut: the image is OpenCV's 8-bit BGR -> HSV -> BGR round trip
+// of itself, which moves some pixels of a noisy image (YOLOv5's leaves it alone, as above).
+TEST(Hsv, Yolov7RoundTripsEvenWithZeroGains) {
+  cv::Mat noise(32, 32, CV_8UC3);
+  cv::RNG(5).fill(noise, cv::RNG::UNIFORM, 0, 256);
+  cv::Mat hsv, expected;
+  cv::cvtColor(noise, hsv, cv::COLOR_BGR2HSV);
+  cv::cvtColor(hsv, expected, cv::COLOR_HSV2BGR);
+  cv::Mat img = noise.clone();
+  std::mt19937 rng(1);
+  augment_hsv(img, 0, 0, 0, rng, Dialect::yolov7);
+  EXPECT_EQ(cv::norm(img, expected, cv::NORM_INF), 0);
+  EXPECT_GT(cv::norm(img, noise, cv::NORM_INF), 0);
+  cv::Mat v5 = noise.clone();
+  augment_hsv(v5, 0, 0, 0, rng, Dialect::yolov5);
+  EXPECT_EQ(cv::norm(v5, noise, cv::NORM_INF), 0);
+}
+
 TEST(Hsv, HueWrapsAt180AndSaturationValueClip) {
   // Pure blue is H 120 (240 deg / 2), S 255, V 255.
   cv::Mat img(2, 2, CV_8UC3, cv::Scalar(255, 0, 0));

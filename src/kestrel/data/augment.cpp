@@ -204,8 +204,11 @@ void apply_hsv_gains(cv::Mat& img, cv::Vec3d gains) {
   cv::cvtColor(hsv, img, cv::COLOR_HSV2BGR);  // same size and type: writes into img's own pixels
 }
 
-void augment_hsv(cv::Mat& img, double hgain, double sgain, double vgain, std::mt19937& rng) {
-  if (hgain == 0 && sgain == 0 && vgain == 0) return;
+void augment_hsv(cv::Mat& img, double hgain, double sgain, double vgain, std::mt19937& rng, Dialect dialect) {
+  if (hgain == 0 && sgain == 0 && vgain == 0) {
+    if (dialect == Dialect::yolov7) apply_hsv_gains(img, cv::Vec3d(1, 1, 1));
+    return;
+  }
   cv::Vec3d gains;
   const double g[3] = {hgain, sgain, vgain};
   for (int c = 0; c < 3; ++c) gains[c] = uniform(rng, -1, 1) * g[c] + 1;

@@ -81,8 +81,11 @@ void letterbox_labels(Sample& sample, const Letterbox& lb);
 // look-up tables, in place. `img` is CV_8UC3 BGR.
 void apply_hsv_gains(cv::Mat& img, cv::Vec3d gains);
 
-// Gains uniform in [1 - g, 1 + g] per channel; a no-op that draws nothing when all gains are 0.
-void augment_hsv(cv::Mat& img, double hgain, double sgain, double vgain, std::mt19937& rng);
+// Gains uniform in [1 - g, 1 + g] per channel. With all gains 0, YOLOv5's returns at once (no draw);
+// YOLOv7's has no such shortcut: the image still makes the 8-bit BGR -> HSV -> BGR round trip, which moves
+// some pixels by a level or more (the three draws it makes are not reproduced: they change nothing).
+void augment_hsv(cv::Mat& img, double hgain, double sgain, double vgain, std::mt19937& rng,
+                 Dialect dialect = Dialect::yolov5);
 
 // ---- geometry ------------------------------------------------------------------------------------
 

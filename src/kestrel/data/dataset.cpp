@@ -178,7 +178,7 @@ Sample YoloDataset::training_sample(size_t index, cv::Size shape, std::mt19937& 
     s.segments.clear();
     random_perspective(s, hyp, {0, 0}, rng, options_.dialect);
   }
-  augment_hsv(s.image, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, rng);
+  augment_hsv(s.image, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, rng, options_.dialect);
   // YOLOv7's paste-in (paste_in.h) where upstream has it: after the HSV jitter (pasted objects keep
   // their colours), before the flips. Without polygons upstream finds nothing to paste; kestrel then
   // skips it without drawing, so box-only datasets see the same stream whatever paste_in is.
