@@ -12,11 +12,19 @@ Prints per epoch: the largest relative difference of the three train losses and 
 learning rates (x/lr0..2) agree; then the final weights' relative difference (norm of all differences
 over norm of all weights) for the model and the EMA. --other-upstream-dump: a second upstream run
 (e.g. another thread count) whose differences from the first show how far rounding alone moves a run.
+
+    python bench/compare_training.py --curves RUN [RUN ...] [--window 10]
+
+Runs with augmentation cannot be compared step by step (each side draws its own random numbers): this
+prints the three train losses of each run's results.csv averaged over windows of epochs, side by side,
+and per window the mean of the runs whose folder name contains "kestrel" against the others' ("upstream"),
+relative to the spread between seeds of one side.
 """
 import argparse
 import csv
 import glob
 import json
+import sys
 
 import torch
 from safetensors.torch import load_file
@@ -58,7 +66,44 @@ def weights_diff(a, b):
     return (num / den) ** 0.5
 
 
+def curves(runs, window):
+    import numpy as np
+    cols = ('train/box_loss', 'train/obj_loss', 'train/cls_loss')
+    data = {r: np.array([[row[c] for c in cols] for row in results_rows(f'{r}/results.csv')]) for r in runs}
+    epochs = min(len(v) for v in data.values())
+    names = [r.rstrip('/').split('/')[-1] for r in runs]
+    print(f'train losses (box obj cls) averaged over {window}-epoch windows, {epochs} epochs')
+    print('epochs    ' + '  '.join(f'{n:>23s}' for n in names) + '   kestrel/upstream - 1 (box obj cls)')
+    k = [r for r, n in zip(runs, names) if 'kestrel' in n]
+    u = [r for r, n in zip(runs, names) if 'kestrel' not in n]
+    total_k, total_u = [], []
+    for w0 in range(0, epochs - window + 1, window):
+        means = {r: data[r][w0:w0 + window].mean(0) for r in runs}
+        line = f'{w0:3d}-{w0 + window - 1:3d}  ' + '  '.join(' '.join(f'{x:.5f}' for x in means[r]) for r in runs)
+        if k and u:
+            mk, mu = np.mean([means[r] for r in k], 0), np.mean([means[r] for r in u], 0)
+            total_k.append(mk)
+            total_u.append(mu)
+            line += '   ' + ' '.join(f'{x:+.1%}' for x in mk / mu - 1)
+        print(line)
+    if total_k:
+        mk, mu = np.mean(total_k, 0), np.mean(total_u, 0)
+        print('all windows: kestrel/upstream - 1 = ' + ' '.join(f'{x:+.2%}' for x in mk / mu - 1))
+        for side, group in (('kestrel', k), ('upstream', u)):
+            if len(group) > 1:
+                m = [data[r][:epochs - epochs % window].mean(0) for r in group]
+                print(f'{side}: spread between its runs (max/min - 1 of the whole-run means): ' +
+                      ' '.join(f'{x:.2%}' for x in np.max(m, 0) / np.min(m, 0) - 1))
+
+
 def main():
+    if '--curves' in sys.argv:
+        ap = argparse.ArgumentParser(description='loss curves of several runs')
+        ap.add_argument('--curves', nargs='+', required=True)
+        ap.add_argument('--window', type=int, default=10)
+        a = ap.parse_args()
+        curves(a.curves, a.window)
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--upstream-dump', required=True)
     ap.add_argument('--upstream-run', required=True)

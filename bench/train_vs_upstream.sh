@@ -23,13 +23,19 @@
 #      compared too); upstream's per-iteration losses and float32 final weights come from
 #      bench/upstream_run.py's KESTREL_TRAIN_DUMP. NOISE=1 adds a second upstream run with 2 threads:
 #      how far float rounding alone moves a run;
-#   3. bench/compare_training.py: losses per epoch, learning rates, final weights.
+#   3. bench/compare_training.py: losses per epoch, learning rates, final weights;
+#   4. with AUG_EPOCHS > 0: the whole recipe, augmentations on (hyp.scratch-low, the 32 demo train images,
+#      batch 16), AUG_EPOCHS epochs per seed in SEEDS on each side (kestrel's and upstream's run of a seed in
+#      parallel), from the same weights: their random draws differ, so the train-loss curves are compared
+#      in windows of epochs against the spread between seeds (compare_training.py --curves). Upstream
+#      v7.0's --seed does not reach its loader (constant generator seed), so its i-th run takes 2 + i
+#      loader workers instead: the worker that builds a batch seeds its augmentation.
 #
 # Upstream environment: as bench/train_cpu_vs_upstream.sh (its header), torch being the one kestrel links.
 # Usage: bench/train_vs_upstream.sh      (about 6 minutes with NOISE=1 on a 2-core machine)
 # Environment (defaults in brackets): UPSTREAM_DIR [/tmp/yolov5], UPSTREAM_PYTHON [/tmp/upstream-venv/bin/python],
 #   KESTREL_BIN [build/kestrel; the batch tool is built in its folder], KESTREL_PYTHON [~/.cache/kestrel/venv/bin/python],
-#   EPOCHS [115], IMG [320], N_IMAGES [16], THREADS [1], NOISE [1],
+#   EPOCHS [115], IMG [320], N_IMAGES [16], THREADS [1], NOISE [1], AUG_EPOCHS [0: step 4 off], SEEDS ["0 1"],
 #   WORK [mktemp -d /tmp/kestrel-train-parity.XXXXXX; an existing one must not hold runs/ yet]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,3 +116,27 @@ fi
 echo "== comparison"
 "$KPY" bench/compare_training.py --upstream-dump "$WORK/upstream" --upstream-run "$WORK/runs/upstream" \
   --kestrel-run "$WORK/runs/kestrel" "${other[@]}" 2>&1 | sed '/[Ww]arn/d'
+
+# ---- 4. the whole recipe with augmentation: loss curves ----------------------------------------------------
+if [ "${AUG_EPOCHS:-0}" -gt 0 ]; then
+  cp -r data/demo "$WORK/demo"
+  rm -f "$WORK"/demo/labels/*.cache
+  sed -i "s|^path: .*|path: $WORK/demo|" "$WORK/demo/demo.yaml"  # upstream resolves a relative path from its tree
+  aug=(--data "$WORK/demo/demo.yaml" --hyp "$REPO/configs/hyps/hyp.scratch-low.yaml" --batch-size 16 --img "$IMG"
+       --workers 2 --device cpu --noval --noautoanchor --noplots --project "$WORK/runs" --epochs "$AUG_EPOCHS")
+  curves=()
+  up_workers=2
+  for seed in ${SEEDS:-0 1}; do
+    echo "== augmented runs, seed $seed: $AUG_EPOCHS epochs each"
+    "$KESTREL_BIN" train --weights "$WORK/runs/init/weights/last.safetensors" "${aug[@]}" --seed "$seed" \
+      --name "kestrel_seed$seed" --quiet > "$WORK/kestrel_seed$seed.log" &
+    kestrel_pid=$!
+    (cd "$UPSTREAM_DIR" && "${up_env[@]}" KESTREL_TRAIN_DUMP="$WORK/upstream_seed$seed" KESTREL_SORT_OBJ_IOU=1 \
+       "$UPSTREAM_PYTHON" "$REPO/bench/upstream_run.py" train.py --weights "$WORK/init.pt" "${aug[@]}" --seed "$seed" \
+       --workers "$up_workers" --name "upstream_seed$seed" > "$WORK/upstream_seed$seed.log" 2>&1)
+    up_workers=$((up_workers + 1))
+    wait "$kestrel_pid"  # its failure stops the script (set -e)
+    curves+=("$WORK/runs/kestrel_seed$seed" "$WORK/runs/upstream_seed$seed")
+  done
+  "$KPY" bench/compare_training.py --curves "${curves[@]}"
+fi
