@@ -28,8 +28,9 @@
 #      batch 16), AUG_EPOCHS epochs per seed in SEEDS on each side (kestrel's and upstream's run of a seed in
 #      parallel), from the same weights: their random draws differ, so the train-loss curves are compared
 #      in windows of epochs against the spread between seeds (compare_training.py --curves). Upstream
-#      v7.0's --seed does not reach its loader (constant generator seed), so its i-th run takes 2 + i
-#      loader workers instead: the worker that builds a batch seeds its augmentation.
+#      v7.0's --seed does not reach its loader's worker processes (their seeds come from a generator with a
+#      constant seed, and --workers is capped at the core count), so its runs load in the main process
+#      (--workers 0), whose random generators --seed does seed.
 #
 # Upstream environment: as bench/train_cpu_vs_upstream.sh (its header), torch being the one kestrel links.
 # Usage: bench/train_vs_upstream.sh      (about 6 minutes with NOISE=1 on a 2-core machine)
@@ -125,7 +126,6 @@ if [ "${AUG_EPOCHS:-0}" -gt 0 ]; then
   aug=(--data "$WORK/demo/demo.yaml" --hyp "$REPO/configs/hyps/hyp.scratch-low.yaml" --batch-size 16 --img "$IMG"
        --workers 2 --device cpu --noval --noautoanchor --noplots --project "$WORK/runs" --epochs "$AUG_EPOCHS")
   curves=()
-  up_workers=2
   for seed in ${SEEDS:-0 1}; do
     echo "== augmented runs, seed $seed: $AUG_EPOCHS epochs each"
     "$KESTREL_BIN" train --weights "$WORK/runs/init/weights/last.safetensors" "${aug[@]}" --seed "$seed" \
@@ -133,8 +133,7 @@ if [ "${AUG_EPOCHS:-0}" -gt 0 ]; then
     kestrel_pid=$!
     (cd "$UPSTREAM_DIR" && "${up_env[@]}" KESTREL_TRAIN_DUMP="$WORK/upstream_seed$seed" KESTREL_SORT_OBJ_IOU=1 \
        "$UPSTREAM_PYTHON" "$REPO/bench/upstream_run.py" train.py --weights "$WORK/init.pt" "${aug[@]}" --seed "$seed" \
-       --workers "$up_workers" --name "upstream_seed$seed" > "$WORK/upstream_seed$seed.log" 2>&1)
-    up_workers=$((up_workers + 1))
+       --workers 0 --name "upstream_seed$seed" > "$WORK/upstream_seed$seed.log" 2>&1)
     wait "$kestrel_pid"  # its failure stops the script (set -e)
     curves+=("$WORK/runs/kestrel_seed$seed" "$WORK/runs/upstream_seed$seed")
   done
