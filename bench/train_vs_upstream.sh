@@ -33,7 +33,8 @@
 #      (--workers 0), whose random generators --seed does seed.
 #
 # Upstream environment: as bench/train_cpu_vs_upstream.sh (its header), torch being the one kestrel links.
-# Usage: bench/train_vs_upstream.sh      (about 6 minutes with NOISE=1 on a 2-core machine)
+# Usage: bench/train_vs_upstream.sh      (about 10 minutes with NOISE=1 on a 2-core machine; AUG_EPOCHS=150
+#        adds about 8 minutes per seed)
 # Environment (defaults in brackets): UPSTREAM_DIR [/tmp/yolov5], UPSTREAM_PYTHON [/tmp/upstream-venv/bin/python],
 #   KESTREL_BIN [build/kestrel; the batch tool is built in its folder], KESTREL_PYTHON [~/.cache/kestrel/venv/bin/python],
 #   EPOCHS [115], IMG [320], N_IMAGES [16], THREADS [1], NOISE [1], AUG_EPOCHS [0: step 4 off], SEEDS ["0 1"],
