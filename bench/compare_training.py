@@ -71,6 +71,7 @@ def curves(runs, window):
     cols = ('train/box_loss', 'train/obj_loss', 'train/cls_loss')
     data = {r: np.array([[row[c] for c in cols] for row in results_rows(f'{r}/results.csv')]) for r in runs}
     epochs = min(len(v) for v in data.values())
+    window = max(1, min(window, epochs))  # short runs: one window
     names = [r.rstrip('/').split('/')[-1] for r in runs]
     print(f'train losses (box obj cls) averaged over {window}-epoch windows, {epochs} epochs')
     print('epochs    ' + '  '.join(f'{n:>23s}' for n in names) + '   kestrel/upstream - 1 (box obj cls)')
