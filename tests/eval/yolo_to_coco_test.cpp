@@ -308,6 +308,19 @@ TEST(CocoCategories, CocoDatasetsAreRecognised) {
   EXPECT_TRUE(is_coco_dataset(cfg));
   cfg.val = {"/datasets/coco/images/val2017"};
   EXPECT_FALSE(is_coco_dataset(cfg));
+  // each rule alone (train.py's final validation uses YOLOv5's or YOLOv7's by recipe)
+  data::DatasetConfig by_path;
+  by_path.source = "data/my.yaml";
+  by_path.val = {"../datasets/coco/val2017.txt"};
+  EXPECT_TRUE(has_coco_val_path(by_path));
+  EXPECT_FALSE(has_coco_yaml_name(by_path));
+  data::DatasetConfig by_name;
+  by_name.source = "data/coco.yaml";
+  by_name.val = {"/datasets/coco/images/val2017"};
+  EXPECT_TRUE(has_coco_yaml_name(by_name));
+  EXPECT_FALSE(has_coco_val_path(by_name));
+  by_name.val = {"a/coco/val2017.txt", "b/coco/val2017.txt"};  // YOLOv5 compares a single string
+  EXPECT_FALSE(has_coco_val_path(by_name));
 }
 
 TEST(YoloToCoco, WritesJsonFile) {

@@ -18,6 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 std::string file_name(const std::string& image, const std::string& images_root) {
   if (images_root.empty()) return image;
   const fs::path relative = fs::path(image).lexically_relative(images_root);
@@ -57,13 +61,15 @@ const std::vector<int>& coco80_to_coco91_ids() {
   return ids;
 }
 
-bool is_coco_dataset(const data::DatasetConfig& cfg) {
-  const auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return ends_with(fs::path(cfg.source).filename().string(), "coco.yaml") ||
-         (cfg.val.size() == 1 && ends_with(fs::path(cfg.val[0]).lexically_normal().string(), "coco/val2017.txt"));
+bool has_coco_val_path(const data::DatasetConfig& cfg) {
+  return cfg.val.size() == 1 && ends_with(fs::path(cfg.val[0]).lexically_normal().string(), "coco/val2017.txt");
 }
+
+bool has_coco_yaml_name(const data::DatasetConfig& cfg) {
+  return ends_with(fs::path(cfg.source).filename().string(), "coco.yaml");
+}
+
+bool is_coco_dataset(const data::DatasetConfig& cfg) { return has_coco_yaml_name(cfg) || has_coco_val_path(cfg); }
 
 std::vector<int> coco_category_ids_for(const std::vector<std::string>& names, const CocoAnnotations& annotations,
                                        bool is_coco) {

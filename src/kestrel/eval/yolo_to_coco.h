@@ -36,8 +36,12 @@ std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths);
 // without the ten ids COCO leaves unused (12, 26, 29, 30, 45, 66, 68, 69, 71, 83).
 const std::vector<int>& coco80_to_coco91_ids();
 
-// val.py's is_coco: the dataset is COCO (a val entry ending in coco/val2017.txt, as YOLOv5's val.py
-// tests; or a YAML named coco.yaml, as YOLOv7's test.py and YOLOv5's --save-json default test).
+// The two tests upstream uses for "the dataset is COCO": YOLOv5's (val.py, train.py), a single val entry
+// ending in coco/val2017.txt; YOLOv7's (test.py, train.py) and YOLOv5's --save-json default, a dataset
+// YAML whose name ends in coco.yaml.
+bool has_coco_val_path(const data::DatasetConfig& cfg);
+bool has_coco_yaml_name(const data::DatasetConfig& cfg);
+// val.py's is_coco for kestrel val: either of the two.
 bool is_coco_dataset(const data::DatasetConfig& cfg);
 
 // The category id of each class in predictions scored against `annotations`: by name when every class

@@ -22,6 +22,7 @@
 #include "kestrel/dist/sync_batch_norm.h"
 #include "kestrel/eval/label_plots.h"
 #include "kestrel/eval/plots.h"
+#include "kestrel/eval/yolo_to_coco.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/autoanchor.h"
 #include "kestrel/train/freeze.h"
@@ -390,13 +391,9 @@ void TrainingRun::validate_best() {
   v.half = true;  // upstream validates attempt_load(best).half() (fp16 autocast here; CUDA only)
   // train.py's IoU for this validation: YOLOv5's 0.65 on COCO (a val path ending in coco/val2017.txt), else
   // 0.6; YOLOv7's 0.7, used only for --data *coco.yaml with 80 classes (it validates best only then).
-  const auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  if (hyp.yolov7_recipe && ends_with(o.data, "coco.yaml") && nc == 80)
+  if (hyp.yolov7_recipe && eval::has_coco_yaml_name(data_cfg) && nc == 80)
     v.nms.iou_thres = 0.7;
-  else if (!hyp.yolov7_recipe && data_cfg.val.size() == 1 &&
-           ends_with(fs::path(data_cfg.val[0]).lexically_normal().string(), "coco/val2017.txt"))
+  else if (!hyp.yolov7_recipe && eval::has_coco_val_path(data_cfg))
     v.nms.iou_thres = 0.65;
   if (o.channels_last) {
     to_channels_last(*best.model);
