@@ -84,14 +84,11 @@ NIMG=$(find "$WORK/coco128/images/train2017" -maxdepth 1 -type f | wc -l)
 HYP=$UPSTREAM_DIR/data/hyps/hyp.scratch-low.yaml
 ks_hyp=(); [ -f "$HYP" ] && ks_hyp=(--hyp "$HYP")  # kestrel's defaults are hyp.scratch-low's values
 
-# ---- upstream quirks, handled without touching its code (see bench/train_cpu_vs_upstream.sh) ----
-mkdir -p "$WORK/ultralytics"
-font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
-if [ -f "$font" ]; then cp "$font" "$WORK/ultralytics/Arial.ttf"; else : >"$WORK/ultralytics/Arial.ttf"; fi
-upstream_env=(env YOLOv5_AUTOINSTALL=False YOLOV5_CONFIG_DIR="$WORK/ultralytics")
+# ---- upstream quirks, handled without touching its code (bench/lib/compare.sh make_up_env) ----
+make_up_env
 
 run_upstream() {  # R
-  (cd "$UPSTREAM_DIR" && "${upstream_env[@]}" "$UPSTREAM_PYTHON" "$REPO/bench/upstream_loader_bench.py" \
+  (cd "$UPSTREAM_DIR" && "${up_env[@]}" "$UPSTREAM_PYTHON" "$REPO/bench/upstream_loader_bench.py" \
      --upstream-dir "$UPSTREAM_DIR" --data "$WORK/coco128.yaml" --hyp "$HYP" --img $IMG --batch-size $BATCH \
      --workers $WORKERS --epochs "$EPOCHS" --repeat "$REPEAT" --cache $CACHE)
 }
@@ -105,7 +102,7 @@ run_kestrel() {  # R
 # ---- warm-up, untimed: page cache for the libraries, upstream's .pyc files; the label caches ----
 if ((DO_UP)); then
   say "upstream: checking the environment"
-  (cd "$UPSTREAM_DIR" && "${upstream_env[@]}" "$UPSTREAM_PYTHON" -c 'import utils.dataloaders' >"$WORK/logs/upstream-import.log" 2>&1) \
+  (cd "$UPSTREAM_DIR" && "${up_env[@]}" "$UPSTREAM_PYTHON" -c 'import utils.dataloaders' >"$WORK/logs/upstream-import.log" 2>&1) \
     || { cat "$WORK/logs/upstream-import.log" >&2; die "cannot import upstream utils.dataloaders with $UPSTREAM_PYTHON"; }
   up_versions=$("$UPSTREAM_PYTHON" -c 'import sys, torch, cv2, numpy
 print(f"python {sys.version.split()[0]}, torch {torch.__version__}, opencv-python {cv2.__version__}, numpy {numpy.__version__}")')

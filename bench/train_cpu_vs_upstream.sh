@@ -72,16 +72,8 @@ NIMG=$(find "$WORK/demo/images/train" -maxdepth 1 -type f | wc -l)
 # upstream resolves a relative `path:` against its own folder, so it gets an absolute one.
 { printf 'path: %s\ntrain: images/train\nval: images/val\n' "$WORK/demo"; sed -n '/^nc:/,$p' data/demo/demo.yaml; } >"$WORK/demo-upstream.yaml"
 
-# ---- upstream quirks, handled without touching its code ----
-#  YOLOv5_AUTOINSTALL=False          no `pip install` of requirements it considers missing
-#  YOLOV5_CONFIG_DIR + Arial.ttf     check_dataset() downloads Arial.ttf from ultralytics.com otherwise
-#                                     (a font for plots, which --noplots turns off)
-#  TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD  torch >= 2.6 loads weights_only by default; v7.0's strip_optimizer
-#                                     and final validation torch.load() whole pickled models
-mkdir -p "$WORK/ultralytics"
-font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
-if [ -f "$font" ]; then cp "$font" "$WORK/ultralytics/Arial.ttf"; else : >"$WORK/ultralytics/Arial.ttf"; fi
-upstream_env=(env YOLOv5_AUTOINSTALL=False YOLOV5_CONFIG_DIR="$WORK/ultralytics" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)
+# ---- upstream quirks, handled without touching its code (bench/lib/compare.sh make_up_env) ----
+make_up_env
 
 now() { date +%s.%N; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
@@ -97,7 +89,7 @@ run_timed() {
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", b - a }'
 }
 run_upstream() {  # E R
-  (cd "$UPSTREAM_DIR" && "${upstream_env[@]}" "$UPSTREAM_PYTHON" train.py --weights '' --cfg yolov5n.yaml \
+  (cd "$UPSTREAM_DIR" && "${up_env[@]}" "$UPSTREAM_PYTHON" train.py --weights '' --cfg yolov5n.yaml \
      --data "$WORK/demo-upstream.yaml" --hyp data/hyps/hyp.scratch-low.yaml --epochs "$1" \
      --batch-size $BATCH --img $IMG --workers $WORKERS --device cpu --noval --nosave --noplots \
      --project "$WORK/runs/upstream" --name "e$1-r$2")
@@ -116,7 +108,7 @@ note_load
 # ---- warm-up, untimed: page cache for the libraries, upstream's .pyc files ----
 if ((DO_UP)); then
   say "upstream: checking the environment"
-  (cd "$UPSTREAM_DIR" && "${upstream_env[@]}" "$UPSTREAM_PYTHON" -c 'import train' >"$WORK/logs/upstream-import.log" 2>&1) \
+  (cd "$UPSTREAM_DIR" && "${up_env[@]}" "$UPSTREAM_PYTHON" -c 'import train' >"$WORK/logs/upstream-import.log" 2>&1) \
     || { cat "$WORK/logs/upstream-import.log" >&2; die "cannot import upstream train.py with $UPSTREAM_PYTHON"; }
   up_versions=$("$UPSTREAM_PYTHON" -c 'import sys, torch, torchvision, cv2, numpy
 print(f"python {sys.version.split()[0]}, torch {torch.__version__}, torchvision {torchvision.__version__}, "

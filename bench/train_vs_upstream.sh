@@ -42,6 +42,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+. "$REPO/bench/lib/compare.sh"
 UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov5}
 UPSTREAM_PYTHON=${UPSTREAM_PYTHON:-/tmp/upstream-venv/bin/python}
 KESTREL_BIN=$(realpath "${KESTREL_BIN:-build/kestrel}")
@@ -81,10 +82,7 @@ common=(--data "$WORK/data/data.yaml" --hyp "$WORK/hyp.yaml" --batch-size "$N_IM
         --device cpu --noval --noautoanchor --noplots --project "$WORK/runs")
 "$KESTREL_BIN" train --cfg yolov5n "${common[@]}" --epochs 1 --name init --quiet > "$WORK/init.log"
 "$KPY" tools/export_state_dict.py "$WORK/runs/init/weights/last.safetensors" "$WORK/init_sd.pt" --yaml "$WORK/model.yaml" > /dev/null
-mkdir -p "$WORK/ultralytics"
-font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
-if [ -f "$font" ]; then cp "$font" "$WORK/ultralytics/Arial.ttf"; else : >"$WORK/ultralytics/Arial.ttf"; fi
-up_env=(env YOLOv5_AUTOINSTALL=False YOLOV5_CONFIG_DIR="$WORK/ultralytics" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)
+make_up_env  # upstream's quirks (bench/lib/compare.sh)
 (cd "$UPSTREAM_DIR" && "${up_env[@]}" "$UPSTREAM_PYTHON" "$REPO/bench/upstream_checkpoint_from_state_dict.py" \
    --upstream-dir . --yaml "$WORK/model.yaml" --state-dict "$WORK/init_sd.pt" --data "$WORK/data/data.yaml" \
    --out "$WORK/init.pt" > "$WORK/checkpoint.log")

@@ -77,11 +77,8 @@ rm -f "$WORK"/demo/labels/*.cache
 { printf 'path: %s\ntrain: %s/images/train\nval: %s/images/val\n' "$WORK/demo" "$WORK/demo" "$WORK/demo"
   sed -n '/^nc:/,$p' data/demo/demo.yaml; } >"$WORK/demo-abs.yaml"
 
-# ---- upstream quirks (see train_cpu_vs_upstream.sh): no auto-install, a local font, whole-model pickles ----
-mkdir -p "$WORK/ultralytics"
-font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
-if [ -f "$font" ]; then cp "$font" "$WORK/ultralytics/Arial.ttf"; else : >"$WORK/ultralytics/Arial.ttf"; fi
-up_env=(env YOLOv5_AUTOINSTALL=False YOLOV5_CONFIG_DIR="$WORK/ultralytics" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)
+# ---- upstream quirks (bench/lib/compare.sh make_up_env): no auto-install, a local font, whole-model pickles ----
+make_up_env
 run_up() {  # LOG [env...] -- script args...
   local log=$1; shift
   local envs=()

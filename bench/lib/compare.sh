@@ -1,4 +1,4 @@
-# Shared by the bench/*_cpu_vs_upstream.sh comparisons (sourced, never run). The caller sets SIDES,
+# Shared by the bench/*_vs_upstream.sh comparisons (sourced, never run). The caller sets SIDES,
 # KESTREL_BIN, UPSTREAM_DIR, UPSTREAM_PYTHON and optionally THREADS, LOAD_MAX, MAX_WAIT, UPSTREAM_COMMIT.
 
 say() { printf '\033[1mbench:\033[0m %s\n' "$*" >&2; }
@@ -39,6 +39,21 @@ upstream_commit() {
     elif [ -f "$UPSTREAM_DIR/.upstream-commit" ]; then c=$(cat "$UPSTREAM_DIR/.upstream-commit"); fi
   fi
   echo "${c:-unknown}"
+}
+
+# make_up_env: the command prefix `up_env` that upstream's scripts run under, its quirks handled without
+# touching its code:
+#  YOLOv5_AUTOINSTALL=False          no `pip install` of requirements it considers missing
+#  YOLOV5_CONFIG_DIR + Arial.ttf     check_dataset() downloads Arial.ttf from ultralytics.com otherwise
+#                                     (a font for plots; a local DejaVuSans, or an empty file)
+#  TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD  torch >= 2.6 loads weights_only by default; v7.0's strip_optimizer,
+#                                     final validation and attempt_load torch.load() whole pickled models
+# The font goes to WORK/ultralytics (WORK must be set).
+make_up_env() {
+  local font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+  mkdir -p "$WORK/ultralytics"
+  if [ -f "$font" ]; then cp "$font" "$WORK/ultralytics/Arial.ttf"; else : >"$WORK/ultralytics/Arial.ttf"; fi
+  up_env=(env YOLOv5_AUTOINSTALL=False YOLOV5_CONFIG_DIR="$WORK/ultralytics" TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)
 }
 
 # kestrel_versions: "HEAD <commit> [(+ uncommitted changes)], binary built <time>; kestrel V, libtorch V, N torch threads"
