@@ -374,6 +374,11 @@ TrainResult TrainingRun::finish() {
   return result;
 }
 
+double final_validation_iou_thres(bool yolov7_recipe, const data::DatasetConfig& data, int64_t nc) {
+  if (yolov7_recipe) return eval::has_coco_yaml_name(data) && nc == 80 ? 0.7 : eval::ValidationOptions{}.nms.iou_thres;
+  return eval::has_coco_val_path(data) ? 0.65 : eval::ValidationOptions{}.nms.iou_thres;
+}
+
 // Upstream ends by validating best.pt with the per-class table, and its end-of-training charts (val.py
 // with plots=True on best.pt, and plot_results) unless --noplots.
 void TrainingRun::validate_best() {
@@ -389,12 +394,7 @@ void TrainingRun::validate_best() {
   v.metric = eval::metric_style_for(*best.model, o.v5_metric);
   v.single_cls = o.single_cls;
   v.half = true;  // upstream validates attempt_load(best).half() (fp16 autocast here; CUDA only)
-  // train.py's IoU for this validation: YOLOv5's 0.65 on COCO (a val path ending in coco/val2017.txt), else
-  // 0.6; YOLOv7's 0.7, used only for --data *coco.yaml with 80 classes (it validates best only then).
-  if (hyp.yolov7_recipe && eval::has_coco_yaml_name(data_cfg) && nc == 80)
-    v.nms.iou_thres = 0.7;
-  else if (!hyp.yolov7_recipe && eval::has_coco_val_path(data_cfg))
-    v.nms.iou_thres = 0.65;
+  v.nms.iou_thres = final_validation_iou_thres(hyp.yolov7_recipe, data_cfg, nc);
   if (o.channels_last) {
     to_channels_last(*best.model);
     v.channels_last = true;
