@@ -275,6 +275,36 @@ TEST(Trainer, EarlyStoppedRunIsNotResumedAgain) {
   EXPECT_NE(again.find("this run already finished"), std::string::npos) << again;
 }
 
+// train.py validates under --noval where EarlyStopping's possible_stop (epochs without improvement >=
+// patience - 1) held after the previous epoch. With --patience 1 that is every epoch after the first: the
+// unvalidated fitness stays 0, which (>= the best) moves the best epoch along each time.
+TEST(Trainer, NovalStillValidatesWhereTheNextEpochMayStopEarly) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 3);
+  o.noval = true;
+  o.nosave = true;
+  o.noplots = true;
+  o.patience = 1;
+  const TrainResult r = train(o);
+  ASSERT_EQ(r.epochs_completed, 3);
+  std::ifstream csv(fs::path(r.save_dir) / "results.csv");
+  std::string line;
+  std::vector<std::map<std::string, double>> rows;
+  std::vector<std::string> columns;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> cells;
+    std::stringstream cells_in(line);
+    for (std::string cell; std::getline(cells_in, cell, ',');) cells.push_back(cell.substr(cell.find_first_not_of(' ')));
+    if (columns.empty()) { columns = cells; continue; }
+    std::map<std::string, double>& row = rows.emplace_back();
+    for (size_t i = 0; i < cells.size(); ++i) row[columns[i]] = std::stod(cells[i]);
+  }
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].at("val/box_loss"), 0.0);  // epoch 0: not validated (--noval)
+  EXPECT_GT(rows[1].at("val/box_loss"), 0.0);  // epoch 1: possible_stop after epoch 0
+  EXPECT_GT(rows[2].at("val/box_loss"), 0.0);  // the last epoch
+}
+
 // A run whose dataset gained a class since the save cannot be resumed: the error says why and what to do
 // instead, not only which tensor shapes differ.
 TEST(Trainer, ResumeWithAChangedClassCountSaysSo) {

@@ -262,7 +262,10 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   if (!std::isfinite(result.epoch_losses.back()))  // without --check-nans the run goes on: say so once an epoch
     std::cout << "WARNING: the epoch's mean training loss is not finite (box " << train_loss[0] << ", obj " << train_loss[1]
               << ", cls " << train_loss[2] << "): an fp16 overflow the loss scaler skipped, or training has diverged; --check-nans stops at the first such step\n";
-  const bool final_epoch = epoch + 1 == o.epochs;
+  // train.py's final_epoch also holds where EarlyStopping's possible_stop did after the previous epoch (the
+  // next epoch may stop): such an epoch is validated under --noval and saved under --nosave.
+  const bool possible_stop = o.patience > 0 && epoch > 0 && epoch - 1 - progression.best_epoch >= o.patience - 1;
+  const bool final_epoch = epoch + 1 == o.epochs || possible_stop;
   if ((!o.noval || final_epoch) && dist_ctx.is_main()) validate_epoch();
   const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);
   const bool best = fi >= progression.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
