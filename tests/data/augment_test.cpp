@@ -438,6 +438,14 @@ TEST(Perspective, RandomDrawsStayInTheirRanges) {
   }
 }
 
+// YOLOv7's zoom range U(1 - scale, 1.1 + scale) closes at scale -0.05: every draw zooms by exactly 1.05.
+TEST(Perspective, Yolov7ScaleAtItsLowestZoomsByAConstant) {
+  AugmentOptions o;
+  o.scale = -0.05;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(draw_perspective(o, rng, Dialect::yolov7).scale, 1.05);
+}
+
 TEST(PerspectiveBoxCandidates, AcceptAndRejectByHand) {
   const Box ten{0, 0, 0, 10, 10}, hundred{0, 0, 0, 100, 100};
   EXPECT_TRUE(box_candidate(ten, ten));

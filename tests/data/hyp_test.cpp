@@ -48,5 +48,23 @@ TEST(Hyp, FileOverridesAndYolov7Recipe) {
   }
 }
 
+// YOLOv7's zoom is U(1 - scale, 1.1 + scale) (utils/datasets.py random_perspective): a scale down to -0.05 is a
+// range (at -0.05 the constant 1.05), below it none. YOLOv5's U(1 - scale, 1 + scale) has none below 0.
+TEST(Hyp, Yolov7ScaleMayBeNegativeDownToItsZoomRange) {
+  test::TempDir dir;
+  test::write_file(dir.file("v7.yaml"), "loss_ota: 1\nscale: -0.05\n");
+  EXPECT_DOUBLE_EQ(load_augment_options(dir.file("v7.yaml")).scale, -0.05);
+  test::write_file(dir.file("v7_below.yaml"), "loss_ota: 1\nscale: -0.06\n");
+  try {
+    load_augment_options(dir.file("v7_below.yaml"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("v7_below.yaml:2: 'scale' must be a finite number >= -0.05"), std::string::npos)
+        << e.what();
+  }
+  test::write_file(dir.file("v5.yaml"), "scale: -0.05\n");
+  EXPECT_THROW(load_augment_options(dir.file("v5.yaml")), Error);
+}
+
 }  // namespace
 }  // namespace kestrel::data

@@ -1,6 +1,7 @@
 #include "kestrel/data/hyp.h"
 
 #include <cmath>
+#include <string>
 
 #include <yaml-cpp/yaml.h>
 
@@ -28,8 +29,10 @@ AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe
     } catch (const YAML::Exception&) {
       fail(path, ":", root[key].Mark().line + 1, ": '", key, "' must be a number");
     }
-    if (!(*target >= 0) || !std::isfinite(*target))
-      fail(path, ":", root[key].Mark().line + 1, ": '", key, "' must be a finite number >= 0");
+    // YOLOv7 zooms by U(1 - scale, 1.1 + scale): a range down to scale -0.05, a constant 1.05.
+    const double least = v7 && std::string(key) == "scale" ? -0.05 : 0.0;
+    if (!(*target >= least) || !std::isfinite(*target))
+      fail(path, ":", root[key].Mark().line + 1, ": '", key, "' must be a finite number >= ", least);
   }
   // Probabilities above 1 (upstream's copy_paste then fails in random.sample; the others act as 1 there) and
   // a scale gain of 1 or more (a zero or negative image scale) are mistakes in the file.
