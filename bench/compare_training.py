@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Compare a `kestrel train` run with an upstream YOLOv5 train.py run of the same recipe (bench/train_vs_upstream.sh).
+"""Compare a `kestrel train` run with an upstream YOLOv5 or YOLOv7 train.py run of the same recipe (bench/train_vs_upstream.sh).
 
 Measurement only; run with kestrel's venv Python (torch, safetensors, tensorboard):
 
     python bench/compare_training.py --upstream-dump DIR --upstream-run RUN --kestrel-run RUN [--other-upstream-dump DIR]
 
 Reads upstream's per-iteration losses and final float32 model/EMA (bench/upstream_run.py KESTREL_TRAIN_DUMP)
-and results.csv, kestrel's TensorBoard scalars (float32 epoch losses), results.csv and
-weights/last.state.safetensors. With one iteration per epoch an epoch's loss is that iteration's.
+and results.csv (YOLOv7, which writes none: its TensorBoard scalars, the same columns), kestrel's TensorBoard
+scalars (float32 epoch losses), results.csv and weights/last.state.safetensors. With one iteration per epoch an epoch's loss is that iteration's.
 Prints per epoch: the largest relative difference of the three train losses and whether the three
 learning rates (x/lr0..2) agree; then the final weights' relative difference (norm of all differences
 over norm of all weights) for the model and the EMA. --other-upstream-dump: a second upstream run
@@ -37,15 +37,29 @@ def results_rows(path):
     return [dict(zip(head, (float(x) for x in row))) for row in rows[1:]]
 
 
-def kestrel_losses(run):
+def tensorboard_scalars(run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     files = glob.glob(f'{run}/events.out.tfevents.*')
     if len(files) != 1:
         raise SystemExit(f'{run}: expected one TensorBoard event file, found {len(files)}')
     ea = EventAccumulator(files[0])
     ea.Reload()
-    cols = [[e.value for e in ea.Scalars(f'train/{n}_loss')] for n in ('box', 'obj', 'cls')]
+    return {tag: [e.value for e in ea.Scalars(tag)] for tag in ea.Tags()['scalars']}
+
+
+def kestrel_losses(run):
+    scalars = tensorboard_scalars(run)
+    cols = [scalars[f'train/{n}_loss'] for n in ('box', 'obj', 'cls')]
     return [list(t) for t in zip(*cols)]
+
+
+def upstream_rows(run):
+    """results.csv's rows; YOLOv7's run has its per-epoch TensorBoard scalars under the same names instead."""
+    if glob.glob(f'{run}/results.csv'):
+        return results_rows(f'{run}/results.csv')
+    scalars = tensorboard_scalars(run)
+    epochs = min(len(v) for v in scalars.values())
+    return [{tag: v[e] for tag, v in scalars.items()} for e in range(epochs)]
 
 
 def rel_diff(a, b):
@@ -117,7 +131,7 @@ def main():
     other = ([it[1:] for it in json.load(open(f'{args.other_upstream_dump}/upstream_iters.json'))]
              if args.other_upstream_dump else None)
     k = kestrel_losses(args.kestrel_run)
-    ur, kr = results_rows(f'{args.upstream_run}/results.csv'), results_rows(f'{args.kestrel_run}/results.csv')
+    ur, kr = upstream_rows(args.upstream_run), results_rows(f'{args.kestrel_run}/results.csv')
     if not (len(up) == len(k) == len(ur) == len(kr)):
         raise SystemExit(f'iterations/epochs differ: upstream {len(up)} iterations, {len(ur)} rows; '
                          f'kestrel {len(k)} epochs, {len(kr)} rows (one iteration per epoch expected)')

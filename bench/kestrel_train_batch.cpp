@@ -9,7 +9,8 @@
 // --workers 0` builds it), targets.f32 [B, M, 5] (class, cx, cy, w, h normalised), mask.u8 [B, M],
 // level<i>.f32 (the model's raw training-mode outputs [B, na, ny, nx, no], float32), shape.txt (B H W M)
 // and paths.txt (the images in batch order);
-// prints the loss items (box, obj, cls) as YoloLoss computes them for that batch.
+// prints the loss items (box, obj, cls) as the training loss computes them for that batch (YoloLoss, or OtaLoss
+// for a YOLOv7 hyp with loss_ota: 1).
 // Build: cmake --build build --target kestrel_train_batch (not part of the default build).
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "kestrel/models/weights_file.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/split_loader.h"
+#include "kestrel/train/train_step.h"
 
 namespace {
 
@@ -69,7 +71,7 @@ int main(int argc, char** argv) {
 
   models::YoloModel& model = *loaded.model;
   model.train();
-  const loss::YoloLoss loss(model.head(), hyp.loss, o.img_size);
+  const train::LossFn loss = train::make_loss_fn(model.head(), hyp.loss, o.img_size, hyp.loss_ota);
   const at::Tensor input = batch->images.to(at::kFloat) / 255;
   const std::vector<at::Tensor> levels = model.forward(input);
   for (size_t i = 0; i < levels.size(); ++i)
@@ -78,5 +80,15 @@ int main(int argc, char** argv) {
   const at::Tensor items = r.items.to(at::kDouble);
   std::printf("kestrel loss items (box, obj, cls): %.9g %.9g %.9g\n", items[0].item<double>(), items[1].item<double>(),
               items[2].item<double>());
+  if (std::getenv("KESTREL_PER_IMAGE")) {  // each image's targets alone: where two losses differ
+    for (int64_t i = 0; i < batch->images.size(0); ++i) {
+      const at::Tensor m = batch->target_mask.clone();
+      m.narrow(0, 0, i).zero_();
+      m.narrow(0, i + 1, m.size(0) - i - 1).zero_();
+      const at::Tensor it = loss(levels, batch->targets, m).items.to(at::kDouble);
+      std::printf("image %ld alone: %.9g %.9g %.9g\n", static_cast<long>(i), it[0].item<double>(), it[1].item<double>(),
+                  it[2].item<double>());
+    }
+  }
   return 0;
 }

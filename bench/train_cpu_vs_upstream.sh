@@ -31,8 +31,10 @@
 #   $P -m pip install -q filelock 'typing-extensions>=4.10.0' 'setuptools<82' 'sympy>=1.13.3' \
 #       'networkx>=2.5.1' jinja2 'fsspec>=0.8.5' nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile
 #   $P -m pip install -q --no-deps torchvision==0.26.0
-#   # yolov5 requirements.txt, minimal (headless OpenCV; no clearml/comet/wandb; ipython is imported by models/common.py):
-#   $P -m pip install -q numpy opencv-python-headless pandas matplotlib seaborn pyyaml tqdm psutil thop \
+#   # yolov5 requirements.txt, minimal (headless OpenCV; no clearml/comet/wandb; ipython is imported by models/common.py).
+#   # OpenCV 4.10: its warpAffine and HSV conversions give the pixels of the OpenCV 4.6 kestrel links; 5.0's
+#   # differ by up to 3 (warp) and 5 (HSV round trip) levels (bench/train_vs_upstream.sh compares pixels):
+#   $P -m pip install -q numpy opencv-python-headless==4.10.0.84 pandas matplotlib seaborn pyyaml tqdm psutil thop \
 #       requests scipy pillow gitpython tensorboard ipython
 #
 # Usage:

@@ -22,9 +22,11 @@ YOLOv7, whose load_image is a module function) are replaced by kestrel's, by wra
     stably after __init__ and recomputes batch_shapes with upstream's formula.
 KESTREL_PREPROCESS=resize or =sort replaces only that one.
 
-With KESTREL_TRAIN_DUMP=DIR (bench/train_vs_upstream.sh), YOLOv5's train.py also leaves the float32 weights
-of its model and EMA and each iteration's losses in DIR (see _train_with_dump); with KESTREL_SORT_OBJ_IOU=1 too,
-its loss keeps the largest IoU where candidates share a cell, as kestrel's.
+With KESTREL_TRAIN_DUMP=DIR (bench/train_vs_upstream.sh), train.py (YOLOv5's or YOLOv7's) also leaves the
+float32 weights of its model and EMA and each iteration's losses in DIR (see _train_with_dump and
+_train_with_dump_yolov7); with KESTREL_SORT_OBJ_IOU=1 too, YOLOv5's loss keeps the largest IoU where
+candidates share a cell, as kestrel's; with KESTREL_STABLE_TOPK=1, YOLOv7's OTA assignment takes the earliest of
+equally cheap candidates, as kestrel's (_stable_topk).
 """
 import os
 import runpy
@@ -166,19 +168,85 @@ def _train_with_dump(dump_dir):
     upstream_train.main(upstream_train.parse_opt(), callbacks)
 
 
-if len(sys.argv) < 2:
-    sys.exit('usage: upstream_run.py SCRIPT.py [ARGS...]')
-script = sys.argv[1]
-sys.argv = sys.argv[1:]
-sys.path.insert(0, '.')
-_kp = os.environ.get('KESTREL_PREPROCESS', '')
-if _kp in ('1', 'resize', 'sort'):
-    _kestrel_preprocess(resize=_kp != 'sort', sort=_kp != 'resize')
-elif _kp:
-    sys.exit(f'KESTREL_PREPROCESS={_kp}: expected 1 (both), resize or sort')
-if os.environ.get('KESTREL_TRAIN_DUMP'):
-    if script != 'train.py' or not os.path.exists('utils/callbacks.py'):
-        sys.exit('KESTREL_TRAIN_DUMP: YOLOv5 train.py only (its Callbacks carry the observers)')
-    _train_with_dump(os.environ['KESTREL_TRAIN_DUMP'])
-else:
-    runpy.run_path(script, run_name='__main__')
+def _stable_topk():
+    """torch.topk with ties in index order (a stable sort), for YOLOv7's OTA assignment: upstream leaves the order
+    of equal costs to torch.topk, kestrel takes the earliest candidates (src/kestrel/loss/ota_loss.h). Process-wide:
+    measurement only."""
+    import torch
+
+    def topk(input, k, dim=-1, largest=True, sorted=True):
+        values, indices = torch.sort(input, dim=dim, descending=largest, stable=True)
+        return torch.return_types.topk((values.narrow(dim, 0, k), indices.narrow(dim, 0, k)))
+
+    torch.topk = topk
+
+
+def _train_with_dump_yolov7(dump_dir):
+    """YOLOv7's train.py (which has no callbacks) with the same two observers, by subclassing and wrapping from
+    outside before it runs: its ModelEMA (which is handed the model) and ComputeLossOTA.__call__ (the training
+    loss only: validation uses ComputeLoss), whose loss items are each iteration's (with one iteration per
+    epoch also the epoch's running mean). The files are those of _train_with_dump. Needs loss_ota: 1 (the
+    YOLOv7 hyps' value): with ComputeLoss for training its calls could not be told from validation's."""
+    import json
+    from pathlib import Path
+
+    import torch
+    import utils.loss
+    import utils.torch_utils
+
+    seen = {'model': None, 'ema': None, 'iters': []}
+
+    class ObservedEMA(utils.torch_utils.ModelEMA):
+        def __init__(self, model, *args, **kwargs):
+            super().__init__(model, *args, **kwargs)
+            seen['model'], seen['ema'] = model, self
+
+    ota_call = utils.loss.ComputeLossOTA.__call__
+
+    def observed_call(self, p, targets, imgs):
+        loss, items = ota_call(self, p, targets, imgs)
+        seen['iters'].append([len(seen['iters'])] + [float(x) for x in items[:3]])
+        return loss, items
+
+    if os.environ.get('KESTREL_STABLE_TOPK') == '1':
+        _stable_topk()
+    utils.torch_utils.ModelEMA = ObservedEMA  # before train.py's `from utils.torch_utils import ModelEMA`
+    utils.loss.ComputeLossOTA.__call__ = observed_call
+    runpy.run_path('train.py', run_name='__main__')
+    if not seen['iters']:
+        sys.exit('KESTREL_TRAIN_DUMP: no ComputeLossOTA call (a hyp with loss_ota: 1 is needed)')
+
+    def fp32(module):
+        return {k: v.detach().float().clone() for k, v in module.state_dict().items()}
+
+    out = Path(dump_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save({'model': fp32(seen['model']), 'ema': fp32(seen['ema'].ema), 'ema_updates': seen['ema'].updates},
+               out / 'upstream_final.pt')
+    (out / 'upstream_iters.json').write_text(json.dumps(seen['iters']))
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit('usage: upstream_run.py SCRIPT.py [ARGS...]')
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    sys.path.insert(0, '.')
+    _kp = os.environ.get('KESTREL_PREPROCESS', '')
+    if _kp in ('1', 'resize', 'sort'):
+        _kestrel_preprocess(resize=_kp != 'sort', sort=_kp != 'resize')
+    elif _kp:
+        sys.exit(f'KESTREL_PREPROCESS={_kp}: expected 1 (both), resize or sort')
+    if os.environ.get('KESTREL_TRAIN_DUMP'):
+        if script != 'train.py':
+            sys.exit('KESTREL_TRAIN_DUMP: train.py only')
+        if os.path.exists('utils/callbacks.py'):  # YOLOv5
+            _train_with_dump(os.environ['KESTREL_TRAIN_DUMP'])
+        else:
+            _train_with_dump_yolov7(os.environ['KESTREL_TRAIN_DUMP'])
+    else:
+        runpy.run_path(script, run_name='__main__')
+
+
+if __name__ == '__main__':
+    main()

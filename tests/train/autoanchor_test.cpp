@@ -180,6 +180,26 @@ TEST(AutoAnchor, AnchorsThatFitAreKept) {
   EXPECT_NE(r.report.find("anchors/target, 1.000 Best Possible Recall (BPR)"), std::string::npos) << r.report;
 }
 
+// BPR exactly 0.98 (49 of 50 labels fit, no jitter): YOLOv5 searches (keeps only above 0.98), YOLOv7
+// searches only below it (utils/autoanchor.py `if bpr < 0.98`).
+TEST(AutoAnchor, BprOfExactlyTheThresholdSearchesForYolov5Only) {
+  std::vector<data::ImageRecord> records;
+  for (int i = 0; i < 49; ++i) records.push_back(record(640, 640, {{16.0f / 640, 30.0f / 640}}));  // an anchor's size
+  records.push_back(record(640, 640, {{600.0f / 640, 4.0f / 640}}));  // aspect 150: no anchor within 4x
+  AutoAnchorOptions o;
+  o.scale_jitter = 0;
+  o.generations = 10;
+  models::Detect v5_head = p3_p5_head();
+  const AutoAnchorResult v5 = check_anchors(v5_head, records, 640, o);
+  EXPECT_DOUBLE_EQ(v5.before.bpr, 0.98);
+  EXPECT_TRUE(v5.searched);
+  o.keep_at_min_bpr = true;
+  models::Detect v7_head = p3_p5_head();
+  const AutoAnchorResult v7 = check_anchors(v7_head, records, 640, o);
+  EXPECT_DOUBLE_EQ(v7.before.bpr, 0.98);
+  EXPECT_FALSE(v7.searched);
+}
+
 TEST(AutoAnchor, PoorAnchorsAreReplacedInStrideOrder) {
   models::Detect head = p3_p5_head();
   // Three thin box shapes no default anchor matches within a factor 4 (pixels at 640): BPR 0 before.

@@ -121,7 +121,7 @@ at::Tensor Detect::decode(const std::vector<at::Tensor>& levels) const {
   return at::cat(out, 1);
 }
 
-void Detect::initialize(const std::vector<double>& strides) {
+void Detect::initialize(const std::vector<double>& strides, bool yolov7_family) {
   if (static_cast<int64_t>(strides.size()) != nl_) fail("Detect: ", strides.size(), " strides for ", nl_, " levels");
   strides_ = strides;
   torch::NoGradGuard no_grad;
@@ -132,13 +132,14 @@ void Detect::initialize(const std::vector<double>& strides) {
   for (int64_t i = 0; i < nl_; ++i) {
     anchors_[i].div_(strides_[i]);
     // bias [na * no] viewed [na, no]: objectness prior ~8 objects per 640x640 image at this stride,
-    // class prior 0.6 / nc (YOLOv7 writes nc - 0.99 where YOLOv5 writes nc - 0.99999).
+    // class prior 0.6 / nc (YOLOv7's models/yolo.py writes nc - 0.99 for all its heads, plain Detect too, where
+    // YOLOv5 writes nc - 0.99999).
     // An aux head's auxiliary convs get the same priors (upstream _initialize_aux_biases).
     for (auto* conv : {&m_[i], aux() ? &m2_[i] : nullptr}) {
       if (conv == nullptr) continue;
       at::Tensor bias = (*conv)->bias.view({na_, no_});
       bias.select(1, 4).add_(std::log(8.0 / std::pow(640.0 / strides_[i], 2)));
-      bias.narrow(1, 5, nc_).add_(std::log(0.6 / (static_cast<double>(nc_) - (implicit_ ? 0.99 : 0.99999))));
+      bias.narrow(1, 5, nc_).add_(std::log(0.6 / (static_cast<double>(nc_) - (yolov7_family || implicit_ ? 0.99 : 0.99999))));
     }
   }
 }

@@ -30,8 +30,9 @@ class Detect : public Layer {
   at::Tensor decode(const std::vector<at::Tensor>& levels) const;
 
   // Called once by the model after probing strides: orders anchors like the strides, converts them to
-  // grid units and sets the output-bias priors (objectness ~8 objects per 640 image, class ~0.6/nc).
-  void initialize(const std::vector<double>& strides);
+  // grid units and sets the output-bias priors (objectness ~8 objects per 640 image, class ~0.6/nc, whose
+  // formula is YOLOv7's for a YOLOv7-family model: models::is_yolov7_family; an implicit head is one).
+  void initialize(const std::vector<double>& strides, bool yolov7_family = false);
   // AutoAnchor: replaces the anchors with `pixels` [nl, na, 2] (input pixels, level order), re-ordered
   // like the strides if their areas disagree (check_anchor_order) and stored in grid units.
   void set_anchors(const at::Tensor& pixels);

@@ -8,6 +8,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/models/checkpoint.h"
+#include "kestrel/models/model_family.h"
 
 namespace kestrel::models {
 
@@ -40,7 +41,7 @@ YoloModel::YoloModel(std::string name, int64_t in_channels, std::vector<std::sha
   std::vector<at::Tensor> levels = forward(at::zeros({1, in_channels_, probe, probe}));
   std::vector<double> strides;
   for (const auto& level : levels) strides.push_back(static_cast<double>(probe) / static_cast<double>(level.size(2)));
-  head_->initialize(strides);
+  head_->initialize(strides, is_yolov7_family(*this));
   train(was_training);
 }
 

@@ -248,7 +248,7 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   result.before = result.after = anchor_fit(jittered, result.anchors, o.anchor_t);
   result.report = cat("AutoAnchor: ", format_fixed(result.before.anchors_per_target, 2), " anchors/target, ",
                       format_fixed(result.before.bpr, 3), " Best Possible Recall (BPR). ");
-  if (result.before.bpr > o.min_bpr) {
+  if (o.keep_at_min_bpr ? result.before.bpr >= o.min_bpr : result.before.bpr > o.min_bpr) {
     result.report += "Current anchors are a good fit to dataset\n";
     return result;
   }

@@ -26,6 +26,7 @@ using BoxSize = std::array<double, 2>;  // (w, h) in pixels
 struct AutoAnchorOptions {
   double anchor_t = 4.0;          // hyp anchor_t: the loss's match limit on max(r, 1/r)
   double min_bpr = 0.98;          // YOLOv5: anchors with BPR > 0.98 are kept without a search
+  bool keep_at_min_bpr = false;   // YOLOv7 (autoanchor.py `if bpr < 0.98`): BPR = min_bpr keeps them too
   double scale_jitter = 0.1;      // BPR labels scaled by U(1 - j, 1 + j) per image
   int kmeans_restarts = 30;       // scipy.cluster.vq.kmeans(iter=30): best of 30 seeded runs
   int generations = 1000;         // genetic refinement

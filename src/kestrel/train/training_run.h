@@ -52,7 +52,7 @@ struct EpochTotals {
 
 // train.py's NMS IoU for its final validation of best weights: YOLOv5's 0.65 on COCO (a val path ending in
 // coco/val2017.txt), else val.py's 0.6; YOLOv7's 0.7 for --data *coco.yaml with 80 classes (the only case
-// where YOLOv7 validates best at all; kestrel validates best in every case, at val.py's 0.6 otherwise).
+// where YOLOv7 validates at the end, last and best; kestrel validates best in every case, at 0.6 otherwise).
 double final_validation_iou_thres(bool yolov7_recipe, const data::DatasetConfig& data, int64_t nc);
 
 class TrainingRun {

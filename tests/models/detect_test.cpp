@@ -1,0 +1,44 @@
+// Detect's output-bias priors (upstream _initialize_biases): objectness log(8 / (640 / s)^2) at stride s,
+// classes log(0.6 / (nc - 0.99999)) in YOLOv5's models/yolo.py and log(0.6 / (nc - 0.99)) in YOLOv7's, for
+// every YOLOv7 head (IDetect and plain Detect alike).
+#include "kestrel/models/detect.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <memory>
+#include <tuple>
+
+#include <ATen/ATen.h>
+
+namespace kestrel::models {
+namespace {
+
+// The bias change initialize() makes at level 0 (stride 8) of a 2-class head: [objectness, class 0, class 1].
+std::array<double, 3> prior_added(bool implicit, bool yolov7_family) {
+  at::manual_seed(5);
+  const auto head = std::make_shared<Detect>(2, std::vector<std::vector<double>>{{10, 13}, {30, 61}, {116, 90}},
+                                             std::vector<int64_t>{4, 4, 4}, implicit);
+  const auto bias = [&] { return head->named_parameters()["m.0.bias"].detach().clone().view({1, 7}); };
+  const at::Tensor before = bias();
+  head->initialize({8, 16, 32}, yolov7_family);
+  const at::Tensor added = (bias() - before).to(at::kDouble);
+  return {added[0][4].item<double>(), added[0][5].item<double>(), added[0][6].item<double>()};
+}
+
+TEST(Detect, BiasPriorsFollowTheModelsCodebase) {
+  const double objectness = std::log(8.0 / std::pow(640.0 / 8, 2));
+  const double v5_class = std::log(0.6 / (2 - 0.99999)), v7_class = std::log(0.6 / (2 - 0.99));
+  for (const auto& [implicit, family, expected_class] :
+       {std::tuple{false, false, v5_class}, std::tuple{false, true, v7_class}, std::tuple{true, false, v7_class}}) {
+    const auto added = prior_added(implicit, family);
+    EXPECT_NEAR(added[0], objectness, 1e-6) << implicit << family;
+    EXPECT_NEAR(added[1], expected_class, 1e-6) << implicit << family;
+    EXPECT_NEAR(added[2], expected_class, 1e-6) << implicit << family;
+  }
+  EXPECT_GT(std::abs(v7_class - v5_class), 0.009);  // the two formulas are told apart at 1e-6
+}
+
+}  // namespace
+}  // namespace kestrel::models
