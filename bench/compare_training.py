@@ -140,7 +140,8 @@ def main():
           '   x/lr0 x/lr1 x/lr2 (upstream)')
     for e in range(len(up)):
         lrs = [(ur[e][f'x/lr{g}'], kr[e][f'x/lr{g}']) for g in range(3)]
-        lr_ok = all(abs(a - b) <= 1e-9 + 2e-5 * abs(a) for a, b in lrs)  # results.csv: 5 significant digits
+        # results.csv: 5 significant digits, against the same rounding or (YOLOv7) TensorBoard's float32
+        lr_ok = all(abs(a - b) <= 1e-9 + 5.01e-5 * abs(a) for a, b in lrs)
         if not lr_ok:
             lr_mismatch.append(e)
         if e < args.show or e % 10 == 0 or e == len(up) - 1 or not lr_ok:
