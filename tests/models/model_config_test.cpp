@@ -102,7 +102,10 @@ TEST(ModelConfigErrors, WrongArgumentType) {
 // number, and a negative padding (only None means automatic).
 TEST(ModelConfigErrors, KernelStrideAnchorsAndPaddingOutOfRange) {
   auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 0, 2]"));
-  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): convolution: kernel size must be >= 1, got 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): convolution: kernel size must be in [1, 64], got 0"), std::string::npos) << msg;
+  // a kernel of 999 would run the probe image for minutes
+  msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 999, 2]"));
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): convolution: kernel size must be in [1, 64], got 999"), std::string::npos) << msg;
   msg = error_of(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, -2]"));
   EXPECT_NE(msg.find("layer 0 (Conv): convolution: padding must be >= 0 (or None: automatic), got -2"), std::string::npos) << msg;
   const std::string text = replaced(replaced(replaced(kTinyHead, "  - [10,13, 16,30, 33,23]\n", ""), "  - [30,61, 62,45, 59,119]\n", ""),
@@ -157,9 +160,31 @@ TEST(ModelConfigErrors, MalformedRows) {
   auto msg = error_of(replaced(kTinyHead, "[-1, 1, Conv, [128, 3, 2]]", "[-1, 1, Conv]"));
   EXPECT_NE(msg.find("bad.yaml:10: layer 1: a layer is [from, number, module, args] (4 entries), got 3 entries"), std::string::npos) << msg;
   msg = error_of(replaced(kTinyHead, "[-1, 3, C3, [128]]", "[-1, 0, C3, [128]]"));
-  EXPECT_NE(msg.find("'number' must be >= 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'number' must be in [1, 1000], got 0"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[-1, 3, C3, [128]]", "[-1, 100000000, C3, [128]]"));  // would fill the memory
+  EXPECT_NE(msg.find("'number' must be in [1, 1000], got 100000000"), std::string::npos) << msg;
   msg = error_of(replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]]", "[-1, 1, SPPF, 256]"));
   EXPECT_NE(msg.find("'args' must be a list"), std::string::npos) << msg;
+}
+
+// A config (no weights file to bound it) builds under a cap of 1e9 parameter values, charged before each
+// allocation: a layer of 500 M output channels x 16 inputs (8e9 values) is refused before it allocates.
+TEST(ModelConfigErrors, HugeNetworksAreRefusedBeforeAllocating) {
+  const std::string msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[2000000000, 1, 1]"));
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): the network needs more than 1000000000 parameter values"), std::string::npos)
+      << msg;
+}
+
+// Anchors: a count per level is bounded (2^62 overflowed 2 k and crashed), sizes are finite and positive.
+TEST(ModelConfigErrors, AnchorCountsAndSizesAreChecked) {
+  const std::string counted = replaced(replaced(replaced(kTinyHead, "  - [10,13, 16,30, 33,23]\n", ""),
+                                                "  - [30,61, 62,45, 59,119]\n", ""), "anchors:", "anchors: 4611686018427387904");
+  std::string msg = error_of(counted);
+  EXPECT_NE(msg.find("anchors per level must be in [1, 64], got 4611686018427387904"), std::string::npos) << msg;
+  for (const char* bad : {"[10,13, 16,.nan, 33,23]", "[10,13, 16,-30, 33,23]", "[10,13, 16,0, 33,23]", "[10,13, 16,.inf, 33,23]"}) {
+    msg = error_of(replaced(kTinyHead, "[10,13, 16,30, 33,23]", bad));
+    EXPECT_NE(msg.find("anchor sizes must be finite pixels > 0"), std::string::npos) << bad << ": " << msg;
+  }
 }
 
 TEST(ModelConfigErrors, MalformedYaml) {
@@ -216,7 +241,7 @@ TEST(ModelConfigErrors, ArgumentsLibTorchRefusesNameTheLine) {
   EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): "), std::string::npos) << msg;
   EXPECT_NE(msg.find("divisible by groups"), std::string::npos) << msg;
   msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 0]"));  // stride 0: refused when the layer is built
-  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): convolution: stride must be >= 1, got 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): convolution: stride must be in [1, 64], got 0"), std::string::npos) << msg;
   // Concatenating the 1/4 map (layer 1) with the 1/8 map (layer 3): the spatial sizes differ.
   msg = error_of(replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[[1, 3], 1, Concat, [1]],"));
   EXPECT_NE(msg.find("bad.yaml: the network cannot run a 256 x 256 probe image"), std::string::npos) << msg;

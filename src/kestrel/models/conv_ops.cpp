@@ -15,10 +15,11 @@ FlopCounter::FlopCounter() : previous_(active_counter) { active_counter = this; 
 FlopCounter::~FlopCounter() { active_counter = previous_; }
 
 torch::nn::Conv2d make_conv2d(const torch::nn::Conv2dOptions& o) {
-  // LibTorch takes a kernel of 0 and fails later, in the weight initialisation, with an unrelated message.
+  // LibTorch takes a kernel of 0 and fails later, in the weight initialisation, with an unrelated message;
+  // a huge kernel or stride (upstream's largest are 7 and 4) runs for minutes or fails inside oneDNN.
   const auto positive = [](const char* what, const torch::ExpandingArray<2>& v) {
     for (int64_t x : *v)
-      if (x < 1) fail("convolution: ", what, " must be >= 1, got ", x);
+      if (x < 1 || x > 64) fail("convolution: ", what, " must be in [1, 64], got ", x);
   };
   positive("kernel size", o.kernel_size());
   positive("stride", o.stride());

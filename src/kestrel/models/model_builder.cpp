@@ -13,6 +13,7 @@
 #include "kestrel/models/common.h"
 #include "kestrel/models/csp_blocks.h"
 #include "kestrel/models/ghost_blocks.h"
+#include "kestrel/models/parameter_budget.h"
 #include "kestrel/models/transformer_blocks.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/models/yolov7_blocks.h"
@@ -140,11 +141,13 @@ int64_t anchors_per_level(const YAML::Node& anchors, const std::string& where) {
 
 // Anchors from the config (a list per level, or an int = anchors per level) in pixels.
 std::vector<std::vector<double>> read_anchors(const YAML::Node& node, size_t levels, const Args& args) {
+  constexpr int64_t kMaxAnchorsPerLevel = 64;  // upstream's configs have 3; a bound keeps a typo from allocating
   std::vector<std::vector<double>> anchors;
   if (node.IsScalar()) {
     // Upstream's placeholder when only a count is given: [0, 1, ..., 2k - 1] per level (AutoAnchor replaces it).
     const int64_t k = anchors_per_level(node, args.where());
-    if (k < 1) fail(args.where(), ": anchors per level must be >= 1");
+    if (k < 1 || k > kMaxAnchorsPerLevel)
+      fail(args.where(), ": anchors per level must be in [1, ", kMaxAnchorsPerLevel, "], got ", k);
     std::vector<double> level(static_cast<size_t>(2 * k));
     for (size_t i = 0; i < level.size(); ++i) level[i] = static_cast<double>(i);
     return std::vector<std::vector<double>>(levels, level);
@@ -153,7 +156,14 @@ std::vector<std::vector<double>> read_anchors(const YAML::Node& node, size_t lev
   try {
     for (const auto& level : node) {
       std::vector<double> wh;
-      for (const auto& v : level) wh.push_back(v.as<double>());
+      for (const auto& v : level) {
+        const double x = v.as<double>();
+        // a width or height: the loss divides by it and takes its logarithm
+        if (!std::isfinite(x) || x <= 0) fail(args.where(), ": anchor sizes must be finite pixels > 0, got ", x);
+        wh.push_back(x);
+      }
+      if (wh.size() > 2 * kMaxAnchorsPerLevel)
+        fail(args.where(), ": at most ", kMaxAnchorsPerLevel, " anchors per level, got ", wh.size() / 2);
       anchors.push_back(wh);
     }
   } catch (const YAML::Exception&) {
@@ -344,6 +354,11 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
 }  // namespace
 
 std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
+  // A config from --cfg has no weights file to bound it (load_model_weights builds under the file's own
+  // budget): a typo such as number 100000000 or width_multiple 99 would allocate until the system kills the
+  // process. 1e9 values (4 GB in float32) is over six times upstream's largest model (yolov7-e6e, 164 M).
+  std::optional<ParameterBudget> cap;
+  if (!parameter_budget_active()) cap.emplace(int64_t{1'000'000'000});
   ModelConfig cfg = config;
   if (nc > 0) cfg.nc = nc;
   Activation default_act;

@@ -52,7 +52,9 @@ LayerSpec parse_layer(const YAML::Node& row, int index, const std::string& sourc
     if (f < 0 && (index == 0 ? f != -1 : index + f < 0))
       fail(at, ": 'from' index ", f, " reaches before the first layer");
   }
-  if (spec.number < 1) fail(at, ": 'number' must be >= 1, got ", spec.number);
+  // Upstream's configs repeat a block at most 9 times (before depth_multiple); the bound keeps a typo from
+  // building millions of layers.
+  if (spec.number < 1 || spec.number > 1000) fail(at, ": 'number' must be in [1, 1000], got ", spec.number);
   if (!row[2].IsScalar() || row[2].Scalar().empty()) fail(at, ": 'module' must be a name");
   spec.module = row[2].Scalar();
   if (!row[3].IsSequence()) fail(at, " (", spec.module, "): 'args' must be a list");

@@ -13,6 +13,8 @@ ParameterBudget::ParameterBudget(int64_t max_values) : max_values_(max_values), 
 
 ParameterBudget::~ParameterBudget() { active_budget = previous_; }
 
+bool parameter_budget_active() { return active_budget != nullptr; }
+
 void charge_parameters(const char* what, std::initializer_list<int64_t> dims) {
   ParameterBudget* budget = active_budget;
   if (!budget) return;

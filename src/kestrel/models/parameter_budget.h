@@ -34,6 +34,9 @@ class ParameterBudget {
   ParameterBudget* previous_;
 };
 
+// Whether a budget is active on this thread.
+bool parameter_budget_active();
+
 // Charges one tensor of shape `dims` (its element count, overflow-safe) to this thread's budget, if any.
 // Throws kestrel::Error naming `what` when the budget would be exceeded.
 void charge_parameters(const char* what, std::initializer_list<int64_t> dims);
