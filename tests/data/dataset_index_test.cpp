@@ -13,6 +13,8 @@
 #include <random>
 #include <set>
 
+#include <sys/stat.h>
+
 #include "data/data_test_support.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
@@ -112,6 +114,24 @@ TEST_F(BrokenDataset, ReportsEveryBrokenFileAndKeepsEveryGoodSample) {
   EXPECT_NE(short_report.find("  ... and " + std::to_string(idx.warnings.size()) + " more warnings\n"), std::string::npos)
       << short_report;
   EXPECT_GE(idx.warnings.size(), 1u);
+}
+
+// What only looks like a file: a FIFO as label file (opening it would wait for a writer forever), a folder as
+// label file (its "size" made a std::bad_alloc), a dangling link as image (the listing dropped it silently).
+TEST_F(BrokenDataset, SpecialFilesAreReportedByName) {
+  fs::remove(dir.file("labels/train/good1.txt"));
+  ASSERT_EQ(::mkfifo(dir.file("labels/train/good1.txt").c_str(), 0600), 0);
+  fs::remove(dir.file("labels/train/dup.txt"));
+  fs::create_directory(dir.file("labels/train/dup.txt"));
+  fs::create_symlink(dir.file("images/train/gone.jpg"), dir.file("images/train/dangling.jpg"));
+  DatasetIndex idx = index(false);
+  std::map<std::string, std::string> reasons;
+  for (const auto& s : idx.skipped) reasons[fs::path(s.path).filename().string()] = s.reason;
+  EXPECT_NE(reasons["good1.jpg"].find("good1.txt: not a regular file (a FIFO, socket or device)"), std::string::npos)
+      << reasons["good1.jpg"];
+  EXPECT_NE(reasons["dup.jpg"].find("dup.txt: is a directory, not a file"), std::string::npos) << reasons["dup.jpg"];
+  EXPECT_NE(reasons["dangling.jpg"].find("dangling.jpg: not found"), std::string::npos) << reasons["dangling.jpg"];
+  EXPECT_EQ(idx.counts.images, 15);  // the 14 above and the dangling link, all counted
 }
 
 TEST_F(BrokenDataset, CacheIsReusedUntilAFileChanges) {

@@ -13,6 +13,7 @@
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
 #include "kestrel/core/json_number.h"
 
 namespace kestrel {
@@ -76,7 +77,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 SafetensorsContents load_safetensors(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) fail(path, ": weights file not found");
+  if (!fs::exists(path, ec)) fail(path, ": weights file not found");
+  require_regular_file(path);  // a directory or a FIFO, named as such
   const uint64_t file_size = fs::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
   if (!in || ec) fail(path, ": cannot be read");

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
 
 namespace kestrel {
 
@@ -20,6 +21,7 @@ YAML::Node load_yaml_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail(path, ": ", what, " file not found");
   if (std::filesystem::is_directory(path, ec)) fail(path, ": is a directory, expected a ", what, " YAML file");
+  require_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, ": cannot be read");
   std::stringstream text;

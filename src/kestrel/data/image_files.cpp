@@ -26,7 +26,7 @@ namespace {
 
 bool is_pattern(const std::string& entry) { return entry.find_first_of("*?[") != std::string::npos; }
 
-// Every file below `root`, following folder links; a folder met again (a link loop) is not entered twice.
+// Every entry below `root` that is not a folder, following folder links; a folder met again (a link loop) is not entered twice.
 // A folder that cannot be listed is an error naming `source`: files must not go missing in silence.
 void walk(const std::string& root, const std::string& source, const std::function<void(const fs::path&)>& file) {
   std::set<std::pair<dev_t, ino_t>> visited;
@@ -42,7 +42,9 @@ void walk(const std::string& root, const std::string& source, const std::functio
     if (it == end) break;
     if (it->is_directory(ec)) {
       if (!first_visit(it->path())) it.disable_recursion_pending();
-    } else if (it->is_regular_file(ec)) {
+    } else {
+      // Files, and what only looks like one (a dangling link, a FIFO): passed on, so that reading it reports
+      // it by name rather than the listing dropping it in silence.
       file(it->path());
     }
     ec.clear();

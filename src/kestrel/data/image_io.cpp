@@ -12,6 +12,7 @@
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
 #include "kestrel/data/video_io.h"
 
 namespace kestrel::data {
@@ -143,6 +144,7 @@ DecodedImage decode_with_plugin(const std::vector<uint8_t>& bytes, const std::st
 }  // namespace
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  require_regular_file(path);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, ": cannot be read");
   const std::streamsize size = in.tellg();

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
 
 namespace kestrel::eval {
 namespace {
@@ -22,6 +23,7 @@ using nlohmann::json;
 // ---- reading files ---------------------------------------------------------------------------
 
 json load_json(const std::string& path) {
+  require_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, ": cannot open the file");
   try {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
 #include "kestrel/core/safetensors.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/parameter_budget.h"
@@ -21,6 +22,7 @@ constexpr const char* kFormat = "kestrel-yolo-weights-1";
 std::string read_text(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail(path, ": is a directory, not a model config");
+  require_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, ": cannot read the model config");
   std::ostringstream s;
