@@ -126,7 +126,7 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
     const cv::Rect region = eval::crop_region(det.boxes[k], image.size());
     if (region.empty()) continue;  // a box squeezed flat against an edge: nothing to cut
     const auto cls = static_cast<size_t>(det.boxes[k][5].item<float>());
-    const fs::path dir = save_dir / "crops" / (cls < names.size() ? names[cls] : std::to_string(cls));
+    const fs::path dir = save_dir / "crops" / eval::crop_folder_name(names, cls);
     fs::create_directories(dir);
     data::write_jpeg(free_crop_path(dir, stem).string(), image(region), 95, /*full_chroma=*/true);
   }

@@ -155,6 +155,22 @@ TEST(DetectCrop, SaveOneBoxRegion) {
   EXPECT_TRUE(crop_region(at::tensor(std::vector<float>{120, 120, 130, 130}), cv::Size(100, 100)).empty());
 }
 
+// Class names come from the weights file: a crop folder is one path component, never a way out of crops/.
+TEST(DetectCrop, FolderNamesStayInsideTheCropsFolder) {
+  const std::vector<std::string> names{"traffic light", "../../../escaped", "..", "", "a/b", "."};
+  EXPECT_EQ(crop_folder_name(names, 0), "traffic light");  // as upstream
+  EXPECT_EQ(crop_folder_name(names, 1), ".._.._.._escaped");
+  EXPECT_EQ(crop_folder_name(names, 2), "2");
+  EXPECT_EQ(crop_folder_name(names, 3), "3");
+  EXPECT_EQ(crop_folder_name(names, 4), "a_b");
+  EXPECT_EQ(crop_folder_name(names, 5), "5");
+  EXPECT_EQ(crop_folder_name(names, 9), "9");  // beyond the names
+  for (size_t c = 0; c < names.size(); ++c) {
+    const std::filesystem::path folder = std::filesystem::path("run/crops") / crop_folder_name(names, c);
+    EXPECT_EQ(folder.lexically_normal().parent_path(), std::filesystem::path("run/crops")) << c;
+  }
+}
+
 // ---- the kestrel binary ------------------------------------------------------------------------------
 
 struct DetectRun {

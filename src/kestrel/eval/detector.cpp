@@ -131,6 +131,13 @@ Detections Detector::detect(const cv::Mat& bgr, const std::string& visualize_dir
   return {boxes, {w, h}};
 }
 
+std::string crop_folder_name(const std::vector<std::string>& names, size_t cls) {
+  if (cls >= names.size() || names[cls].empty() || names[cls] == "." || names[cls] == "..") return std::to_string(cls);
+  std::string name = names[cls];
+  std::replace(name.begin(), name.end(), '/', '_');
+  return name;
+}
+
 std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf) {
   // Upstream: (xyxy2xywh(xyxy) / gn) in float32 tensors, then '%g ' over (cls, *xywh[, conf]).
   const at::Tensor r = row.to(at::kCPU, at::kFloat).contiguous();

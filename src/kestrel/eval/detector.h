@@ -86,6 +86,11 @@ std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf)
 // empty (a box squeezed against an edge).
 cv::Rect crop_region(const at::Tensor& row, cv::Size image, float gain = 1.02f, float pad = 10.0f);
 
+// The crops/<class name>/ folder of --save-crop for class `cls`. Names come from the weights file, so a
+// name is made one harmless path component: '/' becomes '_', and "", "." and ".." become the class number
+// (a name "../../x" would otherwise put crops outside the run folder). Beyond `names`: the number.
+std::string crop_folder_name(const std::vector<std::string>& names, size_t cls);
+
 // detect.py's per-image summary: "2 persons, 1 tie, " (classes in ascending index order, a plain "s"
 // for plurals), or "(no detections), ".
 std::string summarize_detections(const at::Tensor& boxes, const std::vector<std::string>& names);
