@@ -102,5 +102,18 @@ TEST(WeightsFile, NonFiniteTensorsAndAClassCountThatDisagreesAreErrors) {
   EXPECT_NE(message.find(nc + ": weights metadata says nc 5 but lists 2 class names"), std::string::npos) << message;
 }
 
+// A weight stored as integers (a damaged or hand-edited file) is refused, not converted into garbage weights.
+TEST(WeightsFile, IntegerTensorsForFloatWeightsAreRefused) {
+  test::TempDir dir;
+  SafetensorsContents file = load_safetensors(save_yolov5n(dir));
+  size_t k = 0;
+  while (file.tensors[k].second.scalar_type() != at::kFloat) ++k;
+  file.tensors[k].second = file.tensors[k].second.to(at::kInt);
+  const std::string ints = dir.file("ints.safetensors");
+  save_safetensors(ints, file.tensors, file.metadata);
+  const std::string message = test::error_message([&] { load_model_weights(ints); });
+  EXPECT_NE(message.find(file.tensors[k].first + ": file int vs model float"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace kestrel::models

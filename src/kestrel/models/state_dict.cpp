@@ -54,6 +54,9 @@ LoadReport load_state_dict(torch::nn::Module& module, const NamedTensors& tensor
       report.missing.push_back(key);
     } else if (!it->second.sizes().equals(target.sizes())) {
       report.mismatched.push_back(cat(key, ": file ", shape_text(it->second), " vs model ", shape_text(target)));
+    } else if (target.is_floating_point() && !it->second.is_floating_point()) {
+      // integers (or booleans) where weights belong: a damaged file, not values to convert
+      report.mismatched.push_back(cat(key, ": file ", it->second.dtype().name(), " vs model ", target.dtype().name()));
     }
   }
   for (const auto& [key, value] : tensors)
@@ -65,6 +68,7 @@ LoadReport load_state_dict(torch::nn::Module& module, const NamedTensors& tensor
   for (auto& [key, target] : targets) {
     auto it = given.find(key);
     if (it == given.end() || !it->second.sizes().equals(target.sizes())) continue;
+    if (target.is_floating_point() && !it->second.is_floating_point()) continue;
     target.copy_(it->second.to(target.dtype()));
     ++report.loaded;
   }

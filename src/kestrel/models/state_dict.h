@@ -19,7 +19,7 @@ struct LoadReport {
   size_t loaded = 0;
   std::vector<std::string> missing;     // in the model, not in the file
   std::vector<std::string> unexpected;  // in the file, not in the model
-  std::vector<std::string> mismatched;  // same key, different shape: "key: file [a, b] vs model [c, d]"
+  std::vector<std::string> mismatched;  // same key, different shape ("key: file [a, b] vs model [c, d]") or integers for floats
   bool complete() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
   std::string describe(size_t max_items = 20) const;
 };
