@@ -2,12 +2,15 @@
 // and what is left behind when the write fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <thread>
 #include <vector>
+
+#include <sys/stat.h>
 
 #include "kestrel/core/atomic_file.h"
 #include "test_support.h"
@@ -46,13 +49,22 @@ TEST(AtomicFile, FailuresNameTheFileAndLeaveNothingBehind) {
   EXPECT_NE(test::error_message([&] { write_file_atomic(missing, {"x"}, Durability::kFlushed); })
                 .find(missing + ": cannot write (No such file or directory)"),
             std::string::npos);
-  // The target is a folder with something in it: the rename fails; the folder and its file stay as they were.
+  // The target is a folder with something in it: refused; the folder and its file stay as they were.
   fs::create_directories(dir.file("taken"));
   test::write_file(dir.file("taken/keep.txt"), "kept");
-  const std::string message = test::error_message([&] { write_file_atomic(dir.file("taken"), {"x"}, Durability::kFlushed); });
-  EXPECT_NE(message.find(dir.file("taken") + ": cannot move the new file into place ("), std::string::npos) << message;
+  std::string message = test::error_message([&] { write_file_atomic(dir.file("taken"), {"x"}, Durability::kFlushed); });
+  EXPECT_NE(message.find(dir.file("taken") + ": exists and is not a regular file (a directory); not replaced"), std::string::npos)
+      << message;
   EXPECT_EQ(read_all(dir.file("taken/keep.txt")), "kept");
-  EXPECT_EQ(folder_entries(dir.path()), std::vector<std::string>{"taken"});  // the temporary file is removed
+  // A FIFO (or a device such as /dev/full): the rename would have swapped it for a regular file.
+  ASSERT_EQ(::mkfifo(dir.file("pipe").c_str(), 0600), 0);
+  message = test::error_message([&] { write_file_atomic(dir.file("pipe"), {"x"}, Durability::kFlushed); });
+  EXPECT_NE(message.find(dir.file("pipe") + ": exists and is not a regular file (a device, FIFO or socket); not replaced"),
+            std::string::npos) << message;
+  EXPECT_TRUE(fs::is_fifo(dir.file("pipe")));
+  std::vector<std::string> left = folder_entries(dir.path());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"pipe", "taken"}));  // no temporary file
 }
 
 // Four writers replace one file 50 times each with a file of a single repeated byte (their own, 256 KiB)

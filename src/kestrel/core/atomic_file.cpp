@@ -42,6 +42,13 @@ void flush_folder_of(const std::string& path) {
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts, Durability durability) {
+  // The rename replaces whatever has the name: a device (-o /dev/full), a FIFO or a folder would be swapped
+  // for a regular file. Only a missing or regular file is replaced.
+  std::error_code ec;
+  const std::filesystem::file_status existing = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing))
+    fail(path, ": exists and is not a regular file (",
+         std::filesystem::is_directory(existing) ? "a directory" : "a device, FIFO or socket", "); not replaced");
   const std::string tmp = cat(path, ".tmp", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // the umask applies, as for any new file
   if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
