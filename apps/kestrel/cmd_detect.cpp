@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <algorithm>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -87,6 +88,32 @@ std::vector<OutputNames> output_names(const std::vector<std::string>& images, co
   return names;
 }
 
+// The output stem of each video of a file source (<run>/<stem>.mp4, labels/<stem>_<frame>.txt): its file's
+// stem, or stem2, stem3 ... when another video has that stem (a/v.avi, b/v.mov: upstream overwrites one
+// with the other) or when an image's label file would be one of its frame files (an image v_1.jpg).
+std::vector<std::string> video_stems(const std::vector<std::string>& videos, const std::vector<OutputNames>& images) {
+  const auto frame_file_of = [](const std::string& stem, const fs::path& label) {
+    const std::string name = label.stem().string();
+    return label.parent_path().empty() && name.size() > stem.size() + 1 && name.compare(0, stem.size() + 1, stem + "_") == 0 &&
+           name.find_first_not_of("0123456789", stem.size() + 1) == std::string::npos;
+  };
+  std::set<std::string> taken;
+  std::vector<std::string> stems;
+  for (const std::string& video : videos) {
+    const std::string stem = fs::path(video).stem().string();
+    for (int64_t n = 1;; ++n) {
+      const std::string candidate = n == 1 ? stem : cat(stem, n);
+      const bool clashes = std::any_of(images.begin(), images.end(),
+                                       [&](const OutputNames& image) { return frame_file_of(candidate, image.labels); });
+      if (!clashes && taken.insert(candidate).second) {
+        stems.push_back(candidate);
+        break;
+      }
+    }
+  }
+  return stems;
+}
+
 // upstream's increment_path for a crop: dir/stem.jpg, else dir/stem2.jpg, dir/stem3.jpg, ... Each (folder,
 // stem) remembers where its search ended, so a video's thousands of crops of one class cost one check each
 // (upstream checks from 2 every time), and there is no last number to overwrite (upstream stops at 9999).
@@ -141,12 +168,14 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
 // and written to <run>/<video stem>.mp4 (mp4v, the source's frame rate, as detect.py), labels per frame
 // in labels/<stem>_<n>.txt (n counts the frames detected: from 1 for a video file, from 0 for a camera or
 // stream, as upstream; the total shown is frames / stride).
-// `position`: "video i/n", its place among the source's files.
+// `position`: "video i/n", its place among the source's files; `file_stem`: the output stem of a video file
+// (video_stems), empty for a camera or stream.
 void detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const std::string& position,
-                  const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir) {
+                  const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir,
+                  const std::string& file_stem = "") {
   const bool camera = data::is_camera_source(source);
   // A URL's last path component names the outputs, as upstream's Path(url).stem ("live" for rtsp://host/live).
-  std::string stem = camera ? source : fs::path(source).stem().string();
+  std::string stem = !file_stem.empty() ? file_stem : camera ? source : fs::path(source).stem().string();
   if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
   const fs::path out = save_dir / (stem + ".mp4");
   const int64_t frames = video.frame_count() / o.vid_stride;
@@ -172,6 +201,9 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
   }
   if (f == 0) fail(source, ": no frame could be read from the video");
+  if (frames > 0 && f < frames)  // a frame that does not decode ends the video (upstream goes on to the next file)
+    std::cout << "WARNING: " << source << ": stopped after frame " << f << " of " << frames
+              << " (the next one could not be read); the rest of the video is not processed" << std::endl;
 }
 
 // A file, folder, glob or .txt list: its images, then its videos (each sorted), numbered "image i/n" and
@@ -186,13 +218,14 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
   for (const std::string& file : files)
     if (data::is_video_file(file)) media.push_back(file);
   const std::vector<OutputNames> outputs = output_names(images, o.source);
+  const std::vector<std::string> stems = video_stems({media.begin() + static_cast<long>(images.size()), media.end()}, outputs);
   int64_t skipped = 0;
   const size_t n = media.size();
   for (size_t i = 0, image = 0; i < n; ++i) {
     if (data::is_video_file(media[i])) {
       try {  // like an unreadable image, reported and skipped (upstream's loader goes on to the next file)
         std::unique_ptr<data::VideoReader> clip = data::open_video(media[i]);
-        detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir);
+        detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir, stems[i - images.size()]);
       } catch (const Error& e) {
         std::cout << "video " << i + 1 << "/" << n << " " << media[i] << ": skipped (" << e.what() << ")" << std::endl;
         ++skipped;

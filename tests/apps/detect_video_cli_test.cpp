@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -211,6 +212,53 @@ TEST(DetectVideoCli, FoldersAndGlobsMixImagesAndVideos) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("video 2/2 " + run.dir.file("mixed/broken.mp4") + ": skipped ("), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1 of 2 files skipped"), std::string::npos) << r.output;
+}
+
+// Two videos of one stem (a/clip.avi, b/clip.avi) and an image whose label file is a frame file's name
+// (clip_1.jpg -> labels/clip_1.txt): each video gets a stem of its own, nothing is overwritten or mixed.
+TEST(DetectVideoCli, VideosOfOneStemKeepTheirOwnOutputs) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  VideoRun run;
+  const std::string clip = make_clip(run.dir, cv::Size(192, 128));
+  for (const char* sub : {"media/a", "media/b"}) {
+    fs::create_directories(run.dir.file(sub));
+    fs::copy_file(clip, run.dir.file(std::string(sub) + "/clip.avi"));
+  }
+  fs::copy_file("data/demo/images/val/000000000139.jpg", run.dir.file("media/clip_1.jpg"));
+  const auto r = run.detect(run.dir.file("media"), "--conf-thres 0.0001 --max-det 5 --save-txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string exp = run.project + "/exp";
+  EXPECT_TRUE(fs::exists(exp + "/clip2.mp4")) << r.output;  // "clip" would write labels/clip_1.txt
+  EXPECT_TRUE(fs::exists(exp + "/clip3.mp4")) << r.output;
+  EXPECT_FALSE(fs::exists(exp + "/clip.mp4")) << r.output;
+  for (const char* label : {"clip_1.txt", "clip2_5.txt", "clip3_5.txt"}) EXPECT_TRUE(fs::exists(exp + "/labels/" + label)) << label;
+  EXPECT_NE(r.output.find("11 labels saved to " + exp + "/labels"), std::string::npos) << r.output;
+}
+
+// A frame that does not decode ends the video: said, not silently shorter.
+TEST(DetectVideoCli, AVideoThatStopsEarlyIsReported) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  VideoRun run;
+  const std::string clip = make_clip(run.dir, cv::Size(192, 128));
+  // The start of a frame's JPEG in the middle of the MJPG AVI (after the third "00dc", a name the header
+  // also holds) overwritten with zeros; the index still lists 5 frames.
+  std::string bytes;
+  {
+    std::ifstream in(clip, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  size_t at = 0;
+  for (int k = 0; k < 3; ++k) at = bytes.find("00dc", at + 1);
+  ASSERT_NE(at, std::string::npos);
+  std::fill(bytes.begin() + static_cast<long>(at) + 8, bytes.begin() + static_cast<long>(at) + 600, '\0');
+  test::write_file(clip, bytes);
+  const auto r = run.detect(clip, "--nosave");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t warning = r.output.find("WARNING: " + clip + ": stopped after frame ");
+  ASSERT_NE(warning, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" of 5 (the next one could not be read); the rest of the video is not processed", warning),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(5/5)"), std::string::npos) << r.output;
 }
 
 }  // namespace
