@@ -3,6 +3,10 @@
 // fields in upstream's order.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
@@ -61,6 +65,27 @@ TEST(TrainOptions, DamagedAndOlderFiles) {
   j = options_json(unusual());
   j["workers"] = "many";
   EXPECT_THROW(options_from_json(j, "x"), Error);
+}
+
+// The command line's ranges hold for a state file's options too (--resume reads no flags).
+TEST(TrainOptions, SavedValuesOutsideTheCommandLinesRangesAreRefused) {
+  const std::vector<std::pair<const char*, nlohmann::json>> bad = {
+      {"workers", 100000}, {"imgsz", 100000}, {"imgsz", 16}, {"max_boxes", 0}, {"epochs", 0}, {"batch_size", -1},
+      {"label_smoothing", 2.0}, {"loss_scale", 0.0}, {"amp", "fp8"}, {"cache", "gpu"}};
+  for (const auto& [key, value] : bad) {
+    nlohmann::json j = options_json(unusual());
+    j[key] = value;
+    const std::string message = [&] {
+      try {
+        (void)options_from_json(j, "run/last.state");
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("(accepted)");
+    }();
+    EXPECT_NE(message.find(std::string("run/last.state: the saved training option '") + key + "' is "), std::string::npos)
+        << key << " = " << value << ": " << message;
+  }
 }
 
 TEST(TrainOptions, OptYamlInUpstreamOrder) {

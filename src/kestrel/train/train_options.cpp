@@ -1,7 +1,10 @@
 #include "kestrel/train/train_options.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -89,6 +92,33 @@ nlohmann::json options_json(const TrainOptions& o) {
   return j;
 }
 
+namespace {
+
+// A state file's options bypass the command line's checks (apps/kestrel/cmd_train.cpp): the same ranges
+// here, so that an edited or damaged file is refused by name rather than training with --workers 100000.
+void check_saved_ranges(const TrainOptions& o, const std::string& source) {
+  const auto in_range = [&](const char* key, double value, double low, double high) {
+    if (!(value >= low && value <= high))
+      fail(source, ": the saved training option '", key, "' is ", value, ", outside [", low, ", ", high, "]");
+  };
+  in_range("epochs", o.epochs, 1, 100000);
+  in_range("batch_size", o.batch_size, 1, 65536);
+  in_range("imgsz", o.img_size, 32, 8192);
+  if (o.img_size_test != 0) in_range("imgsz_test", o.img_size_test, 32, 8192);
+  in_range("workers", o.workers, 0, 1024);
+  in_range("label_smoothing", o.label_smoothing, 0, 1);
+  in_range("max_boxes", o.max_boxes, 1, 100000);
+  in_range("loss_scale", o.loss_scale, 1e-30, 1e30);
+  in_range("max_grad_norm", o.max_grad_norm, -1e30, 1e30);
+  for (const auto& [key, value, allowed] :
+       {std::tuple<const char*, std::string, std::vector<std::string>>{"amp", o.amp, {"auto", "fp16", "bf16", "off"}},
+        {"cache", o.cache, {"", "ram", "disk", "val"}}})
+    if (std::find(allowed.begin(), allowed.end(), value) == allowed.end())
+      fail(source, ": the saved training option '", key, "' is '", value, "', not one kestrel writes");
+}
+
+}  // namespace
+
 TrainOptions options_from_json(const nlohmann::json& j, const std::string& source) {
   TrainOptions o;
   try {
@@ -102,6 +132,7 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": the saved training options are incomplete or malformed (", e.what(), ")");
   }
+  check_saved_ranges(o, source);
   return o;
 }
 
