@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <limits>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -117,6 +118,22 @@ TEST(TrainingState, ForeignAndDamagedFilesNameThemselves) {
   save_safetensors(path, raw.tensors, raw.metadata);
   message = test::error_message([&] { read_training_state(path); });
   EXPECT_NE(message.find(path + ": the training options are missing"), std::string::npos) << message;
+}
+
+// NaN in the saved EMA (or model, or optimiser state) would resume into a run that trains and saves NaN.
+TEST(TrainingState, NonFiniteTensorsAreRefused) {
+  test::TempDir dir;
+  const std::string path = dir.file("state.safetensors");
+  write_training_state(path, sample_state());
+  SafetensorsContents raw = load_safetensors(path);
+  size_t k = 0;
+  while (!raw.tensors[k].second.is_floating_point()) ++k;
+  raw.tensors[k].second = raw.tensors[k].second.clone();
+  raw.tensors[k].second.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+  save_safetensors(path, raw.tensors, raw.metadata);
+  const std::string message = test::error_message([&] { read_training_state(path); });
+  EXPECT_NE(message.find(path + ": tensor " + raw.tensors[k].first + " holds NaN or infinite values"), std::string::npos)
+      << message;
 }
 
 // Found by fuzz/training_state_fuzz: progress and option numbers out of range (1e300) were converted with

@@ -70,9 +70,14 @@ TrainingState read_training_state(const std::string& path) {
   if (!m.count("format") || m.at("format") != kStateFormat)
     fail(path, ": not a kestrel training state (pass a run's weights/last.state.safetensors)");
   TrainingState s;
-  for (auto& [key, t] : file.tensors)
+  for (auto& [key, t] : file.tensors) {
+    // Weights files are checked alike (models/weights_file.cpp): resuming NaN would train NaN and save it.
+    if (t.is_floating_point() && !at::isfinite(t).all().item<bool>())
+      fail(path, ": tensor ", key, " holds NaN or infinite values (a damaged file, or a run that diverged: resume from ",
+           "an earlier state, or start again with --weights)");
     for (const Group& g : kGroups)
       if (key.rfind(g.prefix, 0) == 0) (s.*g.tensors).emplace_back(key.substr(std::string(g.prefix).size()), t);
+  }
   if (!m.count("options")) fail(path, ": the training options are missing");
   if (!m.count("progress")) fail(path, ": the training progress is missing");
   nlohmann::json options;
