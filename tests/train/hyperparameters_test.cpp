@@ -106,7 +106,17 @@ TEST(Hyperparameters, MissingKeysAreListedAndOutOfRangeValuesRefused) {
       {"lr0: 0.01\nmosaic: 2\n", "m.yaml:2: 'mosaic' is a probability: at most 1, got 2"},
       {"lr0: 0.01\nfliplr: 1.5\n", "m.yaml:2: 'fliplr' is a probability: at most 1, got 1.5"},
       {"lr0: 0.01\nscale: 1.5\n", "m.yaml:2: 'scale' is a gain below 1"},
-      {"warmup_epochs: -3\n", "m.yaml: 'warmup_epochs' must be >= 0"}};
+      {"warmup_epochs: -3\n", "m.yaml: 'warmup_epochs' must be >= 0"},
+      {"lr0: 1e30\n", "m.yaml:1: 'lr0' must be in [0, 10], got 1e+30"},
+      {"lr0: 0.01\nweight_decay: -1\n", "m.yaml:2: 'weight_decay' must be in [0, 1], got -1"},
+      {"iou_t: -1\n", "m.yaml:1: 'iou_t' must be in [0, 1], got -1"},
+      {"hsv_v: 1e9\n", "m.yaml:1: 'hsv_v' must be at most 1, got 1e+09"},
+      {"translate: 10\n", "m.yaml:1: 'translate' must be at most 1, got 10"},
+      {"shear: 1e6\n", "m.yaml:1: 'shear' must be at most 89, got 1e+06"},
+      {"perspective: 10\n", "m.yaml:1: 'perspective' must be at most 0.1, got 10"}};
+  // every shipped file is inside the ranges
+  for (const auto& file : std::filesystem::directory_iterator("configs/hyps"))
+    EXPECT_EQ(test::error_message([&] { load_hyperparameters(file.path().string()); }), "") << file.path();
   for (const auto& [text, message] : refused) {
     const std::string error = test::error_message([&] { load_hyperparameters(write("m.yaml", text)); });
     EXPECT_NE(error.find(message), std::string::npos) << text << " -> " << error;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include <yaml-cpp/yaml.h>
 
@@ -39,6 +40,13 @@ AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe
   for (const auto& [key, value] : {std::pair<const char*, double>{"copy_paste", o.copy_paste}, {"mosaic", o.mosaic},
                                    {"mixup", o.mixup}, {"flipud", o.flipud}, {"fliplr", o.fliplr}, {"paste_in", o.paste_in}})
     if (value > 1) fail(path, ":", root[key].Mark().line + 1, ": '", key, "' is a probability: at most 1, got ", value);
+  // Gains beyond these only break the images (a hue gain over 1 flips colours, a translation of 10 moves
+  // the image off the canvas and every box with it, a shear of 90 degrees is infinite); upstream's evolution
+  // stays well inside them.
+  for (const auto& [key, value, high] : {std::tuple<const char*, double, double>{"hsv_h", o.hsv_h, 1}, {"hsv_s", o.hsv_s, 1},
+                                         {"hsv_v", o.hsv_v, 1}, {"translate", o.translate, 1}, {"degrees", o.degrees, 360},
+                                         {"shear", o.shear, 89}, {"perspective", o.perspective, 0.1}})
+    if (value > high) fail(path, ":", root[key].Mark().line + 1, ": '", key, "' must be at most ", high, ", got ", value);
   if (o.scale >= 1)
     fail(path, ":", root["scale"].Mark().line + 1, ": 'scale' is a gain below 1 (images are scaled by 1 +/- scale), got ", o.scale);
   return o;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include <yaml-cpp/yaml.h>
 
@@ -98,6 +99,21 @@ Hyperparameters load_hyperparameters(const std::string& path) {
   if (h.lrf <= 0) fail(path, ": 'lrf' must be > 0");
   if (h.momentum < 0 || h.momentum >= 1) fail(path, ": 'momentum' must be in [0, 1)");
   if (h.loss.anchor_t <= 1) fail(path, ": 'anchor_t' must be > 1");
+  // Values that train nonsense without a word (a step size of 1e30, a negative decay or IoU threshold):
+  // upstream takes any number, kestrel names the key. The ranges hold every value of upstream's files and of
+  // its hyperparameter evolution (train.py's meta limits), with room to spare.
+  const std::tuple<const char*, double, double, double> ranges[] = {
+      {"lr0", h.lr0, 0, 10},           {"lrf", h.lrf, 0, 10},          {"weight_decay", h.weight_decay, 0, 1},
+      {"warmup_momentum", h.warmup_momentum, 0, 1}, {"warmup_bias_lr", h.warmup_bias_lr, 0, 10},
+      {"box", h.loss.box, 0, 1000},    {"obj", h.loss.obj, 0, 1000},   {"cls", h.loss.cls, 0, 1000},
+      {"cls_pw", h.loss.cls_pw, 1e-6, 1000}, {"obj_pw", h.loss.obj_pw, 1e-6, 1000}, {"iou_t", h.iou_t, 0, 1},
+      {"anchor_t", h.loss.anchor_t, 1, 100}, {"fl_gamma", h.loss.fl_gamma, 0, 10}};
+  for (const auto& [key, value, low, high] : ranges)
+    if (!(value >= low && value <= high)) {
+      const YAML::Node node = root[key];
+      fail(path, node ? cat(":", node.Mark().line + 1) : std::string(), ": '", key, "' must be in [", low, ", ", high,
+           "], got ", value);
+    }
   return h;
 }
 
