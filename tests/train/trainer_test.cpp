@@ -343,6 +343,32 @@ TEST(Trainer, ResumeNeedsNotThePretrainedFile) {
 // losses. With learning rates of 1e-30 the parameters cannot move by a float32 step (their entries that
 // are 0, the BN biases, move by ~1e-31), so the saved ones are the starting ones: the pretrained float32
 // values rounded to float16. BN's running statistics move in the forward passes and are not compared.
+// A run that diverges (here from weights so large that the first forward overflows) ends with NaN weights
+// whose fitness, 0, ties the best: best.safetensors is not replaced by them (so not written at all here).
+TEST(Trainer, DivergedWeightsDoNotBecomeTheBest) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 1);
+  const std::vector<std::string> names = data::load_dataset_config(o.data).names;
+  auto huge = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")),
+                                  static_cast<int>(names.size()));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : huge->parameters()) p.mul_(1e30);
+  }
+  models::save_model_weights(dir.file("huge.safetensors"), *huge, models::describe_config("yolov5n", names));
+  o.cfg.clear();
+  o.weights = dir.file("huge.safetensors");
+  o.noautoanchor = true;
+  o.noplots = true;
+  testing::internal::CaptureStdout();
+  const TrainResult run = train(o);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("WARNING: the EMA weights hold NaN or infinite values after epoch 0 (training diverged): "
+                     "best.safetensors is not replaced"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(fs::path(run.save_dir) / "weights" / "best.safetensors"));
+  EXPECT_TRUE(fs::exists(fs::path(run.save_dir) / "weights" / "last.safetensors"));
+}
+
 TEST(Trainer, NewRunStartsFromWeightsRoundedToHalfPrecision) {
   test::TempDir dir;
   TrainOptions o = short_run(dir, 1);

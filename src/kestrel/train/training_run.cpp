@@ -268,7 +268,12 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   const bool final_epoch = epoch + 1 == o.epochs || possible_stop;
   if ((!o.noval || final_epoch) && dist_ctx.is_main()) validate_epoch();
   const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);
-  const bool best = fi >= progression.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
+  bool best = fi >= progression.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
+  if (best && !ema_is_finite()) {  // a diverged run's fitness 0 ties the best: keep the best weights there are
+    best = false;
+    std::cout << "WARNING: the EMA weights hold NaN or infinite values after epoch " << epoch
+              << " (training diverged): best.safetensors is not replaced\n";
+  }
   if (best) progression.best_fitness = fi, progression.best_epoch = epoch;
   // Rank 0 decides: only it validates. The other ranks' fitness is 0, and after --resume their best
   // epoch is the saved one, so their own count would stop a run that rank 0 sees improving.
@@ -286,6 +291,13 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   progression.loss_count = 0;
   result.epochs_completed = epoch + 1;
   return stop;
+}
+
+bool TrainingRun::ema_is_finite() {
+  std::vector<at::Tensor> checks;
+  for (const auto& t : models::state_dict(ema->model()))
+    if (t.second.is_floating_point()) checks.push_back(at::isfinite(t.second).all());
+  return checks.empty() || at::stack(checks).all().item<bool>();  // one read-back, at the epoch's end
 }
 
 void TrainingRun::validate_epoch() {
@@ -388,7 +400,7 @@ void TrainingRun::validate_best() {
   models::LoadedModel best;
   try {
     best = models::load_model_weights(result.best);
-  } catch (const Error& e) {  // a run that diverged saved NaN weights as best: the run still ends, and says so
+  } catch (const Error& e) {  // unreadable best weights (a damaged file): the run still ends, and says so
     std::cout << "\nWARNING: the final validation of best weights is skipped: " << e.what() << "\n";
     return;
   }
