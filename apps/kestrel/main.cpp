@@ -1,5 +1,6 @@
 // kestrel: YOLO object detectors (v3, v5, v7) trained on LibTorch. One executable, one subcommand per task.
 #include <iostream>
+#include <string>
 
 #include <c10/util/Exception.h>
 
@@ -17,6 +18,17 @@ int main(int argc, char** argv) {
   kestrel::app::add_models_command(app);
   kestrel::app::add_data_command(app);
   kestrel::app::add_bench_command(app);
+  // CLI11 answers a mistyped subcommand with "A subcommand is required".
+  std::string known;
+  bool is_known = false;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+    is_known = is_known || (argc > 1 && sub->check_name(argv[1]));
+  }
+  if (argc > 1 && argv[1][0] != '-' && !is_known) {
+    std::cerr << "error: unknown subcommand '" << argv[1] << "' (one of: " << known << "; kestrel --help)\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

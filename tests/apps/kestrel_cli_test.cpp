@@ -44,6 +44,7 @@ TEST(Cli, BadInputGivesAClearErrorAndExitCode) {
   EXPECT_NE(r.output.find("--img"), std::string::npos) << r.output;
   r = kestrel("frobnicate");
   EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("error: unknown subcommand 'frobnicate' (one of: train, val, detect"), std::string::npos) << r.output;
 }
 
 TEST(Cli, EnvReportsVersions) {

@@ -421,6 +421,11 @@ TEST(DatasetConfig, DemoYamlAndErrors) {
   EXPECT_NE(error_of("train: a\nval: a\nnc: 2000000000\n").find("d.yaml: 'nc' is 2000000000, above the limit of 1000000 classes"),
             std::string::npos) << error_of("train: a\nval: a\nnc: 2000000000\n");
   EXPECT_EQ(error_of("train: a\nval: a\nnc: 1000\n"), "(no error)");
+  // yaml-cpp's own message was "bad conversion"
+  EXPECT_NE(error_of("train: a\nval: a\nnc: abc\n").find("d.yaml:3: 'nc' must be a whole number of classes, got 'abc'"),
+            std::string::npos) << error_of("train: a\nval: a\nnc: abc\n");
+  EXPECT_NE(error_of("train: a\nval: a\nnc: 2.5\n").find("'nc' must be a whole number of classes, got '2.5'"), std::string::npos);
+  EXPECT_NE(error_of("train: a\nval: a\nnc: 0\nnames: [a]\n").find("d.yaml:3: 'nc' must be >= 1, got 0"), std::string::npos);
   auto names = load_dataset_config((error_of("path: sub\ntrain: t\nval: [v1, /abs/v2]\nnames: [a, b]\n"), dir.file("d.yaml")));
   EXPECT_EQ(names.nc, 2);
   EXPECT_EQ(names.train, std::vector<std::string>{dir.file("sub/t")});

@@ -106,6 +106,17 @@ int launch_child(const std::string& mode) {
 
 TEST(DistLauncher, AllRanksSucceed) { EXPECT_EQ(launch_child("ok"), 0); }
 
+// A MASTER_PORT that is not a port is refused by name (atoi made "abc" port 0), before any rank starts.
+TEST(DistLauncher, MalformedMasterPortIsRefused) {
+  for (const char* port : {"abc", "0", "65536", "29500x"}) {
+    ScopedEnv env({{"KESTREL_LAUNCHER_TEST", "ok"}, {"WORLD_SIZE", ""}, {"MASTER_PORT", port}});
+    const std::string message = test::error_message(
+        [] { launch_local(2, {"kestrel_tests", "--gtest_filter=DistLauncherChild.ExitWithRankCode"}); });
+    EXPECT_NE(message.find(std::string("MASTER_PORT=") + port + ": expected a port number in [1, 65535]"), std::string::npos)
+        << port << ": " << message;
+  }
+}
+
 TEST(DistLauncher, ReturnsTheFailingRanksExitCode) { EXPECT_EQ(launch_child("fail"), 3); }
 
 // Each rank runs on its own share of this process's CPUs with one OpenMP thread per CPU.

@@ -90,7 +90,15 @@ DatasetConfig load_dataset_config(const std::string& path) {
     cfg.val = resolve_entries(root["val"], base, path, "val");
     cfg.test = resolve_entries(root["test"], base, path, "test");
     cfg.names = read_names(root["names"], path);
-    if (root["nc"]) cfg.nc = root["nc"].as<int>();
+    if (const YAML::Node nc = root["nc"]) {
+      try {
+        cfg.nc = nc.as<int>();
+      } catch (const YAML::Exception&) {  // yaml-cpp says only "bad conversion"
+        fail(path, ":", nc.Mark().line + 1, ": 'nc' must be a whole number of classes, got '",
+             nc.IsScalar() ? nc.Scalar().substr(0, 40) : std::string("a list or mapping"), "'");
+      }
+      if (cfg.nc < 1) fail(path, ":", nc.Mark().line + 1, ": 'nc' must be >= 1, got ", cfg.nc);
+    }
   } catch (const YAML::Exception& e) {
     fail(path, ":", e.mark.line + 1, ": ", e.msg);
   }

@@ -106,7 +106,14 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
   if (argv.empty()) fail("launcher: empty command line");
   if (master_port == 0) {
     const char* p = std::getenv("MASTER_PORT");
-    master_port = (p != nullptr && *p != '\0') ? std::atoi(p) : free_port();
+    if (p == nullptr || *p == '\0') {
+      master_port = free_port();
+    } else {  // atoi made "abc" port 0
+      char* end = nullptr;
+      const long port = std::strtol(p, &end, 10);
+      if (*end != '\0' || port < 1 || port > 65535) fail("MASTER_PORT=", p, ": expected a port number in [1, 65535]");
+      master_port = static_cast<int>(port);
+    }
   }
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
