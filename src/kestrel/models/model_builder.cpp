@@ -25,14 +25,27 @@ namespace {
 int round_half_even(double x) { return static_cast<int>(std::nearbyint(x)); }
 int64_t make_divisible(double x, int64_t divisor) { return static_cast<int64_t>(std::ceil(x / divisor)) * divisor; }
 
-std::string render(const YAML::Node& node) {
+// Stops after about `limit` characters ("..."): YAML aliases can make a short file's value gigabytes long.
+void render_into(const YAML::Node& node, std::string& out, size_t limit) {
+  if (out.size() > limit) return;
   if (node.IsSequence()) {
-    std::string s = "[";
-    for (size_t i = 0; i < node.size(); ++i) s += (i ? ", " : "") + render(node[i]);
-    return s + "]";
+    out += "[";
+    for (size_t i = 0; i < node.size() && out.size() <= limit; ++i) {
+      if (i) out += ", ";
+      render_into(node[i], out, limit);
+    }
+    out += "]";
+  } else {
+    out += node.IsNull() ? std::string("None") : node.Scalar().substr(0, limit);
   }
-  if (node.IsNull()) return "None";
-  return node.Scalar();
+}
+
+std::string render(const YAML::Node& node) {
+  constexpr size_t kLimit = 200;
+  std::string out;
+  render_into(node, out, kLimit);
+  if (out.size() > kLimit) out = out.substr(0, kLimit) + "...";
+  return out;
 }
 
 // Reads one layer's argument list with upstream's names (nc, anchors, None, True/False).
