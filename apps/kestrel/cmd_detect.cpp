@@ -89,9 +89,11 @@ std::vector<OutputNames> output_names(const std::vector<std::string>& images, co
 }
 
 // The output stem of each video of a file source (<run>/<stem>.mp4, labels/<stem>_<frame>.txt): its file's
-// stem, or stem2, stem3 ... when another video has that stem (a/v.avi, b/v.mov: upstream overwrites one
-// with the other) or when an image's label file would be one of its frame files (an image v_1.jpg).
-std::vector<std::string> video_stems(const std::vector<std::string>& videos, const std::vector<OutputNames>& images) {
+// stem ("stream" for an empty one or one with ':'), or stem2, stem3 ... when another video has that stem
+// (a/v.avi, b/v.mov: upstream overwrites one with the other) or, with --save-txt, when an image's label
+// file would be one of its frame files (an image v_1.jpg).
+std::vector<std::string> video_stems(const std::vector<std::string>& videos, const std::vector<OutputNames>& images,
+                                     bool save_txt) {
   const auto frame_file_of = [](const std::string& stem, const fs::path& label) {
     const std::string name = label.stem().string();
     return label.parent_path().empty() && name.size() > stem.size() + 1 && name.compare(0, stem.size() + 1, stem + "_") == 0 &&
@@ -100,11 +102,13 @@ std::vector<std::string> video_stems(const std::vector<std::string>& videos, con
   std::set<std::string> taken;
   std::vector<std::string> stems;
   for (const std::string& video : videos) {
-    const std::string stem = fs::path(video).stem().string();
+    std::string stem = fs::path(video).stem().string();
+    if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
     for (int64_t n = 1;; ++n) {
       const std::string candidate = n == 1 ? stem : cat(stem, n);
-      const bool clashes = std::any_of(images.begin(), images.end(),
-                                       [&](const OutputNames& image) { return frame_file_of(candidate, image.labels); });
+      const bool clashes = save_txt && std::any_of(images.begin(), images.end(), [&](const OutputNames& image) {
+                             return frame_file_of(candidate, image.labels);
+                           });
       if (!clashes && taken.insert(candidate).second) {
         stems.push_back(candidate);
         break;
@@ -201,9 +205,11 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
   }
   if (f == 0) fail(source, ": no frame could be read from the video");
-  if (frames > 0 && f < frames)  // a frame that does not decode ends the video (upstream goes on to the next file)
-    std::cout << "WARNING: " << source << ": stopped after frame " << f << " of " << frames
-              << " (the next one could not be read); the rest of the video is not processed" << std::endl;
+  // A frame that does not decode ends the video (upstream goes on to the next file). The container's count
+  // can also be an estimate (duration x fps), so this says what happened rather than what was lost.
+  if (frames > 0 && f < frames)
+    std::cout << "WARNING: " << source << ": ended after frame " << f << " although the container announced " << frames
+              << " (a frame that cannot be decoded ends a video)" << std::endl;
 }
 
 // A file, folder, glob or .txt list: its images, then its videos (each sorted), numbered "image i/n" and
@@ -218,7 +224,8 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
   for (const std::string& file : files)
     if (data::is_video_file(file)) media.push_back(file);
   const std::vector<OutputNames> outputs = output_names(images, o.source);
-  const std::vector<std::string> stems = video_stems({media.begin() + static_cast<long>(images.size()), media.end()}, outputs);
+  const std::vector<std::string> stems =
+      video_stems({media.begin() + static_cast<long>(images.size()), media.end()}, outputs, o.save_txt);
   int64_t skipped = 0;
   const size_t n = media.size();
   for (size_t i = 0, image = 0; i < n; ++i) {

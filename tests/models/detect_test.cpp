@@ -9,8 +9,12 @@
 #include <cmath>
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include <ATen/ATen.h>
+
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/yolo_model.h"
 
 namespace kestrel::models {
 namespace {
@@ -38,6 +42,18 @@ TEST(Detect, BiasPriorsFollowTheModelsCodebase) {
     EXPECT_NEAR(added[2], expected_class, 1e-6) << implicit << family;
   }
   EXPECT_GT(std::abs(v7_class - v5_class), 0.009);  // the two formulas are told apart at 1e-6
+}
+
+// Built models pick the formula by family: yolov4-csp (YOLOv7's repository, a plain Detect) gets YOLOv7's.
+// With nc = 1 the two priors are 4.09 and 11.0, far apart next to the conv bias initialisation
+// (|b| <= 1 / sqrt(fan_in) <= 0.18 here).
+TEST(Detect, BuiltModelsPickThePriorByFamily) {
+  for (const auto& [config, expected] : {std::pair{"yolov4-csp", std::log(0.6 / (1 - 0.99))}, std::pair{"yolov5n", std::log(0.6 / (1 - 0.99999))}}) {
+    const auto model = build_model(load_model_config(resolve_model_config_path(config)), 1);
+    const at::Tensor bias = model->head().named_parameters()["m.0.bias"].detach().view({3, 6});
+    const at::Tensor cls = bias.select(1, 5);
+    EXPECT_LT((cls - expected).abs().max().item<double>(), 0.2) << config << ": " << cls;
+  }
 }
 
 }  // namespace

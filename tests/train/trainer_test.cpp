@@ -338,13 +338,9 @@ TEST(Trainer, ResumeNeedsNotThePretrainedFile) {
   EXPECT_EQ(second.epochs_completed, 2);
 }
 
-// train.py rounds a new run's model to float16 precision before its first step (model.half().float(),
-// "pre-reduce anchor precision"); kestrel does too, so that the same initial weights give upstream's
-// losses. With learning rates of 1e-30 the parameters cannot move by a float32 step (their entries that
-// are 0, the BN biases, move by ~1e-31), so the saved ones are the starting ones: the pretrained float32
-// values rounded to float16. BN's running statistics move in the forward passes and are not compared.
-// A run that diverges (here from weights so large that the first forward overflows) ends with NaN weights
-// whose fitness, 0, ties the best: best.safetensors is not replaced by them (so not written at all here).
+// A run that diverges (here from weights far beyond float16's range, so that the first steps overflow) ends
+// with NaN weights whose fitness, 0, ties the best: best.safetensors is not replaced by them (so not written
+// at all here).
 TEST(Trainer, DivergedWeightsDoNotBecomeTheBest) {
   test::TempDir dir;
   TrainOptions o = short_run(dir, 1);
@@ -369,6 +365,11 @@ TEST(Trainer, DivergedWeightsDoNotBecomeTheBest) {
   EXPECT_TRUE(fs::exists(fs::path(run.save_dir) / "weights" / "last.safetensors"));
 }
 
+// train.py rounds a new run's model to float16 precision before its first step (model.half().float(),
+// "pre-reduce anchor precision"); kestrel does too, so that the same initial weights give upstream's
+// losses. With learning rates of 1e-30 the parameters cannot move by a float32 step (their entries that
+// are 0, the BN biases, move by ~1e-31), so the saved ones are the starting ones: the pretrained float32
+// values rounded to float16. BN's running statistics move in the forward passes and are not compared.
 TEST(Trainer, NewRunStartsFromWeightsRoundedToHalfPrecision) {
   test::TempDir dir;
   TrainOptions o = short_run(dir, 1);

@@ -114,7 +114,7 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
     std::error_code ec;
     if (!fs::exists(entry, ec) && is_pattern(entry)) {
       for (const std::string& match : expand_pattern(entry, source))
-        if (fs::is_regular_file(match, ec) && wanted(match)) images.push_back(match);
+        if (!fs::is_directory(match, ec) && wanted(match)) images.push_back(match);  // what is not a file is reported
     } else if (fs::is_directory(entry, ec)) {
       walk(entry, source, [&](const fs::path& file) {
         if (wanted(file.string())) images.push_back(file.string());

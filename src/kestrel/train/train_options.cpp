@@ -1,6 +1,7 @@
 #include "kestrel/train/train_options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -108,8 +109,10 @@ void check_saved_ranges(const TrainOptions& o, const std::string& source) {
   in_range("workers", o.workers, 0, 1024);
   in_range("label_smoothing", o.label_smoothing, 0, 1);
   in_range("max_boxes", o.max_boxes, 1, 100000);
-  in_range("loss_scale", o.loss_scale, 1e-30, 1e30);
-  in_range("max_grad_norm", o.max_grad_norm, -1e30, 1e30);
+  if (!(o.loss_scale > 0 && std::isfinite(o.loss_scale)))  // the command line's rules
+    fail(source, ": the saved training option 'loss_scale' is ", o.loss_scale, ", not a finite number > 0");
+  if (!std::isfinite(o.max_grad_norm))
+    fail(source, ": the saved training option 'max_grad_norm' is ", o.max_grad_norm, ", not a finite number");
   for (const auto& [key, value, allowed] :
        {std::tuple<const char*, std::string, std::vector<std::string>>{"amp", o.amp, {"auto", "fp16", "bf16", "off"}},
         {"cache", o.cache, {"", "ram", "disk", "val"}}})

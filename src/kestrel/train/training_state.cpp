@@ -73,8 +73,8 @@ TrainingState read_training_state(const std::string& path) {
   for (auto& [key, t] : file.tensors) {
     // Weights files are checked alike (models/weights_file.cpp): resuming NaN would train NaN and save it.
     if (t.is_floating_point() && !at::isfinite(t).all().item<bool>())
-      fail(path, ": tensor ", key, " holds NaN or infinite values (a damaged file, or a run that diverged: resume from ",
-           "an earlier state, or start again with --weights)");
+      fail(path, ": tensor ", key, " holds NaN or infinite values (a damaged file, or a run that diverged: start a new run ",
+           "with --weights from its best.safetensors or an epoch<N>.safetensors)");
     for (const Group& g : kGroups)
       if (key.rfind(g.prefix, 0) == 0) (s.*g.tensors).emplace_back(key.substr(std::string(g.prefix).size()), t);
   }
