@@ -35,7 +35,9 @@ void run_bench_data(const BenchDataOptions& o) {
   d.cache_ram = o.cache == "ram";
   d.cache_disk = o.cache == "disk";
   if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk") fail("--cache ", o.cache, ": expected ram or disk");
-  if (!o.hyp.empty()) d.hyp = data::load_augment_options(o.hyp);
+  bool v7_hyp = false;  // a YOLOv7 hyp file brings YOLOv7's augmentations (mosaic-9, its zoom range), as in training
+  if (!o.hyp.empty()) d.hyp = data::load_augment_options(o.hyp, &v7_hyp);
+  d.dialect = v7_hyp ? data::Dialect::yolov7 : data::Dialect::yolov5;
   auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = o.batch;
@@ -49,12 +51,12 @@ void run_bench_data(const BenchDataOptions& o) {
   if (loader.num_batches() == 0)  // drop_last: whole batches only
     fail("bench data: ", o.data, ": ", dataset->size(), " images make no whole batch of ", o.batch,
          " (use a smaller --batch-size or --repeat N)");
-  nlohmann::json result = {{"what", "loader"}, {"img", o.img}, {"batch", o.batch}, {"workers", o.workers},
+  nlohmann::json result = {{"what", "loader"}, {"augment", v7_hyp ? "yolov7" : "yolov5"}, {"img", o.img}, {"batch", o.batch}, {"workers", o.workers},
                            {"prefetch", loader.prefetch()}, {"cache", o.cache.empty() ? "none" : o.cache},
                            {"images_per_epoch", loader.num_batches() * o.batch}};
   if (!o.json)
-    std::printf("loader: %d workers, up to %d batches of %d built ahead, %lld images an epoch\n", o.workers,
-                loader.prefetch(), o.batch, static_cast<long long>(loader.num_batches() * o.batch));
+    std::printf("loader: %d workers, up to %d batches of %d built ahead, %lld images an epoch, %s augmentations\n", o.workers,
+                loader.prefetch(), o.batch, static_cast<long long>(loader.num_batches() * o.batch), v7_hyp ? "YOLOv7's" : "YOLOv5's");
   std::vector<double> rates;
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -93,6 +93,11 @@ TEST(CliData, SplitWithoutUsableSamplesIsAnError) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("e.yaml: the train split ("), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(") has no images"), std::string::npos) << r.output;
+  // A YOLOv7 hyp file measures YOLOv7's augmentations (mosaic-9, its zoom), as training with it would use.
+  r = test::run_command(test::kestrel_binary() + " bench data --data data/demo/demo.yaml --img 64 --batch-size 8 --workers 1 " +
+                        "--epochs 1 --hyp configs/hyps/hyp.scratch.p5.yaml");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("images an epoch, YOLOv7's augmentations"), std::string::npos) << r.output;
   r = test::run_command(test::kestrel_binary() + " val --task test --data data/demo/demo.yaml --device cpu --weights w.safetensors");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("data/demo/demo.yaml: no 'test' split"), std::string::npos) << r.output;
