@@ -187,6 +187,16 @@ TEST(ModelConfigErrors, AnchorCountsAndSizesAreChecked) {
   }
 }
 
+// Upsampling by 0, a negative, a huge or a NaN factor: named at its line, before the stride probe.
+TEST(ModelConfigErrors, UpsampleFactorsOutOfRange) {
+  const std::string yolo_head = replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[-1, 1, nn.Upsample, [None, 2, 'nearest']],");
+  for (const char* factor : {"0", "-2", "1e9", ".nan"}) {
+    const std::string msg = error_of(replaced(yolo_head, "[None, 2, 'nearest']", std::string("[None, ") + factor + ", 'nearest']"));
+    EXPECT_NE(msg.find("bad.yaml:15: layer 4 (nn.Upsample): scale_factor must be in (0, 64], got "), std::string::npos)
+        << factor << ": " << msg;
+  }
+}
+
 // YAML aliases make a few lines a value of millions of entries: the message shows its start only.
 TEST(ModelConfigErrors, HugeArgumentValuesAreShortenedInMessages) {
   std::string bomb = "a1: &a1 [1,1,1,1,1,1,1,1,1]\n";

@@ -327,7 +327,10 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
     a.at_most(3, "[size, scale_factor, mode]");
     if (a.has(0)) fail(a.where(), ": only scale_factor upsampling is supported (size must be None)");
     if (a.size() > 2 && a.node(2).Scalar() != "nearest") fail(a.where(), ": only 'nearest' upsampling is supported");
-    return {std::make_shared<Upsample>(a.real(1, 2.0)), c1, ""};
+    // upstream's configs scale by 2; a huge factor allocated gigabytes in the stride probe, NaN overflowed there
+    const double scale = a.real(1, 2.0);
+    if (!(scale > 0 && scale <= 64)) fail(a.where(), ": scale_factor must be in (0, 64], got ", scale);
+    return {std::make_shared<Upsample>(scale), c1, ""};
   }
   if (module == "nn.MaxPool2d" || module == "MaxPool2d") {
     a.at_least(1, "[k, s, p]");
