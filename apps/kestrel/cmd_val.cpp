@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -108,6 +109,16 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   if (!out.txt_dir.empty()) {
     v.txt_dir = out.txt_dir;
     v.save_conf = o.save_conf;
+    // val.py names a label file by the image's stem and appends: images of one stem share a file. Said once.
+    std::map<std::string, int> stems;
+    for (const auto& record : split.dataset->records()) ++stems[std::filesystem::path(record.image).stem().string()];
+    int64_t shared = 0;
+    std::string example;
+    for (const auto& [stem, count] : stems)
+      if (count > 1) shared += count, example = example.empty() ? stem : example;
+    if (shared > 0)
+      std::cout << "WARNING: " << shared << " images share their file stem with another image of the split (e.g. " << example
+                << "): as val.py, their predictions are appended to one labels/" << example << ".txt\n";
   }
   if (out.confusion) {
     v.confusion = out.confusion;

@@ -252,6 +252,18 @@ TEST(ValPlotsCli, SaveTxtWritesEveryPredictionOfItsImage) {
     EXPECT_EQ(k, expected.size()) << entry.path();
   }
   EXPECT_EQ(files, by_image.size()) << "a label file for every image with predictions";
+
+  // Two images of one stem (a/x.jpg, b/x.jpg) share val.py's label file: said, not silently mixed.
+  for (const char* sub : {"dup/images/val/a", "dup/images/val/b"}) {
+    std::filesystem::create_directories(dir.file(sub));
+    std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file(std::string(sub) + "/x.jpg"));
+  }
+  std::filesystem::copy_file("data/demo/demo.yaml", dir.file("dup/demo.yaml"));
+  r = test::run_command(test::kestrel_binary() + " val --data " + dir.file("dup/demo.yaml") + " --img 64 --device cpu --noplots"
+                        " --save-txt --weights " + dir.file("runs/exp/weights/last.safetensors") + " --project " + dir.file("val"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("WARNING: 2 images share their file stem with another image of the split (e.g. x): as val.py, "
+                          "their predictions are appended to one labels/x.txt"), std::string::npos) << r.output;
 }
 
 }  // namespace
