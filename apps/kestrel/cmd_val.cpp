@@ -60,6 +60,7 @@ struct PassOutputs {
   std::string txt_dir, plot_dir;
   bool save_json = false;              // COCO predictions (ValidationResult::predictions)
   std::vector<int> coco_category_ids;  // class -> category id in the JSON predictions (empty: the class index)
+  const eval::CocoAnnotations* coco_annotations = nullptr;  // what the JSON is scored against (image ids by file name)
   eval::ConfusionMatrix* confusion = nullptr;
 };
 
@@ -106,6 +107,7 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   v.save_hybrid = o.save_hybrid && !(m.yolov7 && kind != PassKind::plain);
   v.save_json = out.save_json;
   v.coco_category_ids = out.coco_category_ids;
+  v.coco_annotations = out.coco_annotations;
   if (!out.txt_dir.empty()) {
     v.txt_dir = out.txt_dir;
     v.save_conf = o.save_conf;
@@ -225,6 +227,7 @@ void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
     PassOutputs out;
     out.save_json = coco.save_json;
     if (coco.save_json) out.coco_category_ids = category_ids_for(coco, m);
+    if (coco.annotations) out.coco_annotations = &*coco.annotations;
     const std::string file = (dir / eval::study_file_name(o.data, weights)).string();
     std::string rows;
     for (int img : eval::study_image_sizes()) {
@@ -286,6 +289,7 @@ void run_val(const ValOptions& options) {
   if (!o.noplots) out.confusion = &confusion, out.plot_dir = dir;
   out.save_json = save_json;
   if (save_json) out.coco_category_ids = category_ids_for(coco, m);
+  if (save_json && coco.annotations) out.coco_annotations = &*coco.annotations;
   const eval::ValidationResult r = validate_once(o, m, cfg, device, o.img_size, PassKind::plain, out);
   if (!writes) return;
   if (!o.noplots) {

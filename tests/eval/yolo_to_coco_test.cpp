@@ -110,6 +110,22 @@ TEST(YoloToCoco, ImageIdsFollowThePathsNotTheirOrder) {
   EXPECT_TRUE(coco_image_ids({}).empty());
 }
 
+// With the annotation file predictions will be scored against, its own ids by file_name (whole trailing
+// path components, the longest match), whatever was skipped since; a path it does not name gets an id it
+// does not have.
+TEST(YoloToCoco, ImageIdsFromTheAnnotationFileNames) {
+  CocoAnnotations ann;
+  ann.image_ids = {7, 3, 10, 11, 139};
+  ann.file_names = {"img_a.jpg", "img_c.jpg", "a/x.jpg", "b/x.jpg", "000000000139.jpg"};
+  EXPECT_EQ(coco_image_ids({"/r/images/img_c.jpg", "/r/images/img_a.jpg", "/r/images/new.jpg"}, ann),
+            (std::vector<int64_t>{3, 7, 140}));  // 140: above the file's largest id
+  EXPECT_EQ(coco_image_ids({"/r/images/b/x.jpg", "/r/images/a/x.jpg", "/r/images/c/x.jpg"}, ann),
+            (std::vector<int64_t>{11, 10, 140}));
+  EXPECT_EQ(coco_image_ids({"/coco/images/val2017/000000000139.jpg"}, ann), (std::vector<int64_t>{139}));
+  ann.file_names.assign(5, "");  // no names: the ids of coco_image_ids(paths)
+  EXPECT_EQ(coco_image_ids({"/d/b.jpg", "/d/a.jpg"}, ann), (std::vector<int64_t>{2, 1}));
+}
+
 TEST(YoloToCoco, ClassWithoutNameIsAnError) {
   data::DatasetIndex index;
   index.records = {record("/d/images/1.jpg", 20, 20, {box(2, 0.5f, 0.5f, 0.1f, 0.1f)})};

@@ -115,6 +115,8 @@ CocoAnnotations parse_coco_annotations(const json& root, const std::string& path
   CocoAnnotations out;
   out.source = path;
   out.image_ids = listed_ids(root, "images", path);
+  for (const json& image : root.at("images"))
+    out.file_names.push_back(image.contains("file_name") && image["file_name"].is_string() ? image["file_name"].get<std::string>() : "");
   out.category_ids = listed_ids(root, "categories", path);
   for (const json& category : root.at("categories"))
     out.category_names.push_back(category.contains("name") && category["name"].is_string() ? category["name"].get<std::string>() : "");

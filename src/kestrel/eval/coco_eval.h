@@ -51,6 +51,7 @@ struct CocoDetection {
 struct CocoAnnotations {
   std::string source;                    // file name, for messages
   std::vector<int64_t> image_ids;        // as listed under "images"
+  std::vector<std::string> file_names;   // their "file_name" ("" where missing), parallel to image_ids
   std::vector<int64_t> category_ids;     // as listed under "categories"
   std::vector<std::string> category_names;  // their "name" ("" where missing), parallel to category_ids
   std::vector<CocoGroundTruth> objects;  // "annotations", in file order

@@ -87,7 +87,7 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
   if (options.save_json) {
     std::vector<std::string> paths;
     for (const auto& record : dataset.records()) paths.push_back(record.image);
-    coco_ids = coco_image_ids(paths);
+    coco_ids = options.coco_annotations ? coco_image_ids(paths, *options.coco_annotations) : coco_image_ids(paths);
     r.image_ids = coco_ids;
   }
   const at::Tensor iou_thresholds = default_iou_thresholds();

@@ -46,6 +46,9 @@ struct ValidationOptions {
   // detections of confidence 1 (box, objectness 1, their class 1), so the metrics and txt files mix both.
   bool save_hybrid = false;
   std::vector<int> coco_category_ids;   // class index -> category id in JSON (empty: the class index)
+  // The annotation file the JSON will be scored against: image ids by its file names (yolo_to_coco.h
+  // coco_image_ids(paths, annotations)); null: coco_image_ids(paths).
+  const CocoAnnotations* coco_annotations = nullptr;
   // When set, every image with labels is added to it as val.py does for confusion_matrix.png
   // (predictions and labels in original-image pixels; its nc must be the validation's).
   ConfusionMatrix* confusion = nullptr;

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +52,33 @@ std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths) {
   return ids;
 }
 
+std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths, const CocoAnnotations& annotations) {
+  std::vector<int64_t> ids = coco_image_ids(paths);
+  const bool named = std::any_of(annotations.file_names.begin(), annotations.file_names.end(),
+                                 [](const std::string& n) { return !n.empty(); });
+  if (!named) return ids;
+  // file_name -> id, looked up by the path's trailing components, longest first
+  std::map<std::string, int64_t> by_name;
+  for (size_t i = 0; i < annotations.file_names.size(); ++i)
+    if (!annotations.file_names[i].empty())
+      by_name.emplace(fs::path(annotations.file_names[i]).lexically_normal().generic_string(), annotations.image_ids[i]);
+  int64_t unknown = annotations.image_ids.empty()
+                        ? 0 : *std::max_element(annotations.image_ids.begin(), annotations.image_ids.end());
+  for (size_t k = 0; k < paths.size(); ++k) {
+    const fs::path path = fs::path(paths[k]).lexically_normal();
+    std::vector<std::string> parts;
+    for (const auto& part : path) parts.push_back(part.generic_string());
+    std::optional<int64_t> found;
+    std::string suffix;
+    for (size_t i = parts.size(); i-- > 0;) {  // x.jpg, val/x.jpg, images/val/x.jpg ... the longest match wins
+      suffix = suffix.empty() ? parts[i] : parts[i] + "/" + suffix;
+      if (const auto it = by_name.find(suffix); it != by_name.end()) found = it->second;
+    }
+    ids[k] = found ? *found : ++unknown;
+  }
+  return ids;
+}
+
 const std::vector<int>& coco80_to_coco91_ids() {
   static const std::vector<int> ids = [] {
     const std::set<int> unused = {12, 26, 29, 30, 45, 66, 68, 69, 71, 83};
@@ -81,6 +110,8 @@ std::vector<int> coco_category_ids_for(const std::vector<std::string>& names, co
   for (const std::string& name : names) {
     const auto it = by_name.find(name);
     if (it == by_name.end()) break;
+    if (it->second < INT32_MIN || it->second > INT32_MAX)  // predictions carry int ids (as COCO's own)
+      fail(annotations.source, ": category '", name, "' has id ", it->second, ", beyond the 32-bit ids kestrel writes");
     ids.push_back(static_cast<int>(it->second));
   }
   if (ids.size() == names.size()) return ids;

@@ -32,6 +32,14 @@ namespace kestrel::eval {
 // `paths` in any order (validation sorts by aspect ratio); the ids come back in that order.
 std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths);
 
+// The ids of `paths` in an annotation file: its own id for an image whose file_name ends the path (whole
+// components: "val/x.jpg" names .../images/val/x.jpg; the longest such name wins), so that predictions meet
+// their images whatever was skipped or added since the file was made (on COCO's own file the same ids as
+// the numeric stems, val.py's rule). A path no file_name ends gets an id the file does not have (above its
+// largest), so its predictions are reported as outside the file rather than scored against another image.
+// A file without file names: coco_image_ids(paths).
+std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths, const CocoAnnotations& annotations);
+
 // COCO 2017's category ids of the 80 classes in YOLO's order (val.py's coco80_to_coco91_class): 1..90
 // without the ten ids COCO leaves unused (12, 26, 29, 30, 45, 66, 68, 69, 71, 83).
 const std::vector<int>& coco80_to_coco91_ids();
