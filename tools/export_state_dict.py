@@ -56,13 +56,25 @@ def main(argv=None) -> int:
     sd = collections.OrderedDict((k, sd[k]) for k in order)
     if args.half:
         sd = collections.OrderedDict((k, v.half() if v.is_floating_point() else v) for k, v in sd.items())
-    tmp = args.output + ".tmp"
-    torch.save(sd, tmp)
-    os.replace(tmp, args.output)
-    if args.yaml:
-        with open(args.yaml, "w") as out:
-            out.write(meta.get("model_yaml", ""))
-    names = json.loads(meta.get("names", "[]"))
+    try:
+        names = json.loads(meta.get("names", "[]"))
+    except ValueError:
+        print(f"error: {args.weights}: its 'names' metadata is not JSON", file=sys.stderr)
+        return 1
+    # Each output whole or not at all (temporary file, renamed into place); a failure names the file.
+    for target, write in ((args.output, lambda tmp: torch.save(sd, tmp)),
+                          (args.yaml, lambda tmp: open(tmp, "w").write(meta.get("model_yaml", "")))):
+        if not target:
+            continue
+        tmp = target + ".tmp"
+        try:
+            write(tmp)
+            os.replace(tmp, target)
+        except (OSError, RuntimeError) as e:  # torch.save reports a missing folder as RuntimeError
+            if os.path.exists(tmp) and not os.path.isdir(tmp):
+                os.remove(tmp)
+            print(f"error: {target}: cannot write ({e})", file=sys.stderr)
+            return 1
     print(f"{args.weights} -> {args.output}: {len(sd)} tensors, model {meta.get('model_name', '?')}, "
           f"nc {len(names)}")
     print(f"  names: {names}")

@@ -48,6 +48,7 @@ import os
 import pickle
 import sys
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -174,6 +175,8 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
         numel *= s
     if numel > MAX_TENSOR_ELEMENTS:
         raise pickle.UnpicklingError(f"tensor of {numel} elements is larger than any YOLO weight")
+    if numel > base.size:  # only overlapping (expanded, stride-0) views can: no weight is one, and the copy would blow up
+        raise pickle.UnpicklingError(f"tensor view of {numel} elements over a storage of {base.size} (an expanded view)")
     if numel == 0:
         out = np.zeros(size, dtype=base.dtype)
     else:
@@ -288,11 +291,14 @@ def load_checkpoint(path: str):
             raise ConvertError(f"{path}: a zip archive but not a torch checkpoint (no <name>/data.pkl)")
         prefix = pkls[0][: -len("data.pkl")]
         byteorder = "little"
-        if prefix + "byteorder" in archive.namelist():
-            byteorder = archive.read(prefix + "byteorder").decode(errors="replace").strip()
-            if byteorder not in ("little", "big"):
-                raise ConvertError(f"{path}: unknown byte order '{byteorder}'")
-        data = archive.read(pkls[0])
+        try:  # a damaged member (bad CRC, cut out bytes) is a damaged file, not a traceback
+            if prefix + "byteorder" in archive.namelist():
+                byteorder = archive.read(prefix + "byteorder").decode(errors="replace").strip()
+            data = archive.read(pkls[0])
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+            raise ConvertError(f"{path}: damaged zip archive ({type(e).__name__}: {e})") from None
+        if byteorder not in ("little", "big"):
+            raise ConvertError(f"{path}: unknown byte order '{byteorder}'")
         unpickler = RestrictedUnpickler(io.BytesIO(data), archive, prefix, byteorder, path)
         try:
             obj = unpickler.load()
@@ -330,7 +336,7 @@ def module_state_dict(module, path: str, prefix: str = "", out=None, dropped=Non
         if t is None:
             continue
         key = prefix + str(name)
-        if not isinstance(t, Tensor):
+        if not isinstance(t, Tensor) or not isinstance(getattr(t, "array", None), np.ndarray):
             raise ConvertError(f"{path}: '{key}' is not a tensor ({t!r:.80})")
         if implicit_free_detect and name == "anchor_grid":
             dropped.append(key)
@@ -345,19 +351,26 @@ def module_state_dict(module, path: str, prefix: str = "", out=None, dropped=Non
     return out, dropped
 
 
-def plain(obj, path: str, what: str):
+def plain(obj, path: str, what: str, depth: int = 0):
     """A pickled value as plain YAML/JSON data (dicts, lists, str, numbers, bools, None)."""
+    if depth > 50:  # a model YAML is a few levels deep; a value that contains itself never ends
+        raise ConvertError(f"{path}: {what} is nested more than 50 levels deep (or contains itself)")
     if obj is None or isinstance(obj, (str, bool, int, float)):
         return obj
     if isinstance(obj, dict):
-        return {plain(k, path, what): plain(v, path, what) for k, v in obj.items()}
+        return {plain(k, path, what, depth + 1): plain(v, path, what, depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [plain(v, path, what) for v in obj]
+        return [plain(v, path, what, depth + 1) for v in obj]
     raise ConvertError(f"{path}: {what} holds a value that is not plain data ({obj!r:.80})")
+
+
+MAX_CLASSES = 1_000_000  # kestrel's dataset limit
 
 
 def class_names(raw, nc, path: str):
     if raw is None:
+        if nc > MAX_CLASSES:
+            raise ConvertError(f"{path}: model.yaml says nc={nc}, above the limit of {MAX_CLASSES} classes")
         print(f"warning: {path}: the model has no class names; using '0'..'{nc - 1}'", file=sys.stderr)
         return [str(i) for i in range(nc)]
     if isinstance(raw, dict):
@@ -392,12 +405,17 @@ def write_safetensors(path: str, arrays: dict, metadata: dict):
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as out:
-        out.write(len(head).to_bytes(8, "little"))
-        out.write(head)
-        for blob in blobs:
-            out.write(blob)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(len(head).to_bytes(8, "little"))
+            out.write(head)
+            for blob in blobs:
+                out.write(blob)
+        os.replace(tmp, path)
+    except OSError as e:  # no such folder, a folder of that name, a read-only disk: nothing half-written is left
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise ConvertError(f"{path}: cannot write ({e.strerror or e})") from None
 
 
 def dump_model_yaml(cfg: dict) -> str:

@@ -327,6 +327,76 @@ TEST(ImportPt, GarbageAndWrongFilesGiveClearErrors) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// Damaged or crafted checkpoints found by a black-box audit: each an error naming the file, never a traceback
+// (nor 20 GB of memory): a zip member with a bad CRC, an expanded (stride-0) view of a million elements over a
+// one-element storage, nc 1e10 without class names, a model YAML that contains itself.
+TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
+  test::TempDir dir;
+  const auto made = test::run_python(
+      "import struct, sys, types, zipfile, torch, torch.nn as nn\n"
+      "pkg, yolo = types.ModuleType('models'), types.ModuleType('models.yolo')\n"
+      "sys.modules.update({'models': pkg, 'models.yolo': yolo})\n"
+      "class Model(nn.Module):\n"
+      "    pass\n"
+      "Model.__module__ = 'models.yolo'\n"
+      "yolo.Model = Model\n"
+      "def save(name, yaml, buffer, names=None):\n"
+      "    m = Model()\n"
+      "    m.register_buffer('b', buffer)\n"
+      "    m.yaml, m.names = yaml, names\n"
+      "    torch.save({'model': m, 'epoch': 1}, '" + dir.file("") + "' + name)\n"
+      "cfg = {'nc': 1, 'backbone': [], 'head': []}\n"
+      "save('good.pt', cfg, torch.zeros(2), ['a'])\n"
+      "save('expanded.pt', cfg, torch.zeros(1).expand(1 << 20), ['a'])\n"
+      "save('huge_nc.pt', {'nc': 10 ** 10, 'backbone': [], 'head': []}, torch.zeros(2))\n"
+      "loop = {'backbone': [], 'head': []}\n"
+      "loop['me'] = loop\n"
+      "save('loop.pt', loop, torch.zeros(2), ['a'])\n"
+      "with zipfile.ZipFile('" + dir.file("good.pt") + "') as z:\n"
+      "    info = [i for i in z.infolist() if i.filename.endswith('/data.pkl')][0]\n"
+      "data = bytearray(open('" + dir.file("good.pt") + "', 'rb').read())\n"
+      "n, extra = struct.unpack('<HH', data[info.header_offset + 26:info.header_offset + 30])\n"
+      "data[info.header_offset + 30 + n + extra + 5] ^= 0xFF\n"
+      "open('" + dir.file("crc.pt") + "', 'wb').write(bytes(data))\n");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"crc.pt", "damaged zip archive (BadZipFile"},
+      {"expanded.pt", "tensor view of 1048576 elements over a storage of 1 (an expanded view)"},
+      {"huge_nc.pt", "model.yaml says nc=10000000000, above the limit of 1000000 classes"},
+      {"loop.pt", "model.yaml is nested more than 50 levels deep (or contains itself)"},
+  };
+  for (const auto& [name, message] : cases) {
+    const auto r = import_pt(dir.file(name) + " " + dir.file("out.safetensors"));
+    EXPECT_EQ(r.exit_code, 1) << name << ": " << r.output;
+    EXPECT_NE(r.output.find(dir.file(name) + ": "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << name << ": " << r.output;
+    EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
+  }
+}
+
+// Outputs that cannot be written (no such folder, a folder of that name) are errors naming them, with no
+// temporary file left behind, for both tools.
+TEST(ImportPt, UnwritableOutputsAreErrorsNamingThem) {
+  Fixture f("yolov5n", {"person", "car"}, "");
+  fs::create_directories(f.dir.file("taken.safetensors"));
+  for (const std::string& out : {f.dir.file("no/such/x.safetensors"), f.dir.file("taken.safetensors")}) {
+    const auto r = import_pt(f.pt + " " + out);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("error: " + out + ": cannot write"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out + ".tmp"));
+  }
+  const std::string imported = f.dir.file("imported.safetensors");
+  ASSERT_EQ(import_pt(f.pt + " " + imported).exit_code, 0);
+  for (const std::string& args : {f.dir.file("no/such/sd.pt"), f.dir.file("sd.pt") + " --yaml " + f.dir.file("no/such/m.yaml")}) {
+    const auto r = test::run_command(python() + " tools/export_state_dict.py " + imported + " " + args);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("no/such/"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(": cannot write"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
+  }
+}
+
 TEST(ImportPt, ExportStateDictLoadsWithWeightsOnlyAndMatches) {
   Fixture f("yolov5n", {"person", "car"}, "");
   const std::string imported = f.dir.file("imported.safetensors"), sd = f.dir.file("sd.pt");
