@@ -348,6 +348,12 @@ TEST(ImageFiles, LabelPathRuleAndTxtLists) {
   test::write_file(dir.file("list.txt"), "./images/b.jpg\nimages/a.jpg\n\n" + dir.file("images/a.jpg") + "\n");
   auto images = list_images({dir.file("list.txt")}, "d.yaml");
   EXPECT_EQ(images, (std::vector<std::string>{dir.file("images/a.jpg"), dir.file("images/b.jpg")}));
+  // Trailing tabs are whitespace too, and a folder in a list stands for its images (detect.py's lists).
+  fs::create_directories(dir.file("more"));
+  test::write_bytes(dir.file("more/c.jpg"), {1});
+  test::write_file(dir.file("list2.txt"), "images/a.jpg\t\r\nmore\n");
+  images = list_images({dir.file("list2.txt")}, "d.yaml");
+  EXPECT_EQ(images, (std::vector<std::string>{dir.file("images/a.jpg"), dir.file("more/c.jpg")}));
   try {
     list_images({dir.file("nope")}, "d.yaml");
     FAIL();

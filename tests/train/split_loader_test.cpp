@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kestrel/data/dataset_config.h"
+#include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/split_loader.h"
 
 namespace kestrel::train {
@@ -65,6 +68,24 @@ TEST(ValLoader, KeepsEveryLabelWhateverMaxBoxes) {
 constexpr uint64_t kGiB = 1ull << 30;
 
 // Upstream: cache = required * 1.1 < available; its message without the margin, sizes in GB to 0.1.
+// --quad stitches groups of 4: a batch of 7 leaves 3 images of every batch out (as upstream's collate_fn4),
+// which is said once; a multiple of 4 says nothing.
+TEST(TrainLoader, QuadSaysWhatABatchSizeNotAMultipleOfFourLeavesOut) {
+  const data::DatasetConfig cfg = data::load_dataset_config("data/demo/demo.yaml");
+  TrainOptions o;
+  o.img_size = 64;
+  o.workers = 1;
+  o.quad = true;
+  for (const auto& [batch, warned] : {std::pair{7, true}, std::pair{8, false}}) {
+    o.batch_size = batch;
+    testing::internal::CaptureStdout();
+    make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU));
+    const std::string out = testing::internal::GetCapturedStdout();
+    EXPECT_EQ(out.find("WARNING: --quad takes groups of 4 images: 3 of every batch of 7 are left out") != std::string::npos,
+              warned) << batch << ": " << out;
+  }
+}
+
 TEST(RamCacheCheck, TenPercentMarginOverTheAvailableMemory) {
   const core::HostMemory memory{15 * kGiB / 10, 8 * kGiB};  // 1.5 of 8 GiB available
   EXPECT_EQ(ram_cache_refusal("train", kGiB, 0, memory, 1), "");                // 1.1 < 1.5

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -124,11 +125,17 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
       const fs::path parent = fs::path(entry).parent_path();
       std::string line;
       while (std::getline(in, line)) {
-        while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+        while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();  // \r, tabs
         if (line.empty()) continue;
         fs::path p(line);
         if (!p.is_absolute()) p = parent / p;
-        if (wanted(p.string())) images.push_back(p.lexically_normal().string());
+        if (fs::is_directory(p, ec)) {  // a folder in the list: its files, as a folder source (detect.py's lists)
+          walk(p.string(), source, [&](const fs::path& file) {
+            if (wanted(file.string())) images.push_back(file.string());
+          });
+        } else if (wanted(p.string())) {
+          images.push_back(p.lexically_normal().string());
+        }
       }
     } else if (fs::is_regular_file(entry, ec) && wanted(entry)) {
       images.push_back(entry);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <iterator>
 #include <numeric>
 #include <unordered_map>
@@ -30,6 +31,8 @@ json load_json(const std::string& path) {
     return json::parse(in);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double (1e999)
     fail(path, ": malformed JSON (", e.what(), ")");
+  } catch (const std::bad_alloc&) {  // e.g. a billion nested brackets: the parser's stack outgrew the memory
+    fail(path, ": too large or too deeply nested to read into memory");
   }
 }
 

@@ -156,6 +156,9 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
     if (l.batch_size < 4) fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", l.batch_size, ")");
     l.quad = true;
     l.drop_last = true;
+    if (l.batch_size % 4 != 0 && rank == 0)  // as upstream's collate_fn4, which takes batch // 4 groups
+      std::cout << "WARNING: --quad takes groups of 4 images: " << l.batch_size % 4 << " of every batch of "
+                << l.batch_size << " are left out; use a batch size that is a multiple of 4\n";
   }
   out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
   return out;
