@@ -92,6 +92,15 @@ TEST(Evolve, MalformedEvolveCsvNamesTheFile) {
   test::write_file(dir.file("evolve.csv"), "a,b\n1,2\n");
   EXPECT_THROW(read_evolve_csv(dir.file("evolve.csv")), Error);
   EXPECT_TRUE(read_evolve_csv(dir.file("missing.csv")).empty());
+  // nan or inf in a row would make it the "best" (fitness nan) or a gene nobody can train with
+  const std::string header = "metrics/precision,metrics/recall,metrics/mAP_0.5,metrics/mAP_0.5:0.95,val/box_loss,"
+                             "val/obj_loss,val/cls_loss,lr0\n";
+  for (const char* row : {"0.1,0.2,nan,0.4,0.1,0.1,0.1,0.01\n", "0.1,0.2,0.3,0.4,0.1,0.1,0.1,inf\n"}) {
+    test::write_file(dir.file("evolve.csv"), header + row);
+    const std::string message = test::error_message([&] { read_evolve_csv(dir.file("evolve.csv")); });
+    EXPECT_NE(message.find(dir.file("evolve.csv") + ":2: \""), std::string::npos) << message;
+    EXPECT_NE(message.find("\" is not a finite number"), std::string::npos) << message;
+  }
 }
 
 std::map<std::string, double> yaml_values(const std::string& path) {

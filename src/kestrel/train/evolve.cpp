@@ -38,10 +38,10 @@ double parse_number(const std::string& text, const std::string& path, size_t lin
   try {
     size_t used = 0;
     const double v = std::stod(text, &used);
-    if (used == text.size()) return v;
+    if (used == text.size() && std::isfinite(v)) return v;  // nan or inf: a damaged row, never a result or gene
   } catch (const std::exception&) {
   }
-  fail(path, ":", line, ": \"", text, "\" is not a number");
+  fail(path, ":", line, ": \"", text, "\" is not a finite number");
 }
 
 // The last row of a run's results.csv: P, R, mAP50, mAP50-95, val box/obj/cls (columns 4-10).
@@ -198,7 +198,8 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     const TrainResult run = train(o);
     if (run.interrupted) break;
     EvolveRow row{final_results((fs::path(run.save_dir) / "results.csv").string()), hyp};
-    const bool fresh = !fs::exists(csv);
+    std::error_code ec;
+    const bool fresh = !fs::exists(csv) || fs::file_size(csv, ec) == 0;  // an empty file gets its header too
     std::ofstream out(csv, std::ios::app);
     if (fresh) {
       std::vector<std::string> header = kResultColumns;
