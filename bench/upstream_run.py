@@ -122,15 +122,29 @@ def _kestrel_preprocess(resize=True, sort=True):
         cls.load_image = load_image
 
 
-def _train_with_dump(dump_dir):
-    """YOLOv5's train.py with two observers registered through its own Callbacks (train.main(opt, callbacks)):
-    each iteration's running-mean losses, and at the end of training the float32 state of the model and of
-    its EMA (train.py's checkpoints hold float16 copies) in DUMP_DIR/upstream_final.pt, the iterations in
-    DUMP_DIR/upstream_iters.json. The EMA is found by subclassing the ModelEMA that train.py imported."""
+def _write_dump(dump_dir, seen):
+    """DUMP_DIR/upstream_final.pt: the float32 state of the model and of its EMA (train.py's checkpoints hold
+    float16 copies) and the EMA's update count; DUMP_DIR/upstream_iters.json: the iterations' losses."""
     import json
     from pathlib import Path
 
     import torch
+
+    def fp32(module):
+        return {k: v.detach().float().clone() for k, v in module.state_dict().items()}
+
+    out = Path(dump_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save({'model': fp32(seen['model']), 'ema': fp32(seen['ema'].ema), 'ema_updates': seen['ema'].updates},
+               out / 'upstream_final.pt')
+    (out / 'upstream_iters.json').write_text(json.dumps(seen['iters']))
+
+
+def _train_with_dump(dump_dir):
+    """YOLOv5's train.py with two observers registered through its own Callbacks (train.main(opt, callbacks)):
+    each iteration's running-mean losses, and at the end of training the float32 state of the model and of
+    its EMA (train.py's checkpoints hold float16 copies) in DUMP_DIR/upstream_final.pt, the iterations in
+    DUMP_DIR/upstream_iters.json (_write_dump). The EMA is found by subclassing the ModelEMA that train.py imported."""
     import train as upstream_train  # upstream train.py, imported from the working directory
     from utils.callbacks import Callbacks
 
@@ -146,14 +160,7 @@ def _train_with_dump(dump_dir):
         seen['iters'].append([int(ni)] + [float(x) for x in mloss])
 
     def train_end(*args):
-        def fp32(module):
-            return {k: v.detach().float().clone() for k, v in module.state_dict().items()}
-
-        out = Path(dump_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save({'model': fp32(seen['model']), 'ema': fp32(seen['ema'].ema), 'ema_updates': seen['ema'].updates},
-                   out / 'upstream_final.pt')
-        (out / 'upstream_iters.json').write_text(json.dumps(seen['iters']))
+        _write_dump(dump_dir, seen)
 
     upstream_train.ModelEMA = ObservedEMA
     if os.environ.get('KESTREL_SORT_OBJ_IOU') == '1':
@@ -187,10 +194,6 @@ def _train_with_dump_yolov7(dump_dir):
     loss only: validation uses ComputeLoss), whose loss items are each iteration's (with one iteration per
     epoch also the epoch's running mean). The files are those of _train_with_dump. Needs loss_ota: 1 (the
     YOLOv7 hyps' value): with ComputeLoss for training its calls could not be told from validation's."""
-    import json
-    from pathlib import Path
-
-    import torch
     import utils.loss
     import utils.torch_utils
 
@@ -215,15 +218,7 @@ def _train_with_dump_yolov7(dump_dir):
     runpy.run_path('train.py', run_name='__main__')
     if not seen['iters']:
         sys.exit('KESTREL_TRAIN_DUMP: no ComputeLossOTA call (a hyp with loss_ota: 1 is needed)')
-
-    def fp32(module):
-        return {k: v.detach().float().clone() for k, v in module.state_dict().items()}
-
-    out = Path(dump_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.save({'model': fp32(seen['model']), 'ema': fp32(seen['ema'].ema), 'ema_updates': seen['ema'].updates},
-               out / 'upstream_final.pt')
-    (out / 'upstream_iters.json').write_text(json.dumps(seen['iters']))
+    _write_dump(dump_dir, seen)
 
 
 def main():

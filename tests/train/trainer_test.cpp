@@ -338,22 +338,31 @@ TEST(Trainer, ResumeNeedsNotThePretrainedFile) {
   EXPECT_EQ(second.epochs_completed, 2);
 }
 
+// A fresh yolov5n for the classes of the run's dataset.
+std::shared_ptr<models::YoloModel> yolov5n_for(const TrainOptions& o) {
+  const int nc = static_cast<int>(data::load_dataset_config(o.data).names.size());
+  return models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), nc);
+}
+
+// Saves `model` (yolov5n_for's) at `path` and makes the run start from it (--weights, no --cfg).
+void start_from(TrainOptions& o, const models::YoloModel& model, const std::string& path) {
+  models::save_model_weights(path, model, models::describe_config("yolov5n", data::load_dataset_config(o.data).names));
+  o.cfg.clear();
+  o.weights = path;
+}
+
 // A run that diverges (here from weights far beyond float16's range, so that the first steps overflow) ends
 // with NaN weights whose fitness, 0, ties the best: best.safetensors is not replaced by them (so not written
 // at all here).
 TEST(Trainer, DivergedWeightsDoNotBecomeTheBest) {
   test::TempDir dir;
   TrainOptions o = short_run(dir, 1);
-  const std::vector<std::string> names = data::load_dataset_config(o.data).names;
-  auto huge = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")),
-                                  static_cast<int>(names.size()));
+  auto huge = yolov5n_for(o);
   {
     torch::NoGradGuard no_grad;
     for (auto& p : huge->parameters()) p.mul_(1e30);
   }
-  models::save_model_weights(dir.file("huge.safetensors"), *huge, models::describe_config("yolov5n", names));
-  o.cfg.clear();
-  o.weights = dir.file("huge.safetensors");
+  start_from(o, *huge, dir.file("huge.safetensors"));
   o.noautoanchor = true;
   o.noplots = true;
   testing::internal::CaptureStdout();
@@ -373,13 +382,9 @@ TEST(Trainer, DivergedWeightsDoNotBecomeTheBest) {
 TEST(Trainer, NewRunStartsFromWeightsRoundedToHalfPrecision) {
   test::TempDir dir;
   TrainOptions o = short_run(dir, 1);
-  const std::vector<std::string> names = data::load_dataset_config(o.data).names;
-  auto pretrained = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")),
-                                        static_cast<int>(names.size()));
-  models::save_model_weights(dir.file("pre.safetensors"), *pretrained, models::describe_config("yolov5n", names));
+  auto pretrained = yolov5n_for(o);
+  start_from(o, *pretrained, dir.file("pre.safetensors"));
   std::ofstream(dir.file("hyp.yaml")) << "lr0: 1.0e-30\nwarmup_bias_lr: 0.0\n";  // other keys: the defaults
-  o.cfg.clear();
-  o.weights = dir.file("pre.safetensors");
   o.hyp = dir.file("hyp.yaml");
   o.noautoanchor = true;
   const TrainResult run = train(o);
