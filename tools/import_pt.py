@@ -486,6 +486,8 @@ def convert(path: str, out_path: str, which: str | None):
     arrays = collections.OrderedDict()
     for key, t in tensors.items():
         a = t.array
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():  # kestrel refuses such weights at load
+            raise ConvertError(f"{path}: tensor {key} holds NaN or infinite values (a run that diverged?)")
         arrays[key] = a.astype(np.float32) if np.issubdtype(a.dtype, np.floating) else a
     metadata = {
         "format": FORMAT,

@@ -89,7 +89,11 @@ class OpenCvBackend final : public VideoBackend {
       const bool camera = !source.empty() && source.find_first_not_of("0123456789") == std::string::npos;
       const bool opened = camera ? cap.open(std::stoi(source)) : cap.open(source, cv::CAP_ANY);
       if (!opened || !cap.isOpened()) {
-        error = camera ? "no camera with this index" : "not a video OpenCV can decode";
+        // A URL (rtsp://, http://, ...) fails the same way whether the server refused, stalled or sent no video.
+        const bool url = source.find("://") != std::string::npos;
+        error = camera ? "no camera with this index"
+                : url  ? "the stream could not be opened (connection refused or timed out, or not a video OpenCV can decode)"
+                       : "not a video OpenCV can decode";
         return nullptr;
       }
       return std::make_unique<OpenCvReader>(std::move(cap));

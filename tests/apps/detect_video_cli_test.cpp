@@ -178,6 +178,11 @@ TEST(DetectVideoCli, UnreadableVideoIsAnErrorNamingIt) {
   const auto missing = run.detect(run.dir.file("gone.mov"), "");
   EXPECT_EQ(missing.exit_code, 1) << missing.output;
   EXPECT_NE(missing.output.find(run.dir.file("gone.mov") + ": no such video file"), std::string::npos) << missing.output;
+  // A stream nobody serves (port 1 refuses): said as a stream that could not be opened, not as a bad video.
+  const auto refused = run.detect("http://127.0.0.1:1/clip.avi", "");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("http://127.0.0.1:1/clip.avi: cannot read the video (the stream could not be opened "
+                                "(connection refused or timed out"), std::string::npos) << refused.output;
 }
 
 // A folder (or glob) with images and videos: the images, then the videos, numbered together (detect.py's

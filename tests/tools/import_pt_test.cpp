@@ -329,7 +329,8 @@ TEST(ImportPt, GarbageAndWrongFilesGiveClearErrors) {
 
 // Damaged or crafted checkpoints found by a black-box audit: each an error naming the file, never a traceback
 // (nor 20 GB of memory): a zip member with a bad CRC, an expanded (stride-0) view of a million elements over a
-// one-element storage, nc 1e10 without class names, a model YAML that contains itself.
+// one-element storage, nc 1e10 without class names, a model YAML that contains itself, NaN weights (which
+// kestrel would refuse to load).
 TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
   test::TempDir dir;
   const auto made = test::run_python(
@@ -349,6 +350,7 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       "save('good.pt', cfg, torch.zeros(2), ['a'])\n"
       "save('expanded.pt', cfg, torch.zeros(1).expand(1 << 20), ['a'])\n"
       "save('huge_nc.pt', {'nc': 10 ** 10, 'backbone': [], 'head': []}, torch.zeros(2))\n"
+      "save('nan.pt', cfg, torch.tensor([0.0, float('nan')]), ['a'])\n"
       "loop = {'backbone': [], 'head': []}\n"
       "loop['me'] = loop\n"
       "save('loop.pt', loop, torch.zeros(2), ['a'])\n"
@@ -364,6 +366,7 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       {"expanded.pt", "tensor view of 1048576 elements over a storage of 1 (an expanded view)"},
       {"huge_nc.pt", "model.yaml says nc=10000000000, above the limit of 1000000 classes"},
       {"loop.pt", "model.yaml is nested more than 50 levels deep (or contains itself)"},
+      {"nan.pt", "tensor b holds NaN or infinite values"},
   };
   for (const auto& [name, message] : cases) {
     const auto r = import_pt(dir.file(name) + " " + dir.file("out.safetensors"));
