@@ -291,6 +291,15 @@ TEST(ImportPt, CodeInThePickleIsNeverRun) {
   EXPECT_TRUE(fs::exists(marker)) << loaded.output;
 }
 
+// Importing `checkpoint` fails with exit code 1 and an error naming it and saying `message`, not a traceback.
+void expect_import_error(const std::string& checkpoint, const std::string& out, const std::string& message) {
+  const auto r = import_pt(checkpoint + " " + out);
+  EXPECT_EQ(r.exit_code, 1) << checkpoint << ": " << r.output;
+  EXPECT_NE(r.output.find(checkpoint + ": "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << checkpoint << ": " << r.output;
+  EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
+}
+
 TEST(ImportPt, GarbageAndWrongFilesGiveClearErrors) {
   test::TempDir dir;
   const std::string out = dir.file("out.safetensors");
@@ -317,13 +326,7 @@ TEST(ImportPt, GarbageAndWrongFilesGiveClearErrors) {
       {"tensor.pt", "'model' is not a model object"},
       {"plain.zip", "not a torch checkpoint"},
   };
-  for (const auto& [name, message] : cases) {
-    r = import_pt(dir.file(name) + " " + out);
-    EXPECT_NE(r.exit_code, 0) << name;
-    EXPECT_NE(r.output.find(dir.file(name) + ": "), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find(message), std::string::npos) << name << ": " << r.output;
-    EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
-  }
+  for (const auto& [name, message] : cases) expect_import_error(dir.file(name), out, message);
   EXPECT_FALSE(fs::exists(out));
 }
 
@@ -368,13 +371,7 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       {"loop.pt", "model.yaml is nested more than 50 levels deep (or contains itself)"},
       {"nan.pt", "tensor b holds NaN or infinite values"},
   };
-  for (const auto& [name, message] : cases) {
-    const auto r = import_pt(dir.file(name) + " " + dir.file("out.safetensors"));
-    EXPECT_EQ(r.exit_code, 1) << name << ": " << r.output;
-    EXPECT_NE(r.output.find(dir.file(name) + ": "), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find(message), std::string::npos) << name << ": " << r.output;
-    EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
-  }
+  for (const auto& [name, message] : cases) expect_import_error(dir.file(name), dir.file("out.safetensors"), message);
 }
 
 // Outputs that cannot be written (no such folder, a folder of that name) are errors naming them, with no
