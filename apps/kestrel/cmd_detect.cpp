@@ -34,10 +34,10 @@ struct DetectOptions {
   std::string weights, source = "data/demo/images/val", device, project = "runs/detect", name = "exp", data;
   std::vector<int> imgsz{640};
   double conf_thres = 0.25, iou_thres = 0.45;
-  int max_det = 1000, line_thickness = 3, vid_stride = 1;
+  int max_det = 1000, line_thickness = 3, vid_stride = 1, save_format = 0;
   bool max_det_given = false;
   std::vector<int> classes;
-  bool agnostic_nms = false, save_txt = false, save_conf = false, nosave = false, exist_ok = false;
+  bool agnostic_nms = false, save_txt = false, save_conf = false, save_csv = false, nosave = false, exist_ok = false;
   bool hide_labels = false, hide_conf = false, half = false, augment = false, save_crop = false, visualize = false;
 };
 
@@ -134,11 +134,32 @@ fs::path free_crop_path(const fs::path& dir, const std::string& stem) {
   }
 }
 
+// Where one image's or frame's outputs go: its label file, the stem of its crops and --visualize folder,
+// and its name in predictions.csv (detect.py's p.name: the image's or video's file name; for images in
+// subfolders of a --source folder, with the subfolders, as their annotated copies).
+struct FrameOutputs {
+  fs::path txt;
+  std::string stem, csv_name;
+};
+
+// Appends an image's rows to <run>/predictions.csv, which starts with its header when new (as detect.py,
+// which appends to the file of an earlier run with --exist-ok).
+void append_predictions_csv(const fs::path& csv, const std::string& rows) {
+  const bool fresh = !fs::exists(csv) || fs::file_size(csv) == 0;
+  std::ofstream out(csv, std::ios::binary | std::ios::app);
+  if (fresh) out << eval::kPredictionsCsvHeader;
+  out << rows;
+  if (!out) fail(csv.string(), ": write failed");
+}
+
 // One image or video frame: its label file (written whole, one line per detection in upstream's order:
-// reversed, least confident first), with --save-crop each box cut from the unannotated image into
-// crops/<class name>/<stem>.jpg (same order), the boxes drawn in place, and upstream's per-image line.
+// reversed, least confident first) and its predictions.csv rows (same order), with --save-crop each box
+// cut from the unannotated image into crops/<class name>/<stem>.jpg (same order), the boxes drawn in
+// place, and upstream's per-image line.
 void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o, const std::vector<std::string>& names,
-                const fs::path& txt, const fs::path& save_dir, const std::string& stem, const std::string& prefix) {
+                const FrameOutputs& frame, const fs::path& save_dir, const std::string& prefix) {
+  const fs::path& txt = frame.txt;
+  const std::string& stem = frame.stem;
   // --visualize: every layer's output into <run>/<stem>/ (stem2, stem3 ... when taken, as increment_path).
   const std::string features = o.visualize ? train::make_run_dir(save_dir.string(), stem, false, false) : "";
   const eval::Detections det = detector.detect(image, features);
@@ -150,8 +171,18 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
   if (o.save_txt && count > 0) {
     fs::create_directories(txt.parent_path());
     std::ofstream out(txt);  // one write per image: a rerun with --exist-ok replaces the file
-    for (int64_t k = count - 1; k >= 0; --k) out << eval::label_line(det.boxes[k], image.size(), o.save_conf) << "\n";
+    for (int64_t k = count - 1; k >= 0; --k)
+      out << eval::label_line(det.boxes[k], image.size(), o.save_conf, static_cast<eval::LabelFormat>(o.save_format)) << "\n";
     if (!out) fail(txt.string(), ": write failed");
+  }
+  if (o.save_csv && count > 0) {
+    std::string rows;
+    for (int64_t k = count - 1; k >= 0; --k) {
+      const auto cls = static_cast<size_t>(det.boxes[k][5].item<float>());
+      rows += eval::predictions_csv_row(frame.csv_name, cls < names.size() ? names[cls] : std::to_string(cls),
+                                        det.boxes[k][4].item<float>());
+    }
+    append_predictions_csv(save_dir / "predictions.csv", rows);
   }
   for (int64_t k = count - 1; o.save_crop && k >= 0; --k) {
     const cv::Rect region = eval::crop_region(det.boxes[k], image.size());
@@ -182,6 +213,8 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   std::string stem = !file_stem.empty() ? file_stem : camera ? source : fs::path(source).stem().string();
   if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
   const fs::path out = save_dir / (stem + ".mp4");
+  // detect.py's p.name: the video's file name, a camera's index, a URL's last path component.
+  const std::string csv_name = fs::path(source).filename().empty() ? source : fs::path(source).filename().string();
   const int64_t frames = video.frame_count() / o.vid_stride;
   // Cameras and streams are written at 30 fps as upstream (an RTSP source may report 90000).
   const bool fixed_rate = camera || (data::is_stream_url(source) && !data::is_video_file(source));
@@ -199,7 +232,8 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     // Label files count a video file's frames from 1, a camera's or stream's from 0 (upstream's LoadImages
     // and LoadStreams counters).
     const int64_t label_frame = data::is_video_file(source) || !(camera || data::is_stream_url(source)) ? f : f - 1;
-    detect_one(detector, frame, o, names, save_dir / "labels" / cat(stem, "_", label_frame, ".txt"), save_dir, stem, prefix);
+    detect_one(detector, frame, o, names, {save_dir / "labels" / cat(stem, "_", label_frame, ".txt"), stem, csv_name}, save_dir,
+               prefix);
     if (o.nosave) continue;
     if (!writer) writer = data::create_video(out.string(), fixed_rate || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
     if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
@@ -250,7 +284,9 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
       ++skipped;
       continue;
     }
-    detect_one(detector, decoded.image, o, names, save_dir / "labels" / out.labels, save_dir, path.stem().string(), prefix);
+    detect_one(detector, decoded.image, o, names,
+               {save_dir / "labels" / out.labels, path.stem().string(), (out.annotated.parent_path() / path.filename()).string()},
+               save_dir, prefix);
     if (!o.nosave) {
       const fs::path annotated = save_dir / out.annotated;
       fs::create_directories(annotated.parent_path());
@@ -334,7 +370,7 @@ void run_detect(const DetectOptions& o) {
   const double seen = static_cast<double>(detector.images());
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (1, 3, %d, %d)\n",
               total[0] / seen, total[1] / seen, total[2] / seen, net.height, net.width);
-  if (o.save_txt || !o.nosave) {
+  if (o.save_txt || o.save_csv || !o.nosave) {
     std::cout << "Results saved to " << save_dir.string();
     if (o.save_txt) {
       int64_t labels = 0;
@@ -342,6 +378,8 @@ void run_detect(const DetectOptions& o) {
         labels += entry.path().extension() == ".txt";
       std::cout << "\n" << labels << " labels saved to " << (save_dir / "labels").string();
     }
+    if (o.save_csv && fs::exists(save_dir / "predictions.csv"))
+      std::cout << "\nPredictions saved to " << (save_dir / "predictions.csv").string();
     std::cout << std::endl;
   }
 }
@@ -366,6 +404,9 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--classes", o->classes, "keep only these classes: --classes 0, or --classes 0 2 3");
   cmd->add_flag("--agnostic-nms", o->agnostic_nms, "class-agnostic NMS");
   cmd->add_flag("--save-txt", o->save_txt, "save results to <run>/labels/<image stem>.txt (videos: <stem>_<frame>.txt)");
+  cmd->add_option("--save-format", o->save_format, "box columns of --save-txt labels: 0 YOLO (cx cy w h), 1 Pascal-VOC "
+                  "(x1 y1 x2 y2), both normalised (YOLOv5 detect.py)")->capture_default_str()->check(CLI::Range(0, 1));
+  cmd->add_flag("--save-csv", o->save_csv, "save image name, class name and confidence of each detection to <run>/predictions.csv");
   cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
   cmd->add_flag("--save-crop", o->save_crop, "save each detection's box to <run>/crops/<class name>/<image stem>.jpg");
   cmd->add_flag("--nosave", o->nosave, "do not save annotated images");

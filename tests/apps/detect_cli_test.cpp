@@ -4,8 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
@@ -112,6 +117,81 @@ TEST(DetectCli, ImagesOfTheSameNameKeepTheirOwnOutputs) {
   r = test::run_command(detect);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(lines("a/x.txt"), 7) << "a rerun appended to the label file";
+}
+
+// YOLOv5 detect.py's --save-csv (HEAD): predictions.csv gets a row per detection, in the label file's order,
+// with the image's file name (here with its subfolder, as its annotated copy), the class name and the
+// confidence to two decimals; a rerun with --exist-ok appends, as upstream. --save-format 1 writes the
+// corners of the same boxes (x1 = cx - w / 2 ...).
+TEST(DetectCli, PredictionsCsvAndPascalVocLabels) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  std::filesystem::create_directories(dir.file("src/sub"));
+  std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("src/x.jpg"));
+  std::filesystem::copy_file("data/demo/images/val/000000000632.jpg", dir.file("src/sub/y.jpg"));
+  const std::string detect = test::kestrel_binary() + " detect --device cpu --img 160 --conf-thres 0.0001 --max-det 7"
+                             " --save-txt --save-conf --nosave --exist-ok --weights " + dir.file("w.safetensors") +
+                             " --source " + dir.file("src") + " --project " + dir.file("runs") + " ";
+  auto r = test::run_command(detect + "--save-csv");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Predictions saved to " + dir.file("runs/exp/predictions.csv")), std::string::npos) << r.output;
+  const auto read_lines = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  const std::vector<std::string> csv = read_lines(dir.file("runs/exp/predictions.csv"));
+  ASSERT_EQ(csv.size(), 15u);
+  EXPECT_EQ(csv[0], "Image Name,Prediction,Confidence\r");
+  // Each image's rows against its label lines "cls cx cy w h conf".
+  std::map<std::string, std::vector<std::string>> rows;
+  for (size_t i = 1; i < csv.size(); ++i) rows[csv[i].substr(0, csv[i].find(','))].push_back(csv[i]);
+  ASSERT_EQ(rows.size(), 2u);
+  const std::vector<std::string> names = {"a", "b", "c"};
+  for (const auto& [image, label_file] : {std::pair<std::string, std::string>{"x.jpg", "x.txt"}, {"sub/y.jpg", "sub/y.txt"}}) {
+    const std::vector<std::string> labels = read_lines(dir.file("runs/exp/labels/" + label_file));
+    ASSERT_EQ(labels.size(), 7u) << label_file;
+    ASSERT_EQ(rows[image].size(), 7u) << image;
+    for (size_t k = 0; k < labels.size(); ++k) {
+      std::istringstream in(labels[k]);
+      double cls = 0, cx = 0, cy = 0, w = 0, h = 0, conf = 0;
+      in >> cls >> cx >> cy >> w >> h >> conf;
+      char expected_conf[32];
+      std::snprintf(expected_conf, sizeof expected_conf, "%.2f", conf);
+      EXPECT_EQ(rows[image][k], image + "," + names.at(static_cast<size_t>(cls)) + "," + expected_conf + "\r") << k;
+    }
+  }
+  r = test::run_command(detect + "--save-csv");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<std::string> appended = read_lines(dir.file("runs/exp/predictions.csv"));
+  ASSERT_EQ(appended.size(), 29u) << "a rerun with --exist-ok appends rows, without a second header";
+  EXPECT_EQ(std::vector<std::string>(appended.begin() + 15, appended.end()),
+            std::vector<std::string>(csv.begin() + 1, csv.end()));
+
+  // --save-format 1: the same detections as corners.
+  const std::vector<std::string> yolo = read_lines(dir.file("runs/exp/labels/x.txt"));
+  r = test::run_command(detect + "--save-format 1 --name voc");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/voc/predictions.csv")));
+  const std::vector<std::string> voc = read_lines(dir.file("runs/voc/labels/x.txt"));
+  ASSERT_EQ(voc.size(), yolo.size());
+  for (size_t k = 0; k < voc.size(); ++k) {
+    std::istringstream a(yolo[k]), b(voc[k]);
+    double c = 0, cx = 0, cy = 0, w = 0, h = 0, conf = 0, c2 = 0, x1 = 0, y1 = 0, x2 = 0, y2 = 0, conf2 = 0;
+    a >> c >> cx >> cy >> w >> h >> conf;
+    b >> c2 >> x1 >> y1 >> x2 >> y2 >> conf2;
+    EXPECT_EQ(c, c2);
+    EXPECT_EQ(conf, conf2);
+    EXPECT_NEAR(x1, cx - w / 2, 2e-6) << voc[k];
+    EXPECT_NEAR(y1, cy - h / 2, 2e-6) << voc[k];
+    EXPECT_NEAR(x2, cx + w / 2, 2e-6) << voc[k];
+    EXPECT_NEAR(y2, cy + h / 2, 2e-6) << voc[k];
+  }
+  r = test::run_command(detect + "--save-format 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--save-format"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -77,6 +77,26 @@ TEST(DetectLabelLine, UpstreamPercentGFormat) {
   EXPECT_EQ(label_line(rows({0, 0, 0.01f, 0.01f, 0.25f, 12})[0], {1000, 1000}, true), "12 5e-06 5e-06 1e-05 1e-05 0.25");
 }
 
+TEST(DetectLabelLine, PascalVocCorners) {
+  // YOLOv5 detect.py --save-format 1: the corners over the image's size. The same box as above: x1 0.1,
+  // y1 100/333, x2 0.5, y2 200/333 = 0.6006006 ('%g': 0.600601).
+  const at::Tensor r = rows({100, 100, 500, 200, 0.87654321f, 3});
+  EXPECT_EQ(label_line(r[0], {1000, 333}, false, LabelFormat::pascal_voc), "3 0.1 0.3003 0.5 0.600601");
+  EXPECT_EQ(label_line(r[0], {1000, 333}, true, LabelFormat::pascal_voc), "3 0.1 0.3003 0.5 0.600601 0.876543");
+  EXPECT_EQ(label_line(rows({0, 0, 640, 480, 1, 0})[0], {640, 480}, false, LabelFormat::pascal_voc), "0 0 0 1 1");
+}
+
+TEST(DetectPredictionsCsv, PythonCsvQuotingAndTwoDecimals) {
+  // Python's csv module (excel dialect, QUOTE_MINIMAL) quotes a field that holds a comma, a quote or a line
+  // break, doubling its quotes, and ends rows with CRLF; '%.2f' rounds the float's exact value, ties to
+  // even (0.125 -> 0.12, 0.875 -> 0.88), as Python's f"{x:.2f}".
+  EXPECT_STREQ(kPredictionsCsvHeader, "Image Name,Prediction,Confidence\r\n");
+  EXPECT_EQ(predictions_csv_row("000000000139.jpg", "person", 0.876f), "000000000139.jpg,person,0.88\r\n");
+  EXPECT_EQ(predictions_csv_row("a,b.jpg", "say \"hi\"", 0.5f), "\"a,b.jpg\",\"say \"\"hi\"\"\",0.50\r\n");
+  EXPECT_EQ(predictions_csv_row("x\ny.jpg", "tie", 0.125f), "\"x\ny.jpg\",tie,0.12\r\n");
+  EXPECT_EQ(predictions_csv_row("sp ace.jpg", "traffic light", 0.875f), "sp ace.jpg,traffic light,0.88\r\n");
+}
+
 TEST(DetectSummary, CountsPerClassInClassOrder) {
   const std::vector<std::string> names = {"person", "bicycle", "car", "tie"};
   EXPECT_EQ(summarize_detections(rows({0, 0, 1, 1, 0.9f, 3, 0, 0, 1, 1, 0.8f, 0, 0, 0, 1, 1, 0.7f, 0}), names),

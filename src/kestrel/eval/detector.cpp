@@ -138,17 +138,36 @@ std::string crop_folder_name(const std::vector<std::string>& names, size_t cls) 
   return name;
 }
 
-std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf) {
-  // Upstream: (xyxy2xywh(xyxy) / gn) in float32 tensors, then '%g ' over (cls, *xywh[, conf]).
+std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf, LabelFormat format) {
+  // Upstream: (xyxy2xywh(xyxy) / gn), or (xyxy / gn) for Pascal-VOC, in float32 tensors, then '%g ' over
+  // (cls, *coords[, conf]).
   const at::Tensor r = row.to(at::kCPU, at::kFloat).contiguous();
   if (r.numel() != 6) fail("label_line: a detection row has 6 values, got ", r.numel());
   const float* v = r.data_ptr<float>();
   const float gw = static_cast<float>(original.width), gh = static_cast<float>(original.height);
-  const float values[] = {(v[0] + v[2]) / 2 / gw, (v[1] + v[3]) / 2 / gh, (v[2] - v[0]) / gw, (v[3] - v[1]) / gh};
+  const std::array<float, 4> values =
+      format == LabelFormat::yolo
+          ? std::array<float, 4>{(v[0] + v[2]) / 2 / gw, (v[1] + v[3]) / 2 / gh, (v[2] - v[0]) / gw, (v[3] - v[1]) / gh}
+          : std::array<float, 4>{v[0] / gw, v[1] / gh, v[2] / gw, v[3] / gh};
   std::string line = format_g(v[5]);
   for (float x : values) line += " " + format_g(x);
   if (save_conf) line += " " + format_g(v[4]);
   return line;
+}
+
+namespace {
+std::string csv_field(const std::string& field) {
+  if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
+  std::string quoted = "\"";
+  for (char c : field) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+}  // namespace
+
+std::string predictions_csv_row(const std::string& image_name, const std::string& prediction, float confidence) {
+  char conf[32];
+  std::snprintf(conf, sizeof conf, "%.2f", static_cast<double>(confidence));  // Python's f"{float(conf):.2f}"
+  return csv_field(image_name) + "," + csv_field(prediction) + "," + conf + "\r\n";
 }
 
 cv::Rect crop_region(const at::Tensor& row, cv::Size image, float gain, float pad) {

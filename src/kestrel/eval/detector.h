@@ -75,10 +75,22 @@ class Detector {
   int64_t images_ = 0;
 };
 
-// One line of a YOLO label file for a detection row [6] in original pixels of an image of size `original`:
+// The box columns of a label line: YOLOv5 detect.py's --save-format 0 (YOLO: cx cy w h) or 1 (Pascal-VOC
+// corners x1 y1 x2 y2), both normalised by the image's width and height.
+enum class LabelFormat { yolo = 0, pascal_voc = 1 };
+
+// One line of a label file for a detection row [6] in original pixels of an image of size `original`:
 // "cls cx cy w h" normalised (plus " conf" with save_conf), each number as Python's '%g' (6 significant
-// digits, no trailing zeros), as detect.py --save-txt [--save-conf].
-std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf);
+// digits, no trailing zeros), as detect.py --save-txt [--save-conf]; "cls x1 y1 x2 y2 [conf]" with
+// LabelFormat::pascal_voc.
+std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf,
+                       LabelFormat format = LabelFormat::yolo);
+
+// YOLOv5 detect.py --save-csv's predictions.csv: this header, then a row per detection (image file name,
+// class name, confidence as '%.2f'), written as Python's csv module does (excel dialect): a field holding a
+// comma, a double quote, CR or LF is put in double quotes with its quotes doubled; rows end in "\r\n".
+inline constexpr const char* kPredictionsCsvHeader = "Image Name,Prediction,Confidence\r\n";
+std::string predictions_csv_row(const std::string& image_name, const std::string& prediction, float confidence);
 
 // detect.py --save-crop's region (save_one_box, gain 1.02, pad 10, not square) for a detection row [6] in
 // original pixels: the box's width and height times gain plus pad about its centre, corners truncated
