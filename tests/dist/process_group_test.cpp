@@ -20,6 +20,7 @@
 #include <functional>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/optim/sgd.h>
@@ -30,6 +31,7 @@
 #include "kestrel/loss/yolo_loss.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
+#include "kestrel/train/training_state.h"
 #include "dist/dist_test_support.h"
 #include "test_support.h"
 
@@ -500,6 +502,45 @@ TEST_F(DistGloo, SyncBnRunInterruptedOnTwoRanksResumesOnOne) {
   int rows = 0;
   for (std::string line; std::getline(csv, line);) rows += line.empty() ? 0 : 1;
   EXPECT_EQ(rows, 3) << "header + one row per epoch";
+}
+
+// --patience on two ranks: only rank 0 validates, so it decides, and every rank stops after the same
+// epoch (a rank that trained on alone would wait forever in its next all-reduce). The run is made to
+// stop by a saved best fitness no validation can reach (fitness is at most 1): resumed at epoch 0 on two
+// ranks with --patience 1, epoch 1 is the first without improvement since the best epoch 0. Epoch 1 is
+// also validated under --noval (train.py's possible_stop after epoch 0).
+TEST_F(DistGloo, EarlyStopEndsEveryRank) {
+  namespace fs = std::filesystem;
+  const std::string data = test::demo_subset(dir, 4);
+  const std::string env = "env -u WORLD_SIZE -u RANK -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT OMP_NUM_THREADS=1 ";
+  const auto first = test::run_command(env + test::kestrel_binary() + " train --cfg yolov5n --data " + data +
+                                       " --img 160 --device cpu --workers 1 --quiet --noplots --project " + dir.file("runs") +
+                                       " --batch 2 --epochs 5 --noval --patience 1 --interrupt-after 1");
+  ASSERT_EQ(first.exit_code, 130) << first.output;
+  const std::string state_path = dir.file("runs/exp/weights/last.state.safetensors");
+  train::TrainingState state = train::read_training_state(state_path);
+  ASSERT_EQ(state.progression.epoch, 0);
+  state.progression.best_fitness = 2.0;
+  train::write_training_state(state_path, state);
+
+  // `timeout`: a rank left training would hang the test rather than fail it.
+  const auto resumed = test::run_command(env + "timeout 600 " + test::kestrel_binary() + " train --nproc-per-node 2 --resume " +
+                                         dir.file("runs/exp"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("Resuming with WORLD_SIZE 2 a run saved with WORLD_SIZE 1"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("Stopping early: no improvement in the last 1 epochs (best epoch 0)"), std::string::npos)
+      << resumed.output;
+  std::ifstream csv(dir.file("runs/exp/results.csv"));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(csv, line);)
+    if (!line.empty()) rows.push_back(line);
+  EXPECT_EQ(rows.size(), 3u) << "header + epochs 0 and 1";
+  const train::TrainingState stopped = train::read_training_state(state_path);
+  EXPECT_EQ(stopped.progression.epoch, 5) << "an early stop ends the run";
+  EXPECT_EQ(stopped.progression.best_epoch, 0);
+  const auto again = test::run_command(env + test::kestrel_binary() + " train --resume " + dir.file("runs/exp"));
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.output.find("this run already finished"), std::string::npos) << again.output;
 }
 
 }  // namespace
