@@ -33,7 +33,8 @@ void add_train_command(CLI::App& app) {
   auto recipe_defaults = std::make_shared<std::vector<CLI::Option*>>();
   recipe_defaults->push_back(cmd->add_option("--epochs", o->epochs, "total epochs (YOLOv7 recipes: 300)")
                                  ->capture_default_str()->check(CLI::Range(1, 100000)));
-  cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
+  cmd->add_option("--batch-size,--batch", o->batch_size, "total batch size for all processes; -1: AutoBatch (the batch for 80 % "
+                  "of the CUDA device's memory; 16 on the CPU)")->capture_default_str()->check(CLI::Range(-1, 65536));
   // YOLOv7 writes --img-size TRAIN TEST (its README: --img 640 640); YOLOv5 one size for both.
   auto img_sizes = std::make_shared<std::vector<int>>(1, o->img_size);
   cmd->add_option("--img,--img-size,--imgsz", *img_sizes, "train and val image size (pixels); two values: train, val (YOLOv7)")
@@ -168,6 +169,9 @@ void add_train_command(CLI::App& app) {
     } catch (const Error& e) {
       throw CLI::ValidationError(e.what());  // "--optimizer NAME: expected ..."
     }
+    if (o->batch_size == -1 && o->resume.empty() && *nproc > 1)  // refused once here, not by every rank
+      throw CLI::ValidationError("--batch-size", "AutoBatch with --batch-size -1 is not compatible with data-parallel "
+                                 "training; pass the total --batch-size");
     if (o->image_weights && o->rect)
       throw CLI::ValidationError("--image-weights", "draws images at random, which --rect's fixed batch order does not allow");
     if (yolov7_flags->second) o->cache = "ram";

@@ -316,6 +316,8 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --optimizer Lion", "--optimizer Lion: expected SGD, Adam or AdamW"},
       {"train --rect --image-weights", "--image-weights: draws images at random"},
       {"train --max-grad-norm nan", "--max-grad-norm: must be a finite number, got nan"},
+      {"train --batch-size 0", "--batch-size must be >= 1 (or -1: AutoBatch)"},
+      {"train --batch-size -1 --nproc-per-node 2", "AutoBatch with --batch-size -1 is not compatible with data-parallel"},
       {"train --img 64 --imgsz=32", "--img: given more than once"},
       {"val --weights w.safetensors --max-det 0", "--max-det: Value 0 not in range"},
       {"val --weights w.safetensors --workers -3", "--workers: Value -3 not in range"}};
@@ -325,6 +327,20 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
     EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs")));
+}
+
+// --batch-size -1 (YOLOv5's AutoBatch) on the CPU trains with the default 16, as upstream, and the run
+// records the batch it used (a resume trains on with it).
+TEST(CliTrain, AutoBatchOnTheCpuUsesTheDefault) {
+  test::TempDir dir;
+  const auto r = kestrel("train --cfg yolov5n --data data/demo/demo.yaml --epochs 1 --img 64 --batch-size -1 --workers 1"
+                         " --device cpu --noval --noplots --nosave --quiet --project " + dir.file("runs"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("AutoBatch: CUDA not detected, using default CPU batch-size 16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 batches of 16 per epoch"), std::string::npos) << r.output;  // the demo's 32 images
+  std::ifstream opt(dir.file("runs/exp/opt.yaml"));
+  const std::string yaml((std::istreambuf_iterator<char>(opt)), {});
+  EXPECT_NE(yaml.find("\nbatch_size: 16\n"), std::string::npos) << yaml;
 }
 
 // A scheduler's SIGTERM stops a run like Ctrl-C: saved at the next optimiser step, "--resume" named, and

@@ -119,6 +119,7 @@ void synchronize(const c10::Device& device) {
 }
 
 void set_cudnn_benchmark(bool enabled) { at::globalContext().setBenchmarkCuDNN(enabled); }
+bool cudnn_benchmark() { return at::globalContext().benchmarkCuDNN(); }
 
 double reserved_memory_gb(const c10::Device& device) {
   if (device.is_cpu()) return 0.0;

@@ -54,6 +54,7 @@ void synchronize(const c10::Device& device);
 // fastest algorithm kept. LibTorch leaves it off, Python's reference runs turn it on; kestrel turns it on
 // for training and benches on CUDA, where shapes repeat. Harmless without CUDA.
 void set_cudnn_benchmark(bool enabled);
+bool cudnn_benchmark();
 
 // Memory the caching allocator has reserved on `device`, in GB (0 on the CPU): upstream's GPU_mem column.
 double reserved_memory_gb(const c10::Device& device);

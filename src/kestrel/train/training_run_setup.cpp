@@ -22,12 +22,22 @@
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/train/autoanchor.h"
+#include "kestrel/train/autobatch.h"
 #include "kestrel/train/freeze.h"
 #include "kestrel/train/param_groups.h"
 #include "kestrel/train/train_options.h"
 
 namespace kestrel::train {
 namespace fs = std::filesystem;
+
+namespace {
+// --amp: auto is fp16 on CUDA and off (fp32) on the CPU.
+std::string resolve_amp(const std::string& amp, const c10::Device& device) {
+  const std::string resolved = amp == "auto" ? (device.is_cuda() ? "fp16" : "off") : amp;
+  if (resolved != "fp16" && resolved != "bf16" && resolved != "off") fail("--amp ", amp, ": expected auto, fp16, bf16 or off");
+  return resolved;
+}
+}  // namespace
 
 // --resume: the saved options replace the command line's (but for the few that only steer this
 // process), and the run folder is reused.
@@ -54,7 +64,7 @@ void TrainingRun::read_options(const TrainOptions& requested) {
     save_dir = weights_dir.parent_path().string();
   }
   if (o.epochs < 1) fail("--epochs must be >= 1");
-  if (o.batch_size < 1) fail("--batch-size must be >= 1");
+  if (o.batch_size < 1 && o.batch_size != -1) fail("--batch-size must be >= 1 (or -1: AutoBatch)");
   if (o.cfg.empty() && o.weights.empty()) fail("give --cfg (a model YAML or name such as yolov5s) or --weights");
   if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk" && o.cache != "val")
     fail("--cache ", o.cache, ": expected ram, disk or val");
@@ -78,6 +88,8 @@ void TrainingRun::join_ranks() {
   }
   // cuDNN autotuning: the training shapes repeat (YOLOv7's train.py turns it on too; YOLOv5 v7.0 leaves it off).
   if (device.is_cuda()) set_cudnn_benchmark(true);
+  if (dist_env.world_size > 1 && o.batch_size == -1)  // upstream asserts the same
+    fail("AutoBatch with --batch-size -1 is not compatible with data-parallel training; pass the total --batch-size");
   dist_ctx = dist::init(dist_env, device, std::chrono::seconds(3600));
   if (dist_ctx.enabled && o.batch_size % dist_ctx.world_size != 0)
     fail("--batch-size ", o.batch_size, " must be a multiple of WORLD_SIZE ", dist_ctx.world_size);
@@ -198,6 +210,13 @@ void TrainingRun::build_data() {
   check_img_size(o.img_size, yolov7 ? 0 : 2 * stride);
   if (o.img_size_test > 0) check_img_size(o.img_size_test, 0);
   const int val_img_size = o.img_size_test > 0 ? o.img_size_test : o.img_size;
+  if (o.batch_size == -1) {  // AutoBatch (one process: join_ranks refuses it for several); saved resolved
+    AutoBatchOptions autobatch_options;
+    autobatch_options.channels_last = o.channels_last;
+    const std::string precision = resolve_amp(o.amp, device);
+    if (precision != "off") autobatch_options.autocast = precision == "bf16" ? at::kBFloat16 : at::kHalf;
+    o.batch_size = autobatch(*model, device, o.img_size, autobatch_options);
+  }
   const int nc = static_cast<int>(data_cfg.names.size());
   train_data = make_train_loader(data_cfg, o, hyp, stride, nc, device, dist_ctx.rank, dist_ctx.world_size);
   ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
@@ -266,9 +285,7 @@ void TrainingRun::build_optimiser() {
   const ParamGroups groups = split_parameters(*model);
   optimizer.emplace(groups, opt_options);
 
-  amp = o.amp;
-  if (amp == "auto") amp = device.is_cuda() ? "fp16" : "off";
-  if (amp != "fp16" && amp != "bf16" && amp != "off") fail("--amp ", o.amp, ": expected auto, fp16, bf16 or off");
+  amp = resolve_amp(o.amp, device);
   GradScalerOptions scaler_options;
   scaler_options.enabled = amp == "fp16";
   scaler_options.init_scale = o.loss_scale;
