@@ -213,8 +213,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   std::string stem = !file_stem.empty() ? file_stem : camera ? source : fs::path(source).stem().string();
   if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
   const fs::path out = save_dir / (stem + ".mp4");
-  // detect.py's p.name: the video's file name, a camera's index, a URL's last path component.
-  const std::string csv_name = fs::path(source).filename().empty() ? source : fs::path(source).filename().string();
+  const std::string csv_name = camera || data::is_stream_url(source) ? eval::stream_csv_name(source) : fs::path(source).filename().string();
   const int64_t frames = video.frame_count() / o.vid_stride;
   // Cameras and streams are written at 30 fps as upstream (an RTSP source may report 90000).
   const bool fixed_rate = camera || (data::is_stream_url(source) && !data::is_video_file(source));
@@ -370,7 +369,7 @@ void run_detect(const DetectOptions& o) {
   const double seen = static_cast<double>(detector.images());
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (1, 3, %d, %d)\n",
               total[0] / seen, total[1] / seen, total[2] / seen, net.height, net.width);
-  if (o.save_txt || o.save_csv || !o.nosave) {
+  if (o.save_txt || !o.nosave) {
     std::cout << "Results saved to " << save_dir.string();
     if (o.save_txt) {
       int64_t labels = 0;
@@ -378,10 +377,12 @@ void run_detect(const DetectOptions& o) {
         labels += entry.path().extension() == ".txt";
       std::cout << "\n" << labels << " labels saved to " << (save_dir / "labels").string();
     }
-    if (o.save_csv && fs::exists(save_dir / "predictions.csv"))
-      std::cout << "\nPredictions saved to " << (save_dir / "predictions.csv").string();
     std::cout << std::endl;
   }
+  if (o.save_csv)  // no file when nothing was detected (upstream writes it with the first row)
+    std::cout << (fs::exists(save_dir / "predictions.csv") ? "Predictions saved to " + (save_dir / "predictions.csv").string()
+                                                            : std::string("No predictions to save in predictions.csv"))
+              << std::endl;
 }
 
 }  // namespace

@@ -97,6 +97,16 @@ TEST(DetectPredictionsCsv, PythonCsvQuotingAndTwoDecimals) {
   EXPECT_EQ(predictions_csv_row("sp ace.jpg", "traffic light", 0.875f), "sp ace.jpg,traffic light,0.88\r\n");
 }
 
+TEST(DetectPredictionsCsv, StreamNamesAsPathOfCleanStr) {
+  // Expected: Python's Path(clean_str(url)).name with YOLOv5's clean_str (run by hand, 2026-12-02).
+  EXPECT_EQ(stream_csv_name("rtsp://host/live"), "live");
+  EXPECT_EQ(stream_csv_name("http://h/watch?v=x"), "watch_v_x");
+  EXPECT_EQ(stream_csv_name("0"), "0");
+  EXPECT_EQ(stream_csv_name("http://x/a/"), "a");
+  EXPECT_EQ(stream_csv_name("rtsp://user:pw@cam¿1/s€ream"), "s_ream");
+  EXPECT_EQ(stream_csv_name("rtmp://h"), "h");
+}
+
 TEST(DetectSummary, CountsPerClassInClassOrder) {
   const std::vector<std::string> names = {"person", "bicycle", "car", "tie"};
   EXPECT_EQ(summarize_detections(rows({0, 0, 1, 1, 0.9f, 3, 0, 0, 1, 1, 0.8f, 0, 0, 0, 1, 1, 0.7f, 0}), names),

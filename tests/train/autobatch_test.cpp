@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/Device.h>
 
+#include "kestrel/core/error.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/train/autobatch.h"
@@ -57,19 +58,39 @@ TEST(AutoBatchFit, OutOfMemoryBoundsTheAnswer) {
 TEST(AutoBatchFit, UnusableFitsFallBackToTheDefault) {
   AutoBatchOptions options;
   options.default_batch = 16;
-  // Beyond 1024 (1 kB an image), below 1 (the budget under the fixed part), one size measured, flat.
+  // Beyond 1024 (1 kB an image), below 1 (the budget under the fixed part), flat.
   BatchFit fit = fit_batch_size(kSizes, on_line(0, 1e3), 80e9, options);
   EXPECT_EQ(fit.batch, 16);
   EXPECT_EQ(fit.note, "the fitted batch size 80000000 is outside 1..1024");
   fit = fit_batch_size(kSizes, on_line(90e9, 1e9), 80e9, options);
   EXPECT_EQ(fit.batch, 16);
   EXPECT_EQ(fit.note, "the fitted batch size -10 is outside 1..1024");
-  fit = fit_batch_size(kSizes, on_line(1e9, 1e9, 1), 80e9, options);
-  EXPECT_EQ(fit.batch, 16);
-  EXPECT_EQ(fit.note, "fewer than two batch sizes could be measured");
+  fit = fit_batch_size(kSizes, {1e9, std::nullopt, 3e9, 5e9, 9e9}, 80e9, options);  // 2 failed: see below
+  EXPECT_EQ(fit.batch, 1);
+  EXPECT_EQ(fit.note, "batch size 2 ran out of memory");
   fit = fit_batch_size(kSizes, on_line(1e9, 0), 80e9, options);
   EXPECT_EQ(fit.batch, 16);
   EXPECT_EQ(fit.note, "memory did not grow with the batch size");
+}
+
+TEST(AutoBatchFit, FallbackNeverAboveASizeThatFailed) {
+  AutoBatchOptions options;
+  options.default_batch = 16;
+  // Only batch 1 ran (2 failed): no line, and 16 would not fit either: 1.
+  BatchFit fit = fit_batch_size(kSizes, on_line(1e9, 1e9, 1), 80e9, options);
+  EXPECT_EQ(fit.batch, 1);
+  EXPECT_EQ(fit.note, "fewer than two batch sizes could be measured");
+  // 8 failed and the line is unusable (memory flat): 4, the largest that ran.
+  EXPECT_EQ(fit_batch_size(kSizes, on_line(1e9, 0, 3), 80e9, options).batch, 4);
+  // Beyond the cap with 16 failing: bounded first (8), as upstream.
+  EXPECT_EQ(fit_batch_size(kSizes, on_line(0, 1e3, 4), 80e9, options).batch, 8);
+  // Nothing ran: an error that says what to do.
+  try {
+    fit_batch_size(kSizes, on_line(1e9, 1e9, 0), 80e9, options);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("AutoBatch: a batch of 1 does not fit"), std::string::npos) << e.what();
+  }
 }
 
 std::shared_ptr<models::YoloModel> yolov5n() {
@@ -80,7 +101,7 @@ TEST(AutoBatch, CpuKeepsTheDefault) {
   auto model = yolov5n();
   AutoBatchOptions options;
   options.default_batch = 12;
-  EXPECT_EQ(autobatch(*model, c10::Device(c10::kCPU), 320, options), 12);
+  EXPECT_EQ(autobatch(*model, c10::Device(c10::kCPU), 320, options).batch, 12);
 }
 
 // On a GPU: a batch in range, weights and batch-norm statistics as before, no gradients left behind.
@@ -94,9 +115,16 @@ TEST(AutoBatch, CudaMeasuresAndLeavesTheModelAsItWas) {
   for (const auto& t : model->buffers()) before.push_back(t.clone());
   AutoBatchOptions options;
   options.autocast = at::kHalf;
-  const int batch = autobatch(*model, cuda, 320, options);
-  EXPECT_GE(batch, 16);  // yolov5n at 320 takes far less than 1/16 of any training GPU
-  EXPECT_LE(batch, 1024);
+  // yolov5n at 320 in fp16 takes some tens of MB an image: 80 % of a large GPU's memory would be beyond the
+  // 1024 cap (the default's answer). A budget of 1 % of the memory gives a line's answer inside it.
+  options.fraction = 0.01;
+  const BatchFit fit = autobatch(*model, cuda, 320, options);
+  EXPECT_EQ(fit.note, "");
+  EXPECT_GT(fit.bytes_per_image, 1e6);
+  EXPECT_LT(fit.bytes_per_image, 500e6);
+  EXPECT_GT(fit.fixed_bytes, 0);
+  EXPECT_GE(fit.batch, 1);
+  EXPECT_LE(fit.batch, 1024);
   size_t i = 0;
   for (const auto& t : model->parameters()) {
     EXPECT_TRUE(at::equal(t, before[i++]));

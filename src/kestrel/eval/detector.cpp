@@ -170,6 +170,29 @@ std::string predictions_csv_row(const std::string& image_name, const std::string
   return csv_field(image_name) + "," + csv_field(prediction) + "," + conf + "\r\n";
 }
 
+// detect.py's p.name for a camera or stream: Path(clean_str(source)).name, clean_str making each of
+// "|@#!¡·$€%&()=?¿^*;:,¨´><+" an underscore ("rtsp://host/live" -> "live", "http://h/watch?v=x" -> "watch_v_x").
+std::string stream_csv_name(const std::string& source) {
+  std::string cleaned;
+  for (size_t i = 0; i < source.size(); ++i) {
+    bool replaced = false;
+    for (const char* wide : {"¡", "·", "€", "¿", "¨", "´"}) {  // UTF-8 sequences of clean_str's set
+      const size_t n = std::char_traits<char>::length(wide);
+      if (source.compare(i, n, wide) == 0) {
+        cleaned += '_';
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (replaced) continue;
+    const char c = source[i];
+    cleaned += std::string("|@#!$%&()=?^*;:,><+").find(c) != std::string::npos ? '_' : c;
+  }
+  while (cleaned.size() > 1 && cleaned.back() == '/') cleaned.pop_back();  // pathlib drops a trailing slash
+  return cleaned.substr(cleaned.find_last_of('/') == std::string::npos ? 0 : cleaned.find_last_of('/') + 1);
+}
+
 cv::Rect crop_region(const at::Tensor& row, cv::Size image, float gain, float pad) {
   const at::Tensor r = row.to(at::kCPU, at::kFloat).contiguous();
   if (r.numel() < 4) fail("crop_region: a detection row starts with x1, y1, x2, y2");

@@ -91,6 +91,10 @@ std::string label_line(const at::Tensor& row, cv::Size original, bool save_conf,
 // comma, a double quote, CR or LF is put in double quotes with its quotes doubled; rows end in "\r\n".
 inline constexpr const char* kPredictionsCsvHeader = "Image Name,Prediction,Confidence\r\n";
 std::string predictions_csv_row(const std::string& image_name, const std::string& prediction, float confidence);
+// The image name predictions.csv gives the frames of a camera or stream: detect.py's
+// Path(clean_str(source)).name, clean_str making each of "|@#!¡·$€%&()=?¿^*;:,¨´><+" an underscore
+// ("rtsp://host/live" -> "live", "http://h/watch?v=x" -> "watch_v_x", "0" -> "0").
+std::string stream_csv_name(const std::string& source);
 
 // detect.py --save-crop's region (save_one_box, gain 1.02, pad 10, not square) for a detection row [6] in
 // original pixels: the box's width and height times gain plus pad about its centre, corners truncated

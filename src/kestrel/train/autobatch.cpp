@@ -1,6 +1,7 @@
 #include "kestrel/train/autobatch.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -10,6 +11,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "kestrel/core/cuda_runtime_info.h"
+#include "kestrel/core/error.h"
 #include "kestrel/core/device.h"
 #include "kestrel/models/yolo_model.h"
 
@@ -20,9 +22,11 @@ constexpr double kGiB = 1 << 30;  // upstream prints memory in GiB with a "G"
 constexpr size_t kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
 
 // Peak bytes allocated by one forward and backward pass of a batch of `batch` images; nullopt when the
-// device runs out of memory. Upstream's profile() backpropagates the sum of the outputs, as here.
+// pass fails: out of memory, or a library that could not get its workspace (cuDNN's "unable to find an
+// engine", cuBLAS's allocation failures raise plain errors), said once in `failure`. Upstream's profile()
+// backpropagates the sum of the outputs, as here, and counts any exception as a failed size.
 std::optional<double> pass_memory(models::YoloModel& model, const c10::Device& device, int batch, int img_size,
-                                  const AutoBatchOptions& options) {
+                                  const AutoBatchOptions& options, std::string& failure) {
   std::optional<double> peak;
   try {
     at::accelerator::resetPeakStats(device.index());
@@ -36,8 +40,9 @@ std::optional<double> pass_memory(models::YoloModel& model, const c10::Device& d
     torch::autograd::backward({total.to(at::kFloat)});
     synchronize(device);
     peak = static_cast<double>(at::accelerator::getDeviceStats(device.index()).allocated_bytes[kAll].peak);
-  } catch (const c10::OutOfMemoryError&) {
+  } catch (const c10::Error& e) {
     peak.reset();
+    if (failure.empty()) failure = "batch size " + std::to_string(batch) + " failed: " + e.what_without_backtrace();
   }
   for (auto& p : model.parameters()) p.mutable_grad() = at::Tensor();
   at::accelerator::emptyCache();
@@ -49,7 +54,18 @@ std::optional<double> pass_memory(models::YoloModel& model, const c10::Device& d
 BatchFit fit_batch_size(const std::vector<int>& batch_sizes, const std::vector<std::optional<double>>& memory,
                         double budget_bytes, const AutoBatchOptions& options) {
   BatchFit fit;
-  fit.batch = options.default_batch;
+  // Without a usable line: the default, unless a size ran out of memory, then the largest size that ran
+  // below it (upstream's default 16 would be known not to fit). Batch 1 not running is an error.
+  size_t first_failed = batch_sizes.size();
+  for (size_t i = 0; i < batch_sizes.size() && i < memory.size(); ++i)
+    if (!memory[i]) {
+      first_failed = i;
+      break;
+    }
+  if (first_failed == 0)
+    fail("AutoBatch: a batch of ", batch_sizes[0], " does not fit in the device's memory: free memory or lower --img");
+  fit.batch = first_failed < batch_sizes.size() ? std::min(options.default_batch, batch_sizes[first_failed - 1])
+                                                : options.default_batch;
   std::vector<double> x, y;
   for (size_t i = 0; i < batch_sizes.size() && i < memory.size(); ++i)
     if (memory[i]) x.push_back(batch_sizes[i]), y.push_back(*memory[i]);
@@ -70,13 +86,9 @@ BatchFit fit_batch_size(const std::vector<int>& batch_sizes, const std::vector<s
     return fit;
   }
   double batch = std::trunc((budget_bytes - fit.fixed_bytes) / fit.bytes_per_image);  // Python's int()
-  for (size_t i = 0; i < batch_sizes.size() && i < memory.size(); ++i) {
-    if (memory[i]) continue;  // the first size that ran out of memory bounds the line's answer
-    if (batch >= batch_sizes[i]) {
-      batch = batch_sizes[i > 0 ? i - 1 : 0];
-      fit.note = "batch size " + std::to_string(batch_sizes[i]) + " ran out of memory";
-    }
-    break;
+  if (first_failed < batch_sizes.size() && batch >= batch_sizes[first_failed]) {  // bounded by the first failure
+    batch = batch_sizes[first_failed - 1];
+    fit.note = "batch size " + std::to_string(batch_sizes[first_failed]) + " ran out of memory";
   }
   if (!(batch >= 1 && batch <= options.max_batch)) {
     char value[32];
@@ -88,12 +100,14 @@ BatchFit fit_batch_size(const std::vector<int>& batch_sizes, const std::vector<s
   return fit;
 }
 
-int autobatch(models::YoloModel& model, const c10::Device& device, int img_size, const AutoBatchOptions& options) {
+BatchFit autobatch(models::YoloModel& model, const c10::Device& device, int img_size, const AutoBatchOptions& options) {
   const std::string prefix = "AutoBatch: ";
   std::cout << prefix << "Computing optimal batch size for --imgsz " << img_size << "\n";
   if (!device.is_cuda()) {
     std::cout << prefix << "CUDA not detected, using default CPU batch-size " << options.default_batch << "\n";
-    return options.default_batch;
+    BatchFit fit;
+    fit.batch = options.default_batch;
+    return fit;
   }
   // The budget: what this process can hold (free on the device plus what its allocator has cached),
   // measured with the cache emptied. Upstream uses total - (reserved + allocated).
@@ -111,31 +125,43 @@ int autobatch(models::YoloModel& model, const c10::Device& device, int img_size,
                 static_cast<double>(free_bytes) / kGiB);
   std::cout << prefix << line << "\n";
 
-  // cuDNN's autotuning would time (and allocate workspaces for) each new shape: off while measuring.
-  const bool benchmark = cudnn_benchmark();
-  set_cudnn_benchmark(false);
-  std::vector<at::Tensor> statistics;  // batch-norm running statistics, put back afterwards
-  for (const auto& b : model.buffers()) statistics.push_back(b.clone());
   const std::vector<int> batch_sizes = {1, 2, 4, 8, 16};
   std::vector<std::optional<double>> memory;
-  for (int b : batch_sizes) memory.push_back(pass_memory(model, device, b, img_size, options));
+  std::string failure;
   {
-    at::NoGradGuard no_grad;
-    size_t i = 0;
-    for (const auto& b : model.buffers()) b.copy_(statistics[i++]);
+    // cuDNN's autotuning would time (and allocate workspaces for) each new shape: off while measuring.
+    // The batch-norm running statistics the passes move are put back, also when one throws.
+    const bool benchmark = cudnn_benchmark();
+    std::vector<at::Tensor> statistics;
+    for (const auto& b : model.buffers()) statistics.push_back(b.clone());
+    const auto restore = [&] {
+      at::NoGradGuard no_grad;
+      size_t i = 0;
+      for (const auto& b : model.buffers()) b.copy_(statistics[i++]);
+      set_cudnn_benchmark(benchmark);
+    };
+    set_cudnn_benchmark(false);
+    try {
+      for (int b : batch_sizes) memory.push_back(pass_memory(model, device, b, img_size, options, failure));
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
   }
-  set_cudnn_benchmark(benchmark);
+  if (!failure.empty()) std::cout << prefix << "WARNING: " << failure.substr(0, failure.find('\n')) << "\n";
 
   const BatchFit fit = fit_batch_size(batch_sizes, memory, options.fraction * available, options);
-  if (!fit.note.empty() && fit.batch == options.default_batch)
-    std::cout << prefix << "WARNING: " << fit.note << "; using the default batch-size " << fit.batch << "\n";
-  else if (!fit.note.empty())
-    std::cout << prefix << "WARNING: " << fit.note << "\n";
-  const double predicted = fit.fixed_bytes + fit.bytes_per_image * fit.batch;
-  std::snprintf(line, sizeof line, "Using batch-size %d for CUDA:%d %.2fG/%.2fG (%.0f%%)", fit.batch, device.index(),
-                predicted / kGiB, static_cast<double>(total_bytes) / kGiB, 100 * predicted / static_cast<double>(total_bytes));
+  if (!fit.note.empty()) std::cout << prefix << "WARNING: " << fit.note << "\n";
+  if (fit.bytes_per_image > 0 && fit.note.empty()) {
+    const double predicted = fit.fixed_bytes + fit.bytes_per_image * fit.batch;
+    std::snprintf(line, sizeof line, "Using batch-size %d for CUDA:%d %.2fG/%.2fG (%.0f%%)", fit.batch, device.index(),
+                  predicted / kGiB, static_cast<double>(total_bytes) / kGiB, 100 * predicted / static_cast<double>(total_bytes));
+  } else {
+    std::snprintf(line, sizeof line, "Using batch-size %d for CUDA:%d (not from the fitted line)", fit.batch, device.index());
+  }
   std::cout << prefix << line << "\n";
-  return fit.batch;
+  return fit;
 }
 
 }  // namespace kestrel::train

@@ -32,15 +32,18 @@ struct BatchFit {
 };
 
 // The decision alone, as upstream's autobatch: least squares through the sizes that ran (memory[i] is the
-// peak bytes at batch_sizes[i], nullopt where that size ran out of memory), batch = trunc((budget - fixed) /
-// per image); at or above the first size that ran out of memory, the largest size below it that ran; below
-// 1 or above max_batch (or fewer than two sizes measured, or memory not growing with the batch), the default.
+// peak bytes at batch_sizes[i], nullopt where that size failed), batch = trunc((budget - fixed) / per
+// image); at or above the first size that failed, the size before it. Where the line is unusable (below 1
+// or above max_batch, fewer than two sizes measured, memory not growing with the batch): the default, or,
+// when a size failed, the largest that ran if smaller (upstream keeps the default 16 there). The first
+// size failing is an error.
 BatchFit fit_batch_size(const std::vector<int>& batch_sizes, const std::vector<std::optional<double>>& memory,
                         double budget_bytes, const AutoBatchOptions& options);
 
 // Measures `model` (in training mode, on `device`) at batch sizes 1 to 16 of `img_size` square images and
-// returns the batch size for `options.fraction` of the device's memory; prints upstream's "AutoBatch:"
-// lines. The model's weights and batch-norm statistics are as before; its gradients are cleared.
-int autobatch(models::YoloModel& model, const c10::Device& device, int img_size, const AutoBatchOptions& options = {});
+// returns the fit for `options.fraction` of the device's memory (on the CPU: the default batch); prints
+// upstream's "AutoBatch:" lines. The model's weights and batch-norm statistics are as before, the cuDNN
+// autotuning setting too; its gradients are cleared.
+BatchFit autobatch(models::YoloModel& model, const c10::Device& device, int img_size, const AutoBatchOptions& options = {});
 
 }  // namespace kestrel::train

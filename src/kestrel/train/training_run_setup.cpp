@@ -215,7 +215,7 @@ void TrainingRun::build_data() {
     autobatch_options.channels_last = o.channels_last;
     const std::string precision = resolve_amp(o.amp, device);
     if (precision != "off") autobatch_options.autocast = precision == "bf16" ? at::kBFloat16 : at::kHalf;
-    o.batch_size = autobatch(*model, device, o.img_size, autobatch_options);
+    o.batch_size = autobatch(*model, device, o.img_size, autobatch_options).batch;
   }
   const int nc = static_cast<int>(data_cfg.names.size());
   train_data = make_train_loader(data_cfg, o, hyp, stride, nc, device, dist_ctx.rank, dist_ctx.world_size);
