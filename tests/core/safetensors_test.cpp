@@ -134,6 +134,10 @@ TEST(SafetensorsErrors, CorruptFilesAreReportedWithTheFileName) {
     return dir.file(name);
   };
   EXPECT_NE(error_of_loading(dir.file("missing.safetensors")).find("missing.safetensors: weights file not found"), std::string::npos);
+  // An upstream name (train.py would download yolov5s.pt) says how to get kestrel weights.
+  EXPECT_NE(error_of_loading(dir.file("yolov5s.pt")).find("yolov5s.pt: weights file not found (kestrel downloads nothing"),
+            std::string::npos);
+  EXPECT_NE(error_of_loading(dir.file("yolov5s.pt")).find("tools/import_pt.py"), std::string::npos);
   EXPECT_NE(error_of_loading(write("empty.safetensors", "")).find("empty.safetensors: not a safetensors file"), std::string::npos);
   EXPECT_NE(error_of_loading(write("pickle.pt", std::string("PK\x03\x04", 4) + std::string(100, 'x'))).find("not a safetensors file"),
             std::string::npos);

@@ -77,7 +77,13 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 SafetensorsContents load_safetensors(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail(path, ": weights file not found");
+  if (!fs::exists(path, ec)) {
+    // train.py downloads a missing yolov5s.pt; kestrel downloads nothing and reads .safetensors only.
+    if (fs::path(path).extension() == ".pt")
+      fail(path, ": weights file not found (kestrel downloads nothing: get the upstream checkpoint and convert it once "
+                 "with python tools/import_pt.py W.pt W.safetensors, docs/import.md)");
+    fail(path, ": weights file not found");
+  }
   require_regular_file(path);  // a directory or a FIFO, named as such
   const uint64_t file_size = fs::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
