@@ -171,6 +171,45 @@ TEST(Plots, BadPathsAreErrorsNamingThem) {
                 .find(dir.file("taken.png")), std::string::npos);
 }
 
+// numpy, by hand with upstream's hist2d (utils/plots.py) at n = 20 (2026-12-02):
+//   x [0, 0, 1, 2, 2, 2], y [0.1, 0.1, 0.5, 0.9, 0.9, 0.2] -> log [2, 2, 1, 2, 2, 1];
+//   x [0, 0, 0], y [0.1, 0.3, 0.2] -> [0, 0, 0].
+TEST(Plots, LogCellDensityAsUpstreamsHist2d) {
+  const std::vector<double> d = log_cell_density({0, 0, 1, 2, 2, 2}, {0.1, 0.1, 0.5, 0.9, 0.9, 0.2}, 20);
+  const std::vector<double> expected = {std::log(2), std::log(2), 0, std::log(2), std::log(2), 0};
+  ASSERT_EQ(d.size(), expected.size());
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_NEAR(d[i], expected[i], 1e-12) << i;
+  EXPECT_EQ(log_cell_density({0, 0, 0}, {0.1, 0.3, 0.2}, 20), (std::vector<double>{0, 0, 0}));
+  EXPECT_TRUE(log_cell_density({}, {}, 20).empty());
+}
+
+// evolve.png: 5 panels a row, the fittest generation's '+' in black where its value and fitness are.
+TEST(Plots, EvolvePanelsAndTheFittestMarked) {
+  test::TempDir dir;
+  const std::vector<std::string> keys = {"lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "box", "cls"};
+  const std::vector<std::vector<double>> values = {{0.01, 0.01, 0.937, 5e-4, 3, 0.05, 0.5},
+                                                   {0.012, 0.02, 0.9, 4e-4, 2.5, 0.06, 0.4},
+                                                   {0.008, 0.015, 0.95, 6e-4, 3.5, 0.04, 0.6}};
+  plot_evolve(keys, values, {0.2, 0.35, 0.1}, dir.file("evolve.png"));
+  expect_png(dir.file("evolve.png"), kEvolveWidth, 2 * kEvolveRowHeight);
+  const cv::Mat img = data::decode_image_file(dir.file("evolve.png")).image;
+  // Generation 1 (fitness 0.35) is the fittest. The lr0 panel's axes are the pixels x 90..380, y 60..330
+  // (plot_evolve's layout: panel width 400 less margins, row height 400 less margins) over lr0 0.0078..0.0122
+  // and fitness 0.0875..0.3625 (5 % margins); its point (0.012, 0.35) maps to x 90 + round(0.9545 x 290) =
+  // 367, y 330 - round(0.9545 x 270) = 72. The '+' arms reach 21 px each way; 30 px right is the white margin.
+  const auto dark = [&](int x, int y) {
+    const cv::Vec3b c = img.at<cv::Vec3b>(y, x);
+    return c[0] < 60 && c[1] < 60 && c[2] < 60;
+  };
+  for (const cv::Point arm : {cv::Point(367 - 15, 72), cv::Point(367 + 15, 72), cv::Point(367, 72 - 15), cv::Point(367, 72 + 15)})
+    EXPECT_TRUE(dark(arm.x, arm.y)) << arm;
+  EXPECT_EQ(img.at<cv::Vec3b>(72, 367 + 30), cv::Vec3b(255, 255, 255));
+  // Bad input names the file.
+  EXPECT_NE(test::error_message([&] { plot_evolve(keys, values, {0.2}, dir.file("x.png")); }).find("x.png"), std::string::npos);
+  EXPECT_NE(test::error_message([&] { plot_evolve({"a"}, values, {0.2, 0.35, 0.1}, dir.file("y.png")); }).find("y.png"),
+            std::string::npos);
+}
+
 TEST(Plots, WritePngRoundTrips) {
   test::TempDir dir;
   cv::Mat img(7, 5, CV_8UC3);

@@ -9,6 +9,8 @@
 #include <set>
 
 #include "kestrel/core/error.h"
+#include "kestrel/data/image_io.h"
+#include "kestrel/eval/plots.h"
 #include "kestrel/train/evolve.h"
 #include "kestrel/train/hyperparameters.h"
 #include "test_support.h"
@@ -154,6 +156,10 @@ TEST(Evolve, ThreeGenerationsEndToEnd) {
   const fs::path generation = fs::path(r.save_dir) / "generation";
   EXPECT_TRUE(fs::exists(generation / "results.csv"));
   EXPECT_FALSE(fs::exists(generation / "weights")) << "a generation wrote checkpoints";
+  // evolve.png: hyp.scratch-low's 28 keys (lr0 ... copy_paste; `anchors` is not one) in rows of 5.
+  ASSERT_EQ(rows[0].hyp.size(), 28u);
+  const cv::Mat png = data::decode_image_file((fs::path(r.save_dir) / "evolve.png").string()).image;
+  EXPECT_EQ(png.size(), cv::Size(eval::kEvolveWidth, 6 * eval::kEvolveRowHeight));
 }
 
 }  // namespace

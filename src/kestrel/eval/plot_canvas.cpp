@@ -152,4 +152,15 @@ cv::Scalar blues(double v) {
           stops[i][2] + f * (stops[i + 1][2] - stops[i][2])};
 }
 
+cv::Scalar viridis(double v) {
+  static const cv::Mat lut = [] {
+    cv::Mat ramp(1, 256, CV_8UC1), coloured;
+    for (int i = 0; i < 256; ++i) ramp.at<uint8_t>(0, i) = static_cast<uint8_t>(i);
+    cv::applyColorMap(ramp, coloured, cv::COLORMAP_VIRIDIS);
+    return coloured;
+  }();
+  const cv::Vec3b c = lut.at<cv::Vec3b>(0, static_cast<int>(std::lround(std::clamp(v, 0.0, 1.0) * 255)));
+  return {static_cast<double>(c[0]), static_cast<double>(c[1]), static_cast<double>(c[2])};
+}
+
 }  // namespace kestrel::eval::canvas

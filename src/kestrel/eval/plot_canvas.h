@@ -67,5 +67,7 @@ std::string class_name(const std::vector<std::string>& names, int64_t c);
 
 // matplotlib's 'Blues' colour map (its nine defining colours, BGR), linearly interpolated; v in [0, 1].
 cv::Scalar blues(double v);
+// matplotlib's 'viridis' (OpenCV's copy of it, BGR); v in [0, 1].
+cv::Scalar viridis(double v);
 
 }  // namespace kestrel::eval::canvas

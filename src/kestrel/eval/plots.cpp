@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <opencv2/core.hpp>
@@ -322,6 +324,64 @@ void plot_results(const std::string& csv_path, const std::string& path) {
     }
     if (i == 1) legend(img, Axes{cv::Rect(ax.box.x + ax.box.width - 300, ax.box.y + 10, 0, 0), 0, 1, 0, 1},
                        {{"results", tab10(0), 3}, {"smooth", tab10(1), 3}}, 0.7);
+  }
+  save(img, path);
+}
+
+std::vector<double> log_cell_density(const std::vector<double>& x, const std::vector<double>& y, int n) {
+  if (x.size() != y.size()) fail("log_cell_density: ", x.size(), " x values for ", y.size(), " y values");
+  if (x.empty()) return {};
+  const int cells = std::max(1, n - 1);
+  // numpy: edges linspace(min, max, n); digitize(v) - 1 clipped to the last cell, which holds the maximum.
+  const auto cell_of = [cells](const std::vector<double>& v) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    std::vector<int> index;
+    for (double e : v)
+      index.push_back(*hi > *lo ? std::clamp(static_cast<int>(std::floor((e - *lo) / (*hi - *lo) * cells)), 0, cells - 1)
+                                : cells - 1);
+    return index;
+  };
+  const std::vector<int> cx = cell_of(x), cy = cell_of(y);
+  std::map<std::pair<int, int>, int> count;
+  for (size_t i = 0; i < x.size(); ++i) ++count[{cx[i], cy[i]}];
+  std::vector<double> density;
+  for (size_t i = 0; i < x.size(); ++i) density.push_back(std::log(count[{cx[i], cy[i]}]));
+  return density;
+}
+
+void plot_evolve(const std::vector<std::string>& keys, const std::vector<std::vector<double>>& values,
+                 const std::vector<double>& fitness, const std::string& path) {
+  if (values.size() != fitness.size() || values.empty())
+    fail(path, ": evolve plot of ", values.size(), " generations with ", fitness.size(), " fitness values");
+  for (const auto& row : values)
+    if (row.size() != keys.size()) fail(path, ": a generation with ", row.size(), " values for ", keys.size(), " keys");
+  const size_t best = static_cast<size_t>(std::max_element(fitness.begin(), fitness.end()) - fitness.begin());
+  const int rows = std::max<int>(1, static_cast<int>((keys.size() + 4) / 5));
+  cv::Mat img(rows * kEvolveRowHeight, kEvolveWidth, CV_8UC3, kWhite);
+  const auto range = [](const std::vector<double>& v) {  // matplotlib's 5 % margins
+    double lo = *std::min_element(v.begin(), v.end()), hi = *std::max_element(v.begin(), v.end());
+    const double pad = hi > lo ? (hi - lo) * 0.05 : std::max(std::abs(hi) * 0.05, 0.01);
+    return std::pair<double, double>{lo - pad, hi + pad};
+  };
+  const auto [f_lo, f_hi] = range(fitness);
+  const int pw = kEvolveWidth / 5;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    std::vector<double> v;
+    for (const auto& row : values) v.push_back(row[k]);
+    const auto [v_lo, v_hi] = range(v);
+    const Axes ax{cv::Rect(static_cast<int>(k % 5) * pw + 90, static_cast<int>(k / 5) * kEvolveRowHeight + 60, pw - 110,
+                           kEvolveRowHeight - 130),
+                  v_lo, v_hi, f_lo, f_hi};
+    char title[160];
+    std::snprintf(title, sizeof title, "%s = %.3g", keys[k].c_str(), v[best]);
+    draw_axes(img, ax, "", "", title, 0.6);
+    const std::vector<double> density = log_cell_density(v, fitness, 20);
+    const double d_max = *std::max_element(density.begin(), density.end());
+    for (size_t g = 0; g < v.size(); ++g)  // matplotlib normalises the colours over their range (all 0: the lowest)
+      cv::circle(img, ax.map(v[g], fitness[g]), 6, viridis(d_max > 0 ? density[g] / d_max : 0), cv::FILLED, cv::LINE_AA);
+    const cv::Point mark = ax.map(v[best], fitness[best]);  // 'k+', markersize 15 at 200 dpi
+    cv::line(img, mark - cv::Point(21, 0), mark + cv::Point(21, 0), kBlack, 3, cv::LINE_AA);
+    cv::line(img, mark - cv::Point(0, 21), mark + cv::Point(0, 21), kBlack, 3, cv::LINE_AA);
   }
   save(img, path);
 }

@@ -43,6 +43,7 @@ class ConfusionMatrix {
 constexpr int kConfusionWidth = 3000, kConfusionHeight = 2250;  // (12, 9) x 250
 constexpr int kCurveWidth = 2250, kCurveHeight = 1500;          // (9, 6) x 250
 constexpr int kResultsWidth = 2400, kResultsHeight = 1200;      // (12, 6) x 200
+constexpr int kEvolveWidth = 2000, kEvolveRowHeight = 400;      // (10, 12) x 200 for 6 rows of 5
 
 // confusion_matrix.png: each column normalised by its sum (the true class), cells under 0.005 blank,
 // values printed when nc < 30, class names on the axes when names.size() == nc < 99.
@@ -63,5 +64,17 @@ void plot_confidence_curve(const ApPerClass& m, CurveKind kind, const std::vecto
 // results.png from a YOLOv5 results.csv (train/run_files.h): 2 x 5 panels, train box/obj/cls, P, R on top,
 // val box/obj/cls, mAP50, mAP50-95 below, each against epoch with a Gaussian-smoothed (sigma 3) dotted line.
 void plot_results(const std::string& csv_path, const std::string& path);
+
+// Upstream's hist2d(x, y, n) colouring of a scatter plot: for each point, the log of the number of points in
+// its cell of an (n - 1) x (n - 1) grid spanning the points' ranges (numpy's histogram2d / digitize rules;
+// a range of one value is one cell).
+std::vector<double> log_cell_density(const std::vector<double>& x, const std::vector<double>& y, int n);
+
+// evolve.png (upstream's plot_evolve): one panel per hyperparameter, 5 a row, each generation's value against
+// its fitness, coloured by log_cell_density(value, fitness, 20) through viridis, the fittest generation
+// marked with a black '+', titled "key = value of the fittest" ('%.3g'). `values[g][k]`: generation g's
+// value of keys[k]. Upstream's fixed 6 x 5 grid fails beyond 30 keys; here the rows grow.
+void plot_evolve(const std::vector<std::string>& keys, const std::vector<std::vector<double>>& values,
+                 const std::vector<double>& fitness, const std::string& path);
 
 }  // namespace kestrel::eval
