@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 
@@ -83,10 +84,15 @@ void draw_axes(cv::Mat& img, const Axes& ax, const std::string& xlabel, const st
   const int tick = std::max(6, ax.box.width / 120);
   const auto xt = ticks(ax.x0, ax.x1), yt = ticks(ax.y0, ax.y1);
   const double xs = xt.size() > 1 ? xt[1] - xt[0] : 1, ys = yt.size() > 1 ? yt[1] - yt[0] : 1;
+  int label_end = std::numeric_limits<int>::min();  // right edge of the last x label drawn
   for (double t : x_ticks ? xt : std::vector<double>{}) {
     const cv::Point p = ax.map(t, ax.y0);
     cv::line(img, p, {p.x, p.y + tick}, kBlack, 2);
-    centred_text(img, tick_label(t, xs), {p.x, p.y + tick + text_size("0", font).height}, font);
+    const std::string label = tick_label(t, xs);
+    const int half = text_size(label, font).width / 2;
+    if (p.x - half < label_end + 8) continue;  // long labels of a narrow panel (0.000490 ...): every other one
+    centred_text(img, label, {p.x, p.y + tick + text_size("0", font).height}, font);
+    label_end = p.x + half;
   }
   int widest = 0;
   for (double t : yt) {
