@@ -128,15 +128,16 @@ upstream_train() {  # name, threads
   # YOLOv7's train.py keeps a best_<epoch>.pt (and every 25th epoch_<n>.pt) from epoch 200 on whenever the
   # fitness ties the best, which under --notest is every epoch: 40 GB for a 1,040-epoch run. Removed as
   # they appear (the comparison reads the dump, not them).
-  local cleaner=""
+  local cleaner="" status=0
   if [ "$RECIPE" = yolov7 ] && [ "$EPOCHS" -gt 200 ]; then
     (while sleep 10; do rm -f "$WORK/runs/$1/weights/"best_[0-9]*.pt "$WORK/runs/$1/weights/"epoch_[0-9]*.pt; done) &
     cleaner=$!
   fi
   (cd "$UPSTREAM_DIR" && OMP_NUM_THREADS=$2 MKL_NUM_THREADS=$2 "${up_env[@]}" KESTREL_TRAIN_DUMP="$WORK/$1" \
      "$up_rule_env" "$UPSTREAM_PYTHON" "$REPO/bench/upstream_run.py" train.py --weights "$WORK/init.pt" \
-     "${common[@]}" --epochs "$EPOCHS" --name "$1" > "$WORK/$1.log" 2>&1)
+     "${common[@]}" --epochs "$EPOCHS" --name "$1" > "$WORK/$1.log" 2>&1) || status=$?
   [ -z "$cleaner" ] || kill "$cleaner"
+  return "$status"
 }
 upstream_train upstream "$THREADS"
 other=()
