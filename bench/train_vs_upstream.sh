@@ -125,8 +125,9 @@ echo "== runs: $EPOCHS epochs each, $THREADS thread(s)"
 "$KESTREL_BIN" train --weights "$WORK/runs/init/weights/last.safetensors" "${common[@]}" --epochs "$EPOCHS" \
   --name kestrel --quiet > "$WORK/kestrel.log"
 upstream_train() {  # name, threads
-  # YOLOv7's train.py keeps a best_<epoch>.pt (and every 25th epoch_<n>.pt) from epoch 200 on whenever the
-  # fitness ties the best, which under --notest is every epoch: 40 GB for a 1,040-epoch run. Removed as
+  # YOLOv7's train.py keeps a best_<epoch>.pt from epoch 200 on whenever the
+  # fitness ties the best, which under --notest is every epoch (40 GB for a 1,040-epoch run), and an
+  # epoch_<n>.pt every 25 epochs. Removed as
   # they appear (the comparison reads the dump, not them).
   local cleaner="" status=0
   if [ "$RECIPE" = yolov7 ] && [ "$EPOCHS" -gt 200 ]; then
