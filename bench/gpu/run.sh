@@ -14,8 +14,8 @@
 #   3. the training-step ablation (yolov5s, batch 64, 640)
 #   4. yolov7 with OTA, eager and as a CUDA graph; yolov3
 #   5. bench e2e (loader + copy + step) on the carried coco128 images; the loader alone on 16 cores
-#   6. if time is left: yolov5n, yolov7-w6 at 1280 (aux OTA), the allocator row, a training run and a
-#      TensorRT engine from export --end2end and --include-nms (where TensorRT is installed)
+#   6. if time is left: yolov5n, yolov7-w6 at 1280 (aux OTA), the allocator row, a training run, AutoBatch's
+#      choice and a TensorRT engine from export --end2end and --include-nms (where TensorRT is installed)
 # `bash bench/gpu/run.sh tests` runs step 1 and 2 only (a rerun after a fix).
 # `bash bench/gpu/run.sh cpu-check` runs every step HERE, on the CPU at toy sizes (batch 2, 64 px, 2 steps),
 # with build/'s binaries (or $K and $T): the test suite's check that the commands below are still accepted,
@@ -69,7 +69,7 @@ toy_sizes() {
     case "$1" in
       --device) args+=(--device cpu); shift ;;
       --img) args+=(--img 64); shift ;;
-      --batch-size) args+=(--batch-size 2); shift ;;
+      --batch-size) if [ "$2" = -1 ]; then args+=(--batch-size -1); else args+=(--batch-size 2); fi; shift ;;  # AutoBatch: 16 on the CPU
       --precision) args+=(--precision bf16); shift ;;
       --workers) args+=(--workers 2); shift ;;
       --steps | --epochs) args+=("$1" 2); shift ;;
@@ -132,6 +132,9 @@ run_step "allocator: expandable segments" 45 allocator.txt env PYTORCH_ALLOC_CON
 # Training's fast layout end to end: channels-last weights, activations and validation.
 run_step "train e2e ($DATA)" 120 train_e2e.txt $K train --cfg yolov5s --data "$DATA" --epochs 2 --batch-size 64 --img 640 \
   --device 0 --workers 16 --cache ram --channels-last --project $RUNS --name gpu --exist-ok --quiet
+# AutoBatch (--batch-size -1): the batch it picks for yolov5s at 640 in fp16 on this GPU (its log lines).
+run_step "train AutoBatch ($DATA)" 60 train_autobatch.txt $K train --cfg yolov5s --data "$DATA" --epochs 1 --batch-size -1 \
+  --img 640 --device 0 --workers 16 --noval --nosave --noplots --project $RUNS --name autobatch --exist-ok
 # export --end2end and --include-nms for TensorRT (EfficientNMS_TRT): does TensorRT, where the machine has it,
 # build an engine from them?
 W=$RUNS/gpu/weights/last.safetensors

@@ -51,7 +51,7 @@ TEST(GpuRunScript, EveryStepRunsOnTheCpuAtToySizes) {
   ASSERT_GE(steps, 10);
   std::string logs;
   for (const char* file : {"env", "cuda_tests", "train_graph", "ablation_yolov5s", "bench_models", "bench_e2e",
-                           "bench_data", "allocator", "train_e2e"}) {
+                           "bench_data", "allocator", "train_e2e", "train_autobatch"}) {
     logs += read_text(out + "/" + file + ".txt");
   }
   EXPECT_EQ(count_lines_starting(logs, "=== "), steps) << logs;
