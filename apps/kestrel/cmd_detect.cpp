@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
 #include "kestrel/data/annotate.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
@@ -257,6 +258,14 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
   for (const std::string& file : files)
     if (data::is_video_file(file)) media.push_back(file);
   const std::vector<OutputNames> outputs = output_names(images, o.source);
+  // predictions.csv's image names: the file name (with its subfolder under a --source folder); where a
+  // glob or list holds two images of one file name, the path as listed (upstream writes both as p.name).
+  std::vector<std::string> csv_names;
+  std::map<std::string, int> uses;
+  for (size_t k = 0; k < images.size(); ++k)
+    ++uses[csv_names.emplace_back((outputs[k].annotated.parent_path() / fs::path(images[k]).filename()).string())];
+  for (size_t k = 0; k < images.size(); ++k)
+    if (uses[csv_names[k]] > 1) csv_names[k] = images[k];
   const std::vector<std::string> stems =
       video_stems({media.begin() + static_cast<long>(images.size()), media.end()}, outputs, o.save_txt);
   int64_t skipped = 0;
@@ -272,6 +281,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
       }
       continue;
     }
+    const std::string& csv_name = csv_names[image];
     const OutputNames& out = outputs[image++];
     const fs::path path = media[i];
     const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
@@ -284,7 +294,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
       continue;
     }
     detect_one(detector, decoded.image, o, names,
-               {save_dir / "labels" / out.labels, path.stem().string(), (out.annotated.parent_path() / path.filename()).string()},
+               {save_dir / "labels" / out.labels, path.stem().string(), csv_name},
                save_dir, prefix);
     if (!o.nosave) {
       const fs::path annotated = save_dir / out.annotated;
@@ -360,6 +370,7 @@ void run_detect(const DetectOptions& o) {
   }
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
   if (o.save_txt) fs::create_directories(save_dir / "labels");
+  if (o.save_csv && fs::exists(save_dir / "predictions.csv")) require_regular_file((save_dir / "predictions.csv").string());
 
   detector.warmup();
   if (video) detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir);
@@ -406,7 +417,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--agnostic-nms", o->agnostic_nms, "class-agnostic NMS");
   cmd->add_flag("--save-txt", o->save_txt, "save results to <run>/labels/<image stem>.txt (videos: <stem>_<frame>.txt)");
   cmd->add_option("--save-format", o->save_format, "box columns of --save-txt labels: 0 YOLO (cx cy w h), 1 Pascal-VOC "
-                  "(x1 y1 x2 y2), both normalised (YOLOv5 detect.py)")->capture_default_str()->check(CLI::Range(0, 1));
+                  "(x1 y1 x2 y2), both normalised (YOLOv5 detect.py)")->capture_default_str()->check(integer_where([](long long v) { return v == 0 || v == 1; }, "0 or 1"));
   cmd->add_flag("--save-csv", o->save_csv, "save image name, class name and confidence of each detection to <run>/predictions.csv");
   cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
   cmd->add_flag("--save-crop", o->save_crop, "save each detection's box to <run>/crops/<class name>/<image stem>.jpg");

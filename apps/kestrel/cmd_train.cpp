@@ -34,7 +34,8 @@ void add_train_command(CLI::App& app) {
   recipe_defaults->push_back(cmd->add_option("--epochs", o->epochs, "total epochs (YOLOv7 recipes: 300)")
                                  ->capture_default_str()->check(CLI::Range(1, 100000)));
   cmd->add_option("--batch-size,--batch", o->batch_size, "total batch size for all processes; -1: AutoBatch (the batch for 80 % "
-                  "of the CUDA device's memory; 16 on the CPU)")->capture_default_str()->check(CLI::Range(-1, 65536));
+                  "of the CUDA device's memory; 16 on the CPU)")->capture_default_str()
+      ->check(integer_where([](long long v) { return v == -1 || (v >= 1 && v <= 65536); }, "-1 (AutoBatch) or 1 to 65536"));
   // YOLOv7 writes --img-size TRAIN TEST (its README: --img 640 640); YOLOv5 one size for both.
   auto img_sizes = std::make_shared<std::vector<int>>(1, o->img_size);
   cmd->add_option("--img,--img-size,--imgsz", *img_sizes, "train and val image size (pixels); two values: train, val (YOLOv7)")

@@ -2,7 +2,28 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <functional>
+#include <string>
+
 namespace kestrel::app {
+
+// An integer option's check: "expected an integer" for a value that is not one (CLI11's Range calls 'abc',
+// '1e3' and '2.5' "not in range"), and "expected <expected>" for one `allowed` refuses.
+inline CLI::Validator integer_where(std::function<bool(long long)> allowed, const std::string& expected) {
+  return CLI::Validator(
+      [allowed, expected](std::string& s) -> std::string {
+        long long v = 0;
+        size_t end = 0;
+        try {
+          v = std::stoll(s, &end);
+        } catch (const std::exception&) {
+          end = 0;
+        }
+        if (s.empty() || end != s.size()) return "expected an integer, got '" + s + "'";
+        return allowed(v) ? std::string() : "expected " + expected + ", got " + s;
+      },
+      expected);
+}
 
 void add_env_command(CLI::App& app);
 void add_models_command(CLI::App& app);

@@ -194,5 +194,35 @@ TEST(DetectCli, PredictionsCsvAndPascalVocLabels) {
   EXPECT_NE(r.output.find("--save-format"), std::string::npos) << r.output;
 }
 
+// A glob (or list) with two images of one file name: predictions.csv names them by their paths as listed,
+// as their label files are told apart (top.txt, top2.txt); upstream writes "top.jpg" for both. A folder
+// where predictions.csv goes is refused before anything runs.
+TEST(DetectCli, PredictionsCsvTellsSameNamedImagesApart) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  for (const char* sub : {"src/a", "src/b"}) std::filesystem::create_directories(dir.file(sub));
+  std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("src/a/top.jpg"));
+  std::filesystem::copy_file("data/demo/images/val/000000000632.jpg", dir.file("src/b/top.jpg"));
+  const std::string detect = test::kestrel_binary() + " detect --device cpu --img 160 --conf-thres 0.0001 --max-det 3"
+                             " --save-csv --nosave --exist-ok --weights " + dir.file("w.safetensors") + " --source '" +
+                             dir.file("src") + "/*/top.jpg' --project " + dir.file("runs");
+  auto r = test::run_command(detect);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(dir.file("runs/exp/predictions.csv"), std::ios::binary);
+  std::map<std::string, int> rows;
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) ++rows[line.substr(0, line.find(','))];
+  EXPECT_EQ(rows, (std::map<std::string, int>{{dir.file("src/a/top.jpg"), 3}, {dir.file("src/b/top.jpg"), 3}}));
+
+  std::filesystem::remove(dir.file("runs/exp/predictions.csv"));
+  std::filesystem::create_directories(dir.file("runs/exp/predictions.csv"));
+  r = test::run_command(detect);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("predictions.csv: is a directory"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("image 1/2"), std::string::npos) << "detection ran before the check";
+}
+
 }  // namespace
 }  // namespace kestrel

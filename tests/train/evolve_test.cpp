@@ -105,6 +105,37 @@ TEST(Evolve, MalformedEvolveCsvNamesTheFile) {
   }
 }
 
+// A folder called evolve.csv is refused when read (an evolution would otherwise train a generation first),
+// and an evolve.csv of another hyperparameter file is refused before anything trains: its keys would
+// replace --hyp's (hyp.scratch.tiny's paste_in and loss_ota dropped).
+TEST(Evolve, EvolveCsvOfAnotherRecipeOrAFolderIsRefusedFirst) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("folder/evolve.csv"));
+  const std::string message = test::error_message([&] { read_evolve_csv(dir.file("folder/evolve.csv")); });
+  EXPECT_NE(message.find("evolve.csv: is a directory"), std::string::npos) << message;
+
+  fs::create_directories(dir.file("runs/exp"));
+  const HypValues low = load_hyperparameters("configs/hyps/hyp.scratch-low.yaml").values;
+  std::string header = "metrics/precision,metrics/recall,metrics/mAP_0.5,metrics/mAP_0.5:0.95,val/box_loss,val/obj_loss,val/cls_loss";
+  std::string row = "0.1,0.2,0.3,0.4,0.1,0.1,0.1";
+  for (const auto& [k, v] : low) header += "," + k, row += "," + std::to_string(v);
+  test::write_file(dir.file("runs/exp/evolve.csv"), header + "\n" + row + "\n");
+  TrainOptions o;
+  o.cfg = "yolov5n";
+  o.data = "data/demo/demo.yaml";
+  o.hyp = "configs/hyps/hyp.scratch.tiny.yaml";
+  o.project = dir.file("runs");
+  o.name = "exp";
+  o.exist_ok = true;
+  o.device = "cpu";
+  const std::string refused = test::error_message([&] { evolve(o, 1); });
+  EXPECT_NE(refused.find("evolve.csv: its generations evolve other hyperparameters than configs/hyps/hyp.scratch.tiny.yaml"),
+            std::string::npos) << refused;
+  EXPECT_NE(refused.find("loss_ota"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("paste_in"), std::string::npos) << refused;
+  EXPECT_FALSE(fs::exists(dir.file("runs/exp/generation"))) << "a generation trained first";
+}
+
 std::map<std::string, double> yaml_values(const std::string& path) {
   std::map<std::string, double> m;
   std::ifstream in(path);

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/run_files.h"
@@ -128,6 +130,8 @@ HypValues mutate_hyperparameters(const HypValues& parent, std::mt19937_64& rng) 
 
 std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
   std::vector<EvolveRow> rows;
+  if (!fs::exists(path)) return rows;
+  require_regular_file(path);  // a folder of that name would only fail after a generation's training
   std::ifstream in(path);
   if (!in) return rows;
   std::string line;
@@ -177,6 +181,22 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
   result.save_dir = make_run_dir(project.string(), base.name, base.exist_ok, /*with_weights=*/false);
   const std::string csv = (fs::path(result.save_dir) / "evolve.csv").string();
   const std::string hyp_file = (fs::path(result.save_dir) / "hyp_generation.yaml").string();
+  // An evolve.csv already there (--exist-ok) supplies the parents: it must evolve the same hyperparameters,
+  // or its keys would silently replace --hyp's (a YOLOv7 file's paste_in and loss_ota dropped, or added).
+  if (const std::vector<EvolveRow> earlier = read_evolve_csv(csv); !earlier.empty()) {
+    std::set<std::string> given, found;
+    for (const auto& [k, v] : start.values) given.insert(k);
+    for (const auto& [k, v] : earlier.front().hyp) found.insert(k);
+    if (given != found) {
+      std::string missing, extra;
+      for (const auto& k : given) if (!found.count(k)) missing += " " + k;
+      for (const auto& k : found) if (!given.count(k)) extra += " " + k;
+      fail(csv, ": its generations evolve other hyperparameters than ", base.hyp.empty() ? "the default recipe" : base.hyp,
+           " (", missing.empty() ? "" : "not in it:" + missing, missing.empty() || extra.empty() ? "" : "; ",
+           extra.empty() ? "" : "not in " + std::string(base.hyp.empty() ? "the recipe" : base.hyp) + ":" + extra,
+           "): evolve into another --name, or give the --hyp it was started with");
+    }
+  }
   for (int gen = 0; gen < generations; ++gen) {
     const std::vector<EvolveRow> rows = read_evolve_csv(csv);
     HypValues hyp = start.values;
@@ -224,7 +244,7 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     result.best_fitness = row_fitness(*best);
   }
   fs::remove(hyp_file);
-  if (result.generations > 0 && !base.noplots) {  // upstream's plot_evolve and its listing of the fittest row
+  if (result.generations > 0) {  // upstream's plot_evolve (not with --noplots) and its listing of the fittest row
     const std::vector<EvolveRow> all = read_evolve_csv(csv);
     std::vector<std::string> keys;
     for (const auto& [k, v] : all.front().hyp) keys.push_back(k);
@@ -241,7 +261,7 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     }
     if (!keys.empty()) {
       const std::string png = (fs::path(result.save_dir) / "evolve.png").string();
-      eval::plot_evolve(keys, values, fitness, png);
+      if (!base.noplots) eval::plot_evolve(keys, values, fitness, png);
       const size_t best = static_cast<size_t>(std::max_element(fitness.begin(), fitness.end()) - fitness.begin());
       std::cout << "Best results from row " << best << " of " << csv << ":\n";
       for (size_t k = 0; k < keys.size(); ++k) {
@@ -249,7 +269,7 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
         std::snprintf(line, sizeof line, "%15s: %.3g", keys[k].c_str(), values[best][k]);
         std::cout << line << "\n";
       }
-      std::cout << "Saved " << png << "\n";
+      if (!base.noplots) std::cout << "Saved " << png << "\n";
     }
   }
   std::cout << "--evolve: " << result.generations << " generations; best hyperparameters in "
