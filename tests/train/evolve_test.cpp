@@ -105,6 +105,17 @@ TEST(Evolve, MalformedEvolveCsvNamesTheFile) {
   }
 }
 
+// yolov5n on the demo data on the CPU, evolving `hyp` into `project`.
+TrainOptions evolve_options(const std::string& hyp, const std::string& project) {
+  TrainOptions o;
+  o.cfg = "yolov5n";
+  o.data = "data/demo/demo.yaml";
+  o.hyp = hyp;
+  o.project = project;
+  o.device = "cpu";
+  return o;
+}
+
 // A folder called evolve.csv is refused when read (an evolution would otherwise train a generation first),
 // and an evolve.csv of another hyperparameter file is refused before anything trains: its keys would
 // replace --hyp's (hyp.scratch.tiny's paste_in and loss_ota dropped).
@@ -120,14 +131,9 @@ TEST(Evolve, EvolveCsvOfAnotherRecipeOrAFolderIsRefusedFirst) {
   std::string row = "0.1,0.2,0.3,0.4,0.1,0.1,0.1";
   for (const auto& [k, v] : low) header += "," + k, row += "," + std::to_string(v);
   test::write_file(dir.file("runs/exp/evolve.csv"), header + "\n" + row + "\n");
-  TrainOptions o;
-  o.cfg = "yolov5n";
-  o.data = "data/demo/demo.yaml";
-  o.hyp = "configs/hyps/hyp.scratch.tiny.yaml";
-  o.project = dir.file("runs");
+  TrainOptions o = evolve_options("configs/hyps/hyp.scratch.tiny.yaml", dir.file("runs"));
   o.name = "exp";
   o.exist_ok = true;
-  o.device = "cpu";
   const std::string refused = test::error_message([&] { evolve(o, 1); });
   EXPECT_NE(refused.find("evolve.csv: its generations evolve other hyperparameters than configs/hyps/hyp.scratch.tiny.yaml"),
             std::string::npos) << refused;
@@ -149,12 +155,7 @@ std::map<std::string, double> yaml_values(const std::string& path) {
 
 TEST(Evolve, ThreeGenerationsEndToEnd) {
   test::TempDir dir;
-  TrainOptions o;
-  o.cfg = "yolov5n";
-  o.data = "data/demo/demo.yaml";
-  o.hyp = "configs/hyps/hyp.scratch-low.yaml";
-  o.project = dir.file("runs/train");
-  o.device = "cpu";
+  TrainOptions o = evolve_options("configs/hyps/hyp.scratch-low.yaml", dir.file("runs/train"));
   o.img_size = 64;
   o.batch_size = 16;
   o.epochs = 1;
