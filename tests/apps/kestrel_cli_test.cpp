@@ -342,6 +342,13 @@ TEST(CliTrain, AutoBatchOnTheCpuUsesTheDefault) {
   std::ifstream opt(dir.file("runs/exp/opt.yaml"));
   const std::string yaml((std::istreambuf_iterator<char>(opt)), {});
   EXPECT_NE(yaml.find("\nbatch_size: 16\n"), std::string::npos) << yaml;
+  // A rank of a torchrun launch (WORLD_SIZE in the environment) refuses it before joining the others.
+  const auto rank = test::run_command("env WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=9 " +
+                                      test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --batch-size -1"
+                                      " --device cpu --project " + dir.file("runs2"));
+  EXPECT_NE(rank.exit_code, 0);
+  EXPECT_NE(rank.output.find("AutoBatch with --batch-size -1 is not compatible with data-parallel training"), std::string::npos)
+      << rank.output;
 }
 
 // A scheduler's SIGTERM stops a run like Ctrl-C: saved at the next optimiser step, "--resume" named, and
