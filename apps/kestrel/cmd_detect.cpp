@@ -7,12 +7,14 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <algorithm>
 #include <set>
 
 #include <ATen/ATen.h>
 
 #include "commands.h"
+#include "kestrel/core/atomic_file.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/regular_file.h"
@@ -21,7 +23,9 @@
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/video_io.h"
+#include "kestrel/eval/coco_eval.h"
 #include "kestrel/eval/detector.h"
+#include "kestrel/eval/yolo_to_coco.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/train/run_files.h"
@@ -38,7 +42,8 @@ struct DetectOptions {
   int max_det = 1000, line_thickness = 3, vid_stride = 1, save_format = 0;
   bool max_det_given = false;
   std::vector<int> classes;
-  bool agnostic_nms = false, save_txt = false, save_conf = false, save_csv = false, nosave = false, exist_ok = false;
+  bool agnostic_nms = false, save_txt = false, save_conf = false, save_csv = false, save_json = false, nosave = false;
+  bool exist_ok = false;
   bool hide_labels = false, hide_conf = false, half = false, augment = false, save_crop = false, visualize = false;
 };
 
@@ -141,6 +146,15 @@ fs::path free_crop_path(const fs::path& dir, const std::string& stem) {
 struct FrameOutputs {
   fs::path txt;
   std::string stem, csv_name;
+  int64_t image_id = 0;  // in predictions.json
+};
+
+// --save-json: the run's detections in COCO's results format, written as <run>/predictions.json at the
+// end; category ids as val.py's (COCO's 91-ids for a COCO --data, else the class index).
+struct JsonPredictions {
+  std::vector<int> category_ids;
+  std::vector<eval::CocoDetection> detections;
+  int64_t next_frame_id = 1;  // video and camera frames are numbered after the images
 };
 
 // Appends an image's rows to <run>/predictions.csv, which starts with its header when new (as detect.py,
@@ -158,7 +172,7 @@ void append_predictions_csv(const fs::path& csv, const std::string& rows) {
 // cut from the unannotated image into crops/<class name>/<stem>.jpg (same order), the boxes drawn in
 // place, and upstream's per-image line.
 void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o, const std::vector<std::string>& names,
-                const FrameOutputs& frame, const fs::path& save_dir, const std::string& prefix) {
+                const FrameOutputs& frame, const fs::path& save_dir, const std::string& prefix, JsonPredictions& json) {
   const fs::path& txt = frame.txt;
   const std::string& stem = frame.stem;
   // --visualize: every layer's output into <run>/<stem>/ (stem2, stem3 ... when taken, as increment_path).
@@ -185,6 +199,18 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
     }
     append_predictions_csv(save_dir / "predictions.csv", rows);
   }
+  if (o.save_json && count > 0) {  // val.py's save_one_json: most confident first, bbox [x, y, w, h]
+    const at::Tensor rows = det.boxes.to(at::kCPU, at::kDouble).contiguous();
+    const auto b = rows.accessor<double, 2>();
+    const auto round_to = [](double v, double scale) { return std::round(v * scale) / scale; };
+    for (int64_t k = 0; k < count; ++k) {
+      const auto cls = static_cast<size_t>(b[k][5]);
+      json.detections.push_back({frame.image_id, cls < json.category_ids.size() ? json.category_ids[cls] : static_cast<int64_t>(cls),
+                                 eval::CocoBox{round_to(b[k][0], 1e3), round_to(b[k][1], 1e3), round_to(b[k][2] - b[k][0], 1e3),
+                                               round_to(b[k][3] - b[k][1], 1e3)},
+                                 round_to(static_cast<double>(static_cast<float>(b[k][4])), 1e5)});
+    }
+  }
   for (int64_t k = count - 1; o.save_crop && k >= 0; --k) {
     const cv::Rect region = eval::crop_region(det.boxes[k], image.size());
     if (region.empty()) continue;  // a box squeezed flat against an edge: nothing to cut
@@ -207,7 +233,7 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
 // `position`: "video i/n", its place among the source's files; `file_stem`: the output stem of a video file
 // (video_stems), empty for a camera or stream.
 void detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const std::string& position,
-                  const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir,
+                  const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir, JsonPredictions& json,
                   const std::string& file_stem = "") {
   const bool camera = data::is_camera_source(source);
   // A URL's last path component names the outputs, as upstream's Path(url).stem ("live" for rtsp://host/live).
@@ -232,8 +258,9 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     // Label files count a video file's frames from 1, a camera's or stream's from 0 (upstream's LoadImages
     // and LoadStreams counters).
     const int64_t label_frame = data::is_video_file(source) || !(camera || data::is_stream_url(source)) ? f : f - 1;
-    detect_one(detector, frame, o, names, {save_dir / "labels" / cat(stem, "_", label_frame, ".txt"), stem, csv_name}, save_dir,
-               prefix);
+    detect_one(detector, frame, o, names,
+               {save_dir / "labels" / cat(stem, "_", label_frame, ".txt"), stem, csv_name, json.next_frame_id++}, save_dir, prefix,
+               json);
     if (o.nosave) continue;
     if (!writer) writer = data::create_video(out.string(), fixed_rate || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
     if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
@@ -250,7 +277,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
 // "video i/n" over all of them, as detect.py's LoadImages (files = images + videos); unreadable images are
 // reported and skipped.
 void detect_files(eval::Detector& detector, const std::vector<std::string>& files, const DetectOptions& o,
-                  const std::vector<std::string>& names, const fs::path& save_dir) {
+                  const std::vector<std::string>& names, const fs::path& save_dir, JsonPredictions& json) {
   std::vector<std::string> images, media;
   for (const std::string& file : files)
     if (!data::is_video_file(file)) images.push_back(file);
@@ -266,6 +293,9 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
     ++uses[csv_names.emplace_back((outputs[k].annotated.parent_path() / fs::path(images[k]).filename()).string())];
   for (size_t k = 0; k < images.size(); ++k)
     if (uses[csv_names[k]] > 1) csv_names[k] = images[k];
+  // predictions.json's image ids: `kestrel data coco`'s (numeric stems, else 1..n); video frames after them.
+  const std::vector<int64_t> image_ids = eval::coco_image_ids(images);
+  for (int64_t id : image_ids) json.next_frame_id = std::max(json.next_frame_id, id + 1);
   const std::vector<std::string> stems =
       video_stems({media.begin() + static_cast<long>(images.size()), media.end()}, outputs, o.save_txt);
   int64_t skipped = 0;
@@ -274,7 +304,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
     if (data::is_video_file(media[i])) {
       try {  // like an unreadable image, reported and skipped (upstream's loader goes on to the next file)
         std::unique_ptr<data::VideoReader> clip = data::open_video(media[i]);
-        detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir, stems[i - images.size()]);
+        detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir, json, stems[i - images.size()]);
       } catch (const Error& e) {
         std::cout << "video " << i + 1 << "/" << n << " " << media[i] << ": skipped (" << e.what() << ")" << std::endl;
         ++skipped;
@@ -282,6 +312,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
       continue;
     }
     const std::string& csv_name = csv_names[image];
+    const int64_t image_id = image_ids[image];
     const OutputNames& out = outputs[image++];
     const fs::path path = media[i];
     const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
@@ -294,8 +325,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
       continue;
     }
     detect_one(detector, decoded.image, o, names,
-               {save_dir / "labels" / out.labels, path.stem().string(), csv_name},
-               save_dir, prefix);
+               {save_dir / "labels" / out.labels, path.stem().string(), csv_name, image_id}, save_dir, prefix, json);
     if (!o.nosave) {
       const fs::path annotated = save_dir / out.annotated;
       fs::create_directories(annotated.parent_path());
@@ -372,9 +402,26 @@ void run_detect(const DetectOptions& o) {
   if (o.save_txt) fs::create_directories(save_dir / "labels");
   if (o.save_csv && fs::exists(save_dir / "predictions.csv")) require_regular_file((save_dir / "predictions.csv").string());
 
+  JsonPredictions json;
+  if (o.save_json) {  // val.py's class map: COCO's category ids when --data is COCO, else the class index
+    std::optional<data::DatasetConfig> dataset;
+    try {
+      if (!o.data.empty()) dataset = data::load_dataset_config(o.data);
+    } catch (const Error&) {  // already warned about above
+    }
+    if (dataset && eval::is_coco_dataset(*dataset) && names.size() <= eval::coco80_to_coco91_ids().size())
+      json.category_ids.assign(eval::coco80_to_coco91_ids().begin(),
+                               eval::coco80_to_coco91_ids().begin() + static_cast<std::ptrdiff_t>(names.size()));
+  }
   detector.warmup();
-  if (video) detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir);
-  else detect_files(detector, media, o, names, save_dir);
+  if (video) detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json);
+  else detect_files(detector, media, o, names, save_dir, json);
+  if (o.save_json) {
+    const fs::path file = save_dir / "predictions.json";
+    const std::string text = eval::coco_results_json(json.detections);
+    write_file_atomic(file.string(), {text}, Durability::kRename);
+    std::cout << "Saving " << file.string() << " (" << json.detections.size() << " detections, COCO results format)" << std::endl;
+  }
 
   const auto& total = detector.total_ms();
   const double seen = static_cast<double>(detector.images());
@@ -418,6 +465,8 @@ void add_detect_command(CLI::App& app) {
   cmd->add_flag("--save-txt", o->save_txt, "save results to <run>/labels/<image stem>.txt (videos: <stem>_<frame>.txt)");
   cmd->add_option("--save-format", o->save_format, "box columns of --save-txt labels: 0 YOLO (cx cy w h), 1 Pascal-VOC "
                   "(x1 y1 x2 y2), both normalised (YOLOv5 detect.py)")->capture_default_str()->check(integer_where([](long long v) { return v == 0 || v == 1; }, "0 or 1"));
+  cmd->add_flag("--save-json", o->save_json, "save the detections to <run>/predictions.json in COCO's results format "
+                "(image ids: numeric file stems, else 1..n; category ids: COCO's for a COCO --data, else the class index)");
   cmd->add_flag("--save-csv", o->save_csv, "save image name, class name and confidence of each detection to <run>/predictions.csv");
   cmd->add_flag("--save-conf", o->save_conf, "save confidences in --save-txt labels");
   cmd->add_flag("--save-crop", o->save_crop, "save each detection's box to <run>/crops/<class name>/<image stem>.jpg");

@@ -12,6 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/models/yolo_model.h"
@@ -222,6 +225,64 @@ TEST(DetectCli, PredictionsCsvTellsSameNamedImagesApart) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("predictions.csv: is a directory"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("image 1/2"), std::string::npos) << "detection ran before the check";
+}
+
+// --save-json (the detect flag; val.py's save_one_json format): predictions.json holds each
+// detection of the label files (--save-txt --save-conf), most confident first, with the numeric file stem
+// as image id, bbox = [x1, y1, w, h] in pixels, the class index as category id without --data, and COCO's
+// 91-ids (class c -> 1, 2, 3 for the first three) with a COCO --data.
+TEST(DetectCli, SaveJsonWritesCocoResultsOfTheLabelLines) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  std::filesystem::create_directories(dir.file("src"));
+  std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("src/000000000139.jpg"));  // 640 x 426
+  std::filesystem::copy_file("data/demo/images/val/000000000632.jpg", dir.file("src/000000000632.jpg"));  // 640 x 483
+  const std::string detect = test::kestrel_binary() + " detect --device cpu --img 160 --conf-thres 0.0001 --max-det 5"
+                             " --save-json --save-txt --save-conf --nosave --weights " + dir.file("w.safetensors") +
+                             " --source " + dir.file("src") + " --project " + dir.file("runs") + " ";
+  auto r = test::run_command(detect + "--name plain");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("predictions.json (10 detections"), std::string::npos) << r.output;
+  std::ifstream in(dir.file("runs/plain/predictions.json"));
+  const nlohmann::json json = nlohmann::json::parse(in);
+  ASSERT_EQ(json.size(), 10u);
+  const std::map<int64_t, std::pair<std::string, cv::Size>> images = {{139, {"000000000139", {640, 426}}},
+                                                                      {632, {"000000000632", {640, 483}}}};
+  std::map<int64_t, std::vector<nlohmann::json>> by_image;
+  for (const auto& d : json) by_image[d.at("image_id").get<int64_t>()].push_back(d);
+  ASSERT_EQ(by_image.size(), 2u);
+  for (const auto& [id, image] : images) {
+    std::ifstream labels(dir.file("runs/plain/labels/" + image.first + ".txt"));
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(labels, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), 5u);
+    ASSERT_EQ(by_image[id].size(), 5u);
+    for (size_t k = 0; k < 5; ++k) {  // label files: least confident first; JSON: most confident first
+      std::istringstream line(lines[4 - k]);
+      double cls = 0, cx = 0, cy = 0, w = 0, h = 0, conf = 0;
+      line >> cls >> cx >> cy >> w >> h >> conf;
+      const nlohmann::json& d = by_image[id][k];
+      const double W = image.second.width, H = image.second.height;
+      EXPECT_EQ(d.at("category_id").get<int>(), static_cast<int>(cls));
+      EXPECT_NEAR(d.at("bbox")[0].get<double>(), (cx - w / 2) * W, 0.01) << lines[4 - k];
+      EXPECT_NEAR(d.at("bbox")[1].get<double>(), (cy - h / 2) * H, 0.01) << lines[4 - k];
+      EXPECT_NEAR(d.at("bbox")[2].get<double>(), w * W, 0.01) << lines[4 - k];
+      EXPECT_NEAR(d.at("bbox")[3].get<double>(), h * H, 0.01) << lines[4 - k];
+      EXPECT_NEAR(d.at("score").get<double>(), conf, 1e-5) << lines[4 - k];
+    }
+  }
+  // A COCO --data (val.py's test: a YAML named coco.yaml): COCO's category ids.
+  test::write_file(dir.file("coco.yaml"), "path: " + dir.file("src") + "\ntrain: .\nval: .\nnames: [a, b, c]\n");
+  r = test::run_command(detect + "--name coco --data " + dir.file("coco.yaml"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream coco_in(dir.file("runs/coco/predictions.json"));
+  const nlohmann::json coco = nlohmann::json::parse(coco_in);
+  ASSERT_EQ(coco.size(), json.size());
+  for (size_t i = 0; i < coco.size(); ++i) {
+    EXPECT_EQ(coco[i].at("category_id").get<int>(), json[i].at("category_id").get<int>() + 1);  // 0, 1, 2 -> 1, 2, 3
+    EXPECT_EQ(coco[i].at("bbox"), json[i].at("bbox"));
+  }
 }
 
 }  // namespace
