@@ -245,32 +245,27 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
   }
   fs::remove(hyp_file);
   if (result.generations > 0) {  // upstream's plot_evolve (not with --noplots) and its listing of the fittest row
+    // Every row has the header's columns (read_evolve_csv), and the header --hyp's keys (checked above).
     const std::vector<EvolveRow> all = read_evolve_csv(csv);
     std::vector<std::string> keys;
     for (const auto& [k, v] : all.front().hyp) keys.push_back(k);
     std::vector<std::vector<double>> values;
     std::vector<double> fitness;
     for (const EvolveRow& row : all) {
-      if (row.hyp.size() != keys.size()) {
-        keys.clear();  // rows of other runs with other keys (an --exist-ok folder): no plot
-        break;
-      }
       values.emplace_back();
       for (const auto& [k, v] : row.hyp) values.back().push_back(v);
       fitness.push_back(row_fitness(row));
     }
-    if (!keys.empty()) {
-      const std::string png = (fs::path(result.save_dir) / "evolve.png").string();
-      if (!base.noplots) eval::plot_evolve(keys, values, fitness, png);
-      const size_t best = static_cast<size_t>(std::max_element(fitness.begin(), fitness.end()) - fitness.begin());
-      std::cout << "Best results from row " << best << " of " << csv << ":\n";
-      for (size_t k = 0; k < keys.size(); ++k) {
-        char line[160];
-        std::snprintf(line, sizeof line, "%15s: %.3g", keys[k].c_str(), values[best][k]);
-        std::cout << line << "\n";
-      }
-      if (!base.noplots) std::cout << "Saved " << png << "\n";
+    const std::string png = (fs::path(result.save_dir) / "evolve.png").string();
+    if (!base.noplots) eval::plot_evolve(keys, values, fitness, png);
+    const size_t best = static_cast<size_t>(std::max_element(fitness.begin(), fitness.end()) - fitness.begin());
+    std::cout << "Best results from row " << best << " of " << csv << ":\n";
+    for (size_t k = 0; k < keys.size(); ++k) {
+      char line[160];
+      std::snprintf(line, sizeof line, "%15s: %.3g", keys[k].c_str(), values[best][k]);
+      std::cout << line << "\n";
     }
+    if (!base.noplots) std::cout << "Saved " << png << "\n";
   }
   std::cout << "--evolve: " << result.generations << " generations; best hyperparameters in "
             << (fs::path(result.save_dir) / "hyp_evolve.yaml").string() << ", all in " << csv << "\n";
