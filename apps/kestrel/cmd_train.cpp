@@ -10,6 +10,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/dist/launcher.h"
 #include "kestrel/dist/process_group.h"
+#include "kestrel/train/autobatch.h"
 #include "kestrel/train/evolve.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/optimizer.h"
@@ -171,8 +172,7 @@ void add_train_command(CLI::App& app) {
       throw CLI::ValidationError(e.what());  // "--optimizer NAME: expected ..."
     }
     if (o->batch_size == -1 && o->resume.empty() && *nproc > 1)  // refused once here, not by every rank
-      throw CLI::ValidationError("--batch-size", "AutoBatch with --batch-size -1 is not compatible with data-parallel "
-                                 "training; pass the total --batch-size");
+      throw CLI::ValidationError("--batch-size", train::kAutoBatchNotDataParallel);
     if (o->image_weights && o->rect)
       throw CLI::ValidationError("--image-weights", "draws images at random, which --rect's fixed batch order does not allow");
     if (yolov7_flags->second) o->cache = "ram";

@@ -15,6 +15,10 @@ class YoloModel;
 
 namespace kestrel::train {
 
+// Upstream asserts it too: AutoBatch measures one device.
+inline constexpr const char* kAutoBatchNotDataParallel =
+    "AutoBatch with --batch-size -1 is not compatible with data-parallel training; pass the total --batch-size";
+
 struct AutoBatchOptions {
   double fraction = 0.8;   // of the memory the process can have (upstream's default)
   int default_batch = 16;  // the CPU's batch size, and the fallback when the fit is unusable

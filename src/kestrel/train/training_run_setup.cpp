@@ -88,8 +88,7 @@ void TrainingRun::join_ranks() {
   }
   // cuDNN autotuning: the training shapes repeat (YOLOv7's train.py turns it on too; YOLOv5 v7.0 leaves it off).
   if (device.is_cuda()) set_cudnn_benchmark(true);
-  if (dist_env.world_size > 1 && o.batch_size == -1)  // upstream asserts the same
-    fail("AutoBatch with --batch-size -1 is not compatible with data-parallel training; pass the total --batch-size");
+  if (dist_env.world_size > 1 && o.batch_size == -1) fail(kAutoBatchNotDataParallel);
   dist_ctx = dist::init(dist_env, device, std::chrono::seconds(3600));
   if (dist_ctx.enabled && o.batch_size % dist_ctx.world_size != 0)
     fail("--batch-size ", o.batch_size, " must be a multiple of WORLD_SIZE ", dist_ctx.world_size);
