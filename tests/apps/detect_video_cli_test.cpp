@@ -6,14 +6,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <thread>
 
-#include <opencv2/imgproc.hpp>
-
 #include <nlohmann/json.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/video_io.h"
@@ -240,16 +239,9 @@ TEST(DetectVideoCli, VideosOfOneStemKeepTheirOwnOutputs) {
     fs::copy_file(clip, run.dir.file(std::string(sub) + "/clip.avi"));
   }
   fs::copy_file("data/demo/images/val/000000000139.jpg", run.dir.file("media/clip_1.jpg"));
-  auto r = run.detect(run.dir.file("media"), "--conf-thres 0.0001 --max-det 5 --save-txt --save-json");
+  auto r = run.detect(run.dir.file("media"), "--conf-thres 0.0001 --max-det 5 --save-txt");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string exp = run.project + "/exp";
-  // --save-json: the one image is id 1 (its stem "photo" is not a number), the 5 frames 2..6 after it.
-  {
-    std::ifstream in(exp + "/predictions.json");
-    std::map<int64_t, int> per_id;
-    for (const auto& d : nlohmann::json::parse(in)) ++per_id[d.at("image_id").get<int64_t>()];
-    EXPECT_EQ(per_id, (std::map<int64_t, int>{{1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}, {6, 5}}));
-  }
   EXPECT_TRUE(fs::exists(exp + "/clip2.mp4")) << r.output;  // "clip" would write labels/clip_1.txt
   EXPECT_TRUE(fs::exists(exp + "/clip3.mp4")) << r.output;
   EXPECT_FALSE(fs::exists(exp + "/clip.mp4")) << r.output;
