@@ -23,12 +23,17 @@
 namespace kestrel {
 namespace {
 
+// An untrained 3-class (a, b, c) `config` saved as kestrel weights at `path`.
+void write_untrained_weights(const std::string& path, const std::string& config = "yolov5n") {
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path(config)), 3);
+  models::save_model_weights(path, *model, models::describe_config(config, {"a", "b", "c"}));
+}
+
 // Label lines written for the demo image by an untrained 3-class `config` at conf 0.0001 and IoU 0.99 (every
 // candidate box survives NMS: far more than 1000 of them at 320 px).
 int64_t boxes_written(const std::string& config, const std::string& args) {
   test::TempDir dir;
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path(config)), 3);
-  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config(config, {"a", "b", "c"}));
+  write_untrained_weights(dir.file("w.safetensors"), config);
   const auto r = test::run_command(test::kestrel_binary() + " detect --device cpu --img 320 --conf-thres 0.0001 --iou-thres 0.99"
                                    " --save-txt --nosave --weights " + dir.file("w.safetensors") +
                                    " --source data/demo/images/val/000000000139.jpg --project " + dir.file("runs") + " " + args);
@@ -49,8 +54,7 @@ TEST(DetectCli, MaxDetDefaultsPerFamily) {
 // the classes, or when it cannot be used), --update is accepted, --view-img and --dnn are refused with the reason.
 TEST(DetectCli, UpstreamSpellings) {
   test::TempDir dir;
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
-  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  write_untrained_weights(dir.file("w.safetensors"));
   {
     std::ofstream yaml(dir.file("abc.yaml"));
     yaml << "path: " << std::filesystem::absolute("data/demo").string() << "\ntrain: images/train\nval: images/val\n"
@@ -91,8 +95,7 @@ TEST(DetectCli, UpstreamSpellings) {
 // a rerun into the same folder (--exist-ok) replaces the label files instead of appending to them.
 TEST(DetectCli, ImagesOfTheSameNameKeepTheirOwnOutputs) {
   test::TempDir dir;
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
-  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  write_untrained_weights(dir.file("w.safetensors"));
   const std::string image = "data/demo/images/val/000000000139.jpg";
   for (const char* sub : {"src/a", "src/b"}) std::filesystem::create_directories(dir.file(sub));
   std::filesystem::copy_file(image, dir.file("src/x.jpg"));
@@ -128,8 +131,7 @@ TEST(DetectCli, ImagesOfTheSameNameKeepTheirOwnOutputs) {
 // corners of the same boxes (x1 = cx - w / 2 ...).
 TEST(DetectCli, PredictionsCsvAndPascalVocLabels) {
   test::TempDir dir;
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
-  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  write_untrained_weights(dir.file("w.safetensors"));
   std::filesystem::create_directories(dir.file("src/sub"));
   std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("src/x.jpg"));
   std::filesystem::copy_file("data/demo/images/val/000000000632.jpg", dir.file("src/sub/y.jpg"));
@@ -202,8 +204,7 @@ TEST(DetectCli, PredictionsCsvAndPascalVocLabels) {
 // where predictions.csv goes is refused before anything runs.
 TEST(DetectCli, PredictionsCsvTellsSameNamedImagesApart) {
   test::TempDir dir;
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
-  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  write_untrained_weights(dir.file("w.safetensors"));
   for (const char* sub : {"src/a", "src/b"}) std::filesystem::create_directories(dir.file(sub));
   std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("src/a/top.jpg"));
   std::filesystem::copy_file("data/demo/images/val/000000000632.jpg", dir.file("src/b/top.jpg"));
@@ -233,8 +234,7 @@ TEST(DetectCli, PredictionsCsvTellsSameNamedImagesApart) {
 // 91-ids (class c -> 1, 2, 3 for the first three) with a COCO --data.
 TEST(DetectCli, SaveJsonWritesCocoResultsOfTheLabelLines) {
   test::TempDir dir;
-  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
-  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  write_untrained_weights(dir.file("w.safetensors"));
   std::filesystem::create_directories(dir.file("src"));
   std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("src/000000000139.jpg"));  // 640 x 426
   std::filesystem::copy_file("data/demo/images/val/000000000632.jpg", dir.file("src/000000000632.jpg"));  // 640 x 483
