@@ -202,13 +202,10 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
   if (o.save_json && count > 0) {  // val.py's save_one_json: most confident first, bbox [x, y, w, h]
     const at::Tensor rows = det.boxes.to(at::kCPU, at::kDouble).contiguous();
     const auto b = rows.accessor<double, 2>();
-    const auto round_to = [](double v, double scale) { return std::round(v * scale) / scale; };
     for (int64_t k = 0; k < count; ++k) {
       const auto cls = static_cast<size_t>(b[k][5]);
-      json.detections.push_back({frame.image_id, cls < json.category_ids.size() ? json.category_ids[cls] : static_cast<int64_t>(cls),
-                                 eval::CocoBox{round_to(b[k][0], 1e3), round_to(b[k][1], 1e3), round_to(b[k][2] - b[k][0], 1e3),
-                                               round_to(b[k][3] - b[k][1], 1e3)},
-                                 round_to(static_cast<double>(static_cast<float>(b[k][4])), 1e5)});
+      const int64_t category = cls < json.category_ids.size() ? json.category_ids[cls] : static_cast<int64_t>(cls);
+      json.detections.push_back(eval::coco_detection(frame.image_id, category, b[k][0], b[k][1], b[k][2], b[k][3], b[k][4]));
     }
   }
   for (int64_t k = count - 1; o.save_crop && k >= 0; --k) {

@@ -454,6 +454,12 @@ std::string format_coco_summary(const CocoSummary& summary) {
   return out;
 }
 
+CocoDetection coco_detection(int64_t image_id, int64_t category_id, double x1, double y1, double x2, double y2, double score) {
+  const auto round_to = [](double v, double scale) { return std::round(v * scale) / scale; };
+  return {image_id, category_id, CocoBox{round_to(x1, 1e3), round_to(y1, 1e3), round_to(x2 - x1, 1e3), round_to(y2 - y1, 1e3)},
+          round_to(score, 1e5)};
+}
+
 std::string coco_results_json(const std::vector<CocoDetection>& detections) {
   std::string out;
   out.reserve(detections.size() * 96 + 2);

@@ -47,6 +47,10 @@ struct CocoDetection {
   double score = 0;
 };
 
+// A detection as val.py's save_one_json writes it: corners x1 y1 x2 y2 in pixels to [x, y, w, h] rounded to
+// 3 decimals, the score to 5.
+CocoDetection coco_detection(int64_t image_id, int64_t category_id, double x1, double y1, double x2, double y2, double score);
+
 // What COCOeval needs from an annotation file.
 struct CocoAnnotations {
   std::string source;                    // file name, for messages

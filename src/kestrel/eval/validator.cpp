@@ -185,14 +185,10 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
         const at::Tensor scores_host = pred.slice(1, 4, 6).to(at::kCPU, at::kFloat).contiguous();  // conf, class
         const auto b = boxes_host.accessor<double, 2>();
         const auto sc = scores_host.accessor<float, 2>();
-        auto round_to = [](double v, double digits) { return std::round(v * digits) / digits; };
         for (int64_t j = 0; j < b.size(0); ++j) {
-          const double x1 = b[j][0], y1 = b[j][1], x2 = b[j][2], y2 = b[j][3];
           const auto c = static_cast<size_t>(sc[j][1]);
           const int category = c < options.coco_category_ids.size() ? options.coco_category_ids[c] : static_cast<int>(c);
-          r.predictions.push_back({id, category,
-                                   CocoBox{round_to(x1, 1e3), round_to(y1, 1e3), round_to(x2 - x1, 1e3), round_to(y2 - y1, 1e3)},
-                                   round_to(static_cast<double>(sc[j][0]), 1e5)});
+          r.predictions.push_back(coco_detection(id, category, b[j][0], b[j][1], b[j][2], b[j][3], static_cast<double>(sc[j][0])));
         }
       }
     }
