@@ -406,9 +406,7 @@ void run_detect(const DetectOptions& o) {
       if (!o.data.empty()) dataset = data::load_dataset_config(o.data);
     } catch (const Error&) {  // already warned about above
     }
-    if (dataset && eval::is_coco_dataset(*dataset) && names.size() <= eval::coco80_to_coco91_ids().size())
-      json.category_ids.assign(eval::coco80_to_coco91_ids().begin(),
-                               eval::coco80_to_coco91_ids().begin() + static_cast<std::ptrdiff_t>(names.size()));
+    json.category_ids = eval::coco_category_ids(dataset && eval::is_coco_dataset(*dataset), names.size());
   }
   detector.warmup();
   if (video) detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json);

@@ -185,9 +185,7 @@ CocoOutput coco_output_for(const ValOptions& o, const data::DatasetConfig& cfg) 
 // Class -> category id in the JSON predictions (empty: the class index).
 std::vector<int> category_ids_for(const CocoOutput& c, const Model& m) {
   if (c.annotations) return eval::coco_category_ids_for(m.names, *c.annotations, c.is_coco);
-  if (c.is_coco && m.nc <= 80)  // val.py's coco80_to_coco91_class()[c]: also a --single-cls class 0, person
-    return {eval::coco80_to_coco91_ids().begin(), eval::coco80_to_coco91_ids().begin() + m.nc};
-  return {};
+  return eval::coco_category_ids(c.is_coco, static_cast<size_t>(m.nc));
 }
 
 // Writes a pass's predictions to `path` and scores the file as saved when there are annotations; as val.py,

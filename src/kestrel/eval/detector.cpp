@@ -190,7 +190,8 @@ std::string stream_csv_name(const std::string& source) {
     cleaned += std::string("|@#!$%&()=?^*;:,><+").find(c) != std::string::npos ? '_' : c;
   }
   while (cleaned.size() > 1 && cleaned.back() == '/') cleaned.pop_back();  // pathlib drops a trailing slash
-  return cleaned.substr(cleaned.find_last_of('/') == std::string::npos ? 0 : cleaned.find_last_of('/') + 1);
+  const size_t slash = cleaned.find_last_of('/');
+  return slash == std::string::npos ? cleaned : cleaned.substr(slash + 1);
 }
 
 cv::Rect crop_region(const at::Tensor& row, cv::Size image, float gain, float pad) {

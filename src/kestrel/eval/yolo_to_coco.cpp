@@ -100,6 +100,12 @@ bool has_coco_yaml_name(const data::DatasetConfig& cfg) {
 
 bool is_coco_dataset(const data::DatasetConfig& cfg) { return has_coco_yaml_name(cfg) || has_coco_val_path(cfg); }
 
+std::vector<int> coco_category_ids(bool is_coco, size_t nc) {
+  const std::vector<int>& coco = coco80_to_coco91_ids();
+  if (!is_coco || nc > coco.size()) return {};
+  return {coco.begin(), coco.begin() + static_cast<std::ptrdiff_t>(nc)};
+}
+
 std::vector<int> coco_category_ids_for(const std::vector<std::string>& names, const CocoAnnotations& annotations,
                                        bool is_coco) {
   std::map<std::string, int64_t> by_name;
@@ -116,10 +122,9 @@ std::vector<int> coco_category_ids_for(const std::vector<std::string>& names, co
   }
   if (ids.size() == names.size()) return ids;
   // val.py's coco80_to_coco91_class()[c] for any class count up to 80 (--single-cls: class 0, person).
-  const std::vector<int>& coco = coco80_to_coco91_ids();
-  if (is_coco && names.size() <= coco.size() &&
-      std::all_of(coco.begin(), coco.begin() + static_cast<std::ptrdiff_t>(names.size()), [&](int id) { return listed.count(id); }))
-    return std::vector<int>(coco.begin(), coco.begin() + static_cast<std::ptrdiff_t>(names.size()));
+  const std::vector<int> coco = coco_category_ids(is_coco, names.size());
+  if (!coco.empty() && std::all_of(coco.begin(), coco.end(), [&](int id) { return listed.count(id); }))
+    return coco;
   ids.clear();
   for (size_t c = 0; c < names.size(); ++c) {
     if (!listed.count(static_cast<int64_t>(c)))

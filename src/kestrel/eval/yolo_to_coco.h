@@ -43,6 +43,9 @@ std::vector<int64_t> coco_image_ids(const std::vector<std::string>& paths, const
 // COCO 2017's category ids of the 80 classes in YOLO's order (val.py's coco80_to_coco91_class): 1..90
 // without the ten ids COCO leaves unused (12, 26, 29, 30, 45, 66, 68, 69, 71, 83).
 const std::vector<int>& coco80_to_coco91_ids();
+// val.py's class map without an annotation file: coco80_to_coco91_class()[c] on a COCO dataset of at most
+// 80 classes (--single-cls's class 0 is person), else empty (the class index is the category id).
+std::vector<int> coco_category_ids(bool is_coco, size_t nc);
 
 // The two tests upstream uses for "the dataset is COCO": YOLOv5's (val.py, train.py), a single val entry
 // ending in coco/val2017.txt; YOLOv7's (test.py, train.py) and YOLOv5's --save-json default, a dataset
