@@ -12,6 +12,7 @@
 #include "kestrel/dist/process_group.h"
 #include "kestrel/train/autobatch.h"
 #include "kestrel/train/evolve.h"
+#include "kestrel/train/evolve_population.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/optimizer.h"
 #include "kestrel/train/trainer.h"
@@ -125,7 +126,15 @@ void add_train_command(CLI::App& app) {
   auto generations = std::make_shared<int>(0);
   cmd->add_option("--evolve", *generations, "evolve the hyperparameters for N generations (default 300) into runs/evolve")
       ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
-  cmd->callback([cmd, o, nproc, generations, img_sizes, yolov7_flags, optimizer, cache, unsupported, recipe_defaults] {
+  // YOLOv5 HEAD's genetic algorithm instead of v7.0's mutation of the fittest rows (evolve_population.h).
+  auto population = std::make_shared<train::PopulationOptions>();
+  auto* seed_dir = cmd->add_option("--evolve_population,--evolve-population", population->seed_dir,
+                                   "with --evolve: YOLOv5 HEAD's genetic algorithm over the augmentation keys, a "
+                                   "population of 50 seeded by this folder's *.yaml files (e.g. configs/hyps)");
+  auto* resume_file = cmd->add_option("--resume_evolve,--resume-evolve", population->resume_file,
+                                      "with --evolve: the genetic algorithm from a saved evolve_population.yaml");
+  cmd->callback([cmd, o, nproc, generations, population, seed_dir, resume_file, img_sizes, yolov7_flags, optimizer, cache,
+                 unsupported, recipe_defaults] {
     // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
     // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options).
     // Say which given flags are ignored.
@@ -182,9 +191,14 @@ void add_train_command(CLI::App& app) {
       if (given[1]->count() == 0) o->patience = 0;
       if (given[2]->count() == 0) o->max_grad_norm = 0;
     }
+    const bool genetic = seed_dir->count() > 0 || resume_file->count() > 0;
+    if (genetic && *generations == 0)
+      throw CLI::ValidationError(seed_dir->count() > 0 ? "--evolve_population" : "--resume_evolve",
+                                 "belongs to --evolve N (the number of generations)");
     if (*generations > 0) {
       if (*nproc > 1 || dist::launched_worker()) throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
-      train::evolve(*o, *generations);
+      if (genetic) train::evolve_population(*o, *generations, *population);
+      else train::evolve(*o, *generations);
       return;
     }
     // The launcher re-executes this command line; the workers see WORLD_SIZE and train.

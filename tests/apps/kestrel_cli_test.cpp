@@ -320,6 +320,9 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --batch-size 1e3", "--batch-size: expected an integer, got '1e3'"},
       {"train --batch-size -1 --nproc-per-node 2", "AutoBatch with --batch-size -1 is not compatible with data-parallel"},
       {"train --img 64 --imgsz=32", "--img: given more than once"},
+      {"train --evolve_population configs/hyps", "--evolve_population: belongs to --evolve N"},
+      {"train --resume-evolve p.yaml", "--resume_evolve: belongs to --evolve N"},
+      {"train --evolve 2 --evolve_population no/such/folder", "--evolve_population no/such/folder: not a folder"},
       {"val --weights w.safetensors --max-det 0", "--max-det: Value 0 not in range"},
       {"val --weights w.safetensors --workers -3", "--workers: Value -3 not in range"}};
   for (const auto& [args, message] : refused) {

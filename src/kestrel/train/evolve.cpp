@@ -25,6 +25,11 @@ const std::vector<std::string> kResultColumns = {"metrics/precision", "metrics/r
 
 double row_fitness(const EvolveRow& r) { return fitness(r.results[2], r.results[3]); }
 
+// The first row of greatest fitness (rows not empty).
+const EvolveRow& fittest(const std::vector<EvolveRow>& rows) {
+  return *std::max_element(rows.begin(), rows.end(), [](const EvolveRow& a, const EvolveRow& b) { return row_fitness(a) < row_fitness(b); });
+}
+
 std::string trim(const std::string& s) {
   const auto a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
   return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
@@ -170,83 +175,76 @@ HypValues select_parent(const std::vector<EvolveRow>& rows, std::mt19937_64& rng
   return sorted[pick(rng)]->hyp;
 }
 
-EvolveResult evolve(const TrainOptions& base, int generations) {
-  if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
-  if (!base.resume.empty()) fail("--evolve cannot be combined with --resume");
-  const Hyperparameters start = base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
+EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& start) : base_(base) {
   // runs/train -> runs/evolve (upstream's project for evolution), other projects keep their folder.
   const fs::path project = fs::path(base.project).filename() == "train" ? fs::path(base.project).parent_path() / "evolve"
                                                                          : fs::path(base.project);
-  EvolveResult result;
-  result.save_dir = make_run_dir(project.string(), base.name, base.exist_ok, /*with_weights=*/false);
-  const std::string csv = (fs::path(result.save_dir) / "evolve.csv").string();
-  const std::string hyp_file = (fs::path(result.save_dir) / "hyp_generation.yaml").string();
+  dir_ = make_run_dir(project.string(), base.name, base.exist_ok, /*with_weights=*/false);
+  csv_ = (fs::path(dir_) / "evolve.csv").string();
+  hyp_file_ = (fs::path(dir_) / "hyp_generation.yaml").string();
   // An evolve.csv already there (--exist-ok) supplies the parents: it must evolve the same hyperparameters,
   // or its keys would silently replace --hyp's (a YOLOv7 file's paste_in and loss_ota dropped, or added).
-  if (const std::vector<EvolveRow> earlier = read_evolve_csv(csv); !earlier.empty()) {
+  if (const std::vector<EvolveRow> earlier = read_evolve_csv(csv_); !earlier.empty()) {
     std::set<std::string> given, found;
-    for (const auto& [k, v] : start.values) given.insert(k);
+    for (const auto& [k, v] : start) given.insert(k);
     for (const auto& [k, v] : earlier.front().hyp) found.insert(k);
     if (given != found) {
       std::string missing, extra;
       for (const auto& k : given) if (!found.count(k)) missing += " " + k;
       for (const auto& k : found) if (!given.count(k)) extra += " " + k;
-      fail(csv, ": its generations evolve other hyperparameters than ", base.hyp.empty() ? "the default recipe" : base.hyp,
+      fail(csv_, ": its generations evolve other hyperparameters than ", base.hyp.empty() ? "the default recipe" : base.hyp,
            " (", missing.empty() ? "" : "not in it:" + missing, missing.empty() || extra.empty() ? "" : "; ",
            extra.empty() ? "" : "not in " + std::string(base.hyp.empty() ? "the recipe" : base.hyp) + ":" + extra,
            "): evolve into another --name, or give the --hyp it was started with");
     }
   }
-  for (int gen = 0; gen < generations; ++gen) {
-    const std::vector<EvolveRow> rows = read_evolve_csv(csv);
-    HypValues hyp = start.values;
-    if (!rows.empty()) {
-      std::mt19937_64 rng(base.seed * 1000003ull + static_cast<uint64_t>(gen));
-      hyp = mutate_hyperparameters(select_parent(rows, rng), rng);
-    }
-    std::string yaml;
-    for (const auto& [k, v] : hyp) yaml += k + ": " + number(v, 10) + "\n";
-    write_file_atomic(hyp_file, {yaml}, Durability::kFlushed);
-    TrainOptions o = base;
-    o.hyp = hyp_file;
-    o.noval = true;  // validate after the final epoch only
-    o.save_weights = false;  // upstream: evolve implies nosave, and no final checkpoint either
-    o.noplots = true;  // upstream: plots = not evolve
-    o.project = result.save_dir;
-    o.name = "generation";
-    o.exist_ok = true;
-    std::cout << "--evolve: generation " << gen + 1 << "/" << generations << "\n";
-    const TrainResult run = train(o);
-    if (run.interrupted) break;
-    EvolveRow row{final_results((fs::path(run.save_dir) / "results.csv").string()), hyp};
-    std::error_code ec;
-    const bool fresh = !fs::exists(csv) || fs::file_size(csv, ec) == 0;  // an empty file gets its header too
-    std::ofstream out(csv, std::ios::app);
-    if (fresh) {
-      std::vector<std::string> header = kResultColumns;
-      for (const auto& [k, v] : hyp) header.push_back(k);
-      out << format_row(header);
-    }
-    std::vector<std::string> cells;
-    for (double v : row.results) cells.push_back(number(v));
-    for (const auto& [k, v] : hyp) cells.push_back(number(v));
-    out << format_row(cells);
-    out.close();
-    if (!out) fail(csv, ": cannot append the generation's row");
-    // hyp_evolve.yaml: the fittest generation so far.
-    const std::vector<EvolveRow> all = read_evolve_csv(csv);
-    const auto best = std::max_element(all.begin(), all.end(), [](const EvolveRow& a, const EvolveRow& b) { return row_fitness(a) < row_fitness(b); });
-    std::string best_yaml = "# kestrel --evolve: best of " + std::to_string(all.size()) + " generations, fitness " +
-                            number(row_fitness(*best)) + " (0.1 mAP50 + 0.9 mAP50-95)\n";
-    for (const auto& [k, v] : best->hyp) best_yaml += k + ": " + number(v, 10) + "\n";
-    write_file_atomic((fs::path(result.save_dir) / "hyp_evolve.yaml").string(), {best_yaml}, Durability::kFlushed);
-    result.generations = gen + 1;
-    result.best_fitness = row_fitness(*best);
+}
+
+std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp, const std::string& progress) {
+  std::string yaml;
+  for (const auto& [k, v] : hyp) yaml += k + ": " + number(v, 10) + "\n";
+  write_file_atomic(hyp_file_, {yaml}, Durability::kFlushed);
+  TrainOptions o = base_;
+  o.hyp = hyp_file_;
+  o.noval = true;  // validate after the final epoch only
+  o.save_weights = false;  // upstream: evolve implies nosave, and no final checkpoint either
+  o.noplots = true;  // upstream: plots = not evolve
+  o.project = dir_;
+  o.name = "generation";
+  o.exist_ok = true;
+  std::cout << "--evolve: " << progress << "\n";
+  const TrainResult run = train(o);
+  fs::remove(hyp_file_);
+  if (run.interrupted) return std::nullopt;
+  EvolveRow row{final_results((fs::path(run.save_dir) / "results.csv").string()), hyp};
+  std::error_code ec;
+  const bool fresh = !fs::exists(csv_) || fs::file_size(csv_, ec) == 0;  // an empty file gets its header too
+  std::ofstream out(csv_, std::ios::app);
+  if (fresh) {
+    std::vector<std::string> header = kResultColumns;
+    for (const auto& [k, v] : hyp) header.push_back(k);
+    out << format_row(header);
   }
-  fs::remove(hyp_file);
-  if (result.generations > 0) {  // upstream's plot_evolve (not with --noplots) and its listing of the fittest row
+  std::vector<std::string> cells;
+  for (double v : row.results) cells.push_back(number(v));
+  for (const auto& [k, v] : hyp) cells.push_back(number(v));
+  out << format_row(cells);
+  out.close();
+  if (!out) fail(csv_, ": cannot append the generation's row");
+  // hyp_evolve.yaml: the fittest row so far.
+  const std::vector<EvolveRow> all = rows();
+  const EvolveRow& best = fittest(all);
+  std::string best_yaml = "# kestrel --evolve: best of " + std::to_string(all.size()) + " rows of evolve.csv, fitness " +
+                          number(row_fitness(best)) + " (0.1 mAP50 + 0.9 mAP50-95)\n";
+  for (const auto& [k, v] : best.hyp) best_yaml += k + ": " + number(v, 10) + "\n";
+  write_file_atomic((fs::path(dir_) / "hyp_evolve.yaml").string(), {best_yaml}, Durability::kFlushed);
+  return row;
+}
+
+void EvolutionFolder::finish() const {
+  const std::vector<EvolveRow> all = rows();
+  if (!all.empty()) {  // upstream's plot_evolve (not with --noplots) and its listing of the fittest row
     // Every row has the header's columns (read_evolve_csv), and the header --hyp's keys (checked above).
-    const std::vector<EvolveRow> all = read_evolve_csv(csv);
     std::vector<std::string> keys;
     for (const auto& [k, v] : all.front().hyp) keys.push_back(k);
     std::vector<std::vector<double>> values;
@@ -256,19 +254,42 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
       for (const auto& [k, v] : row.hyp) values.back().push_back(v);
       fitness.push_back(row_fitness(row));
     }
-    const std::string png = (fs::path(result.save_dir) / "evolve.png").string();
-    if (!base.noplots) eval::plot_evolve(keys, values, fitness, png);
+    const std::string png = (fs::path(dir_) / "evolve.png").string();
+    if (!base_.noplots) eval::plot_evolve(keys, values, fitness, png);
     const size_t best = static_cast<size_t>(std::max_element(fitness.begin(), fitness.end()) - fitness.begin());
-    std::cout << "Best results from row " << best << " of " << csv << ":\n";
+    std::cout << "Best results from row " << best << " of " << csv_ << ":\n";
     for (size_t k = 0; k < keys.size(); ++k) {
       char line[160];
       std::snprintf(line, sizeof line, "%15s: %.3g", keys[k].c_str(), values[best][k]);
       std::cout << line << "\n";
     }
-    if (!base.noplots) std::cout << "Saved " << png << "\n";
+    if (!base_.noplots) std::cout << "Saved " << png << "\n";
   }
+}
+
+EvolveResult evolve(const TrainOptions& base, int generations) {
+  if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
+  if (!base.resume.empty()) fail("--evolve cannot be combined with --resume");
+  const Hyperparameters start = base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
+  EvolutionFolder folder(base, start.values);
+  EvolveResult result;
+  result.save_dir = folder.dir();
+  for (int gen = 0; gen < generations; ++gen) {
+    const std::vector<EvolveRow> rows = folder.rows();
+    HypValues hyp = start.values;
+    if (!rows.empty()) {
+      std::mt19937_64 rng(base.seed * 1000003ull + static_cast<uint64_t>(gen));
+      hyp = mutate_hyperparameters(select_parent(rows, rng), rng);
+    }
+    const std::optional<EvolveRow> row = folder.train_and_record(hyp, cat("generation ", gen + 1, "/", generations));
+    if (!row) break;
+    result.generations = gen + 1;
+  }
+  if (const std::vector<EvolveRow> all = folder.rows(); !all.empty())
+    result.best_fitness = row_fitness(fittest(all));
+  if (result.generations > 0) folder.finish();
   std::cout << "--evolve: " << result.generations << " generations; best hyperparameters in "
-            << (fs::path(result.save_dir) / "hyp_evolve.yaml").string() << ", all in " << csv << "\n";
+            << (fs::path(result.save_dir) / "hyp_evolve.yaml").string() << ", all in " << folder.csv() << "\n";
   return result;
 }
 

@@ -9,6 +9,7 @@
 // reproducible; upstream seeds with the clock.
 #pragma once
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -44,6 +45,28 @@ struct EvolveResult {
   std::string save_dir;       // runs/evolve/<name>
   int generations = 0;
   double best_fitness = 0;
+};
+
+// One evolution folder (<project>/<name>, project runs/train becoming runs/evolve as upstream): trains one
+// hyperparameter set at a time and records it as upstream's print_mutation does, in evolve.csv (a row of
+// results and values) and hyp_evolve.yaml (the fittest row so far); both evolution schemes use it.
+class EvolutionFolder {
+ public:
+  // Makes the folder; an evolve.csv already there (--exist-ok) must evolve `start`'s keys.
+  EvolutionFolder(const TrainOptions& base, const HypValues& start);
+  const std::string& dir() const { return dir_; }
+  const std::string& csv() const { return csv_; }
+  // Trains `hyp` with validation after the final epoch only and no weights, in <dir>/generation, and
+  // appends its row; nullopt when the training was interrupted (Ctrl-C), nothing recorded then.
+  std::optional<EvolveRow> train_and_record(const HypValues& hyp, const std::string& progress);
+  // The rows so far, and the fittest one's fitness (0.1 mAP50 + 0.9 mAP50-95).
+  std::vector<EvolveRow> rows() const { return read_evolve_csv(csv_); }
+  // evolve.png (unless --noplots) and the listing of the fittest row, as upstream's plot_evolve.
+  void finish() const;
+
+ private:
+  TrainOptions base_;
+  std::string dir_, csv_, hyp_file_;
 };
 
 // `generations` trainings of `base` (its --hyp, or the defaults) under <project>/../evolve: the

@@ -1,0 +1,229 @@
+#include "kestrel/train/evolve_population.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+#include <optional>
+
+#include <yaml-cpp/yaml.h>
+
+#include "kestrel/core/atomic_file.h"
+#include "kestrel/core/error.h"
+#include "kestrel/core/yaml_file.h"
+#include "kestrel/train/hyperparameters.h"
+
+namespace kestrel::train {
+namespace fs = std::filesystem;
+namespace {
+
+// HEAD's meta entries flagged True (the augmentation keys), and YOLOv7's paste_in.
+const std::vector<std::string> kAugmentationKeys = {"hsv_h",  "hsv_s",  "hsv_v",  "degrees", "translate",
+                                                    "scale",  "shear",  "perspective", "flipud", "fliplr",
+                                                    "mosaic", "mixup",  "copy_paste", "paste_in"};
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+// The genes' values of one mapping (a hyperparameter file or a population entry); nullopt and the
+// missing keys when it lacks some. Non-numbers are errors naming `where`.
+std::optional<Individual> gene_values(const YAML::Node& map, const std::vector<Gene>& genes, const std::string& where,
+                                      std::string* missing) {
+  Individual values;
+  for (const Gene& g : genes) {
+    const YAML::Node v = map[g.key];
+    if (!v) {
+      *missing += " " + g.key;
+      continue;
+    }
+    double x = 0;
+    try {
+      x = v.as<double>();
+    } catch (const YAML::Exception&) {
+      fail(where, ":", v.Mark().line + 1, ": '", g.key, "' must be a number");
+    }
+    if (!std::isfinite(x)) fail(where, ":", v.Mark().line + 1, ": '", g.key, "' must be finite");
+    values.push_back(x);
+  }
+  if (!missing->empty()) return std::nullopt;
+  return values;
+}
+
+}  // namespace
+
+std::vector<Gene> population_genes(const HypValues& hyp) {
+  std::vector<Gene> genes;
+  for (const auto& [key, value] : hyp) {
+    if (std::find(kAugmentationKeys.begin(), kAugmentationKeys.end(), key) == kAugmentationKeys.end()) continue;
+    for (const Gene& g : evolution_genes())
+      if (g.key == key) genes.push_back(g);
+  }
+  return genes;
+}
+
+GeneticRates genetic_rates(int generation, int generations, int population) {
+  const double progress = static_cast<double>(generation) / generations;  // g / G
+  GeneticRates r;
+  r.elite = 2 + static_cast<int>(3 * progress);
+  // int() of a Python float truncates toward zero; max(2, ...) then bounds it.
+  const double tournament = std::min(10, population) - static_cast<double>(generation) / (generations / 10.0);
+  r.tournament = std::min(population, std::max(2, static_cast<int>(std::trunc(tournament))));
+  r.crossover = std::max(0.5, std::min(1.0, 1.0 - progress));
+  r.mutation = std::max(0.01, std::min(0.5, 0.5 - progress));
+  return r;
+}
+
+std::vector<Individual> breed(const std::vector<Individual>& population, const std::vector<double>& fitness,
+                              const std::vector<Gene>& genes, const GeneticRates& rates, std::mt19937_64& rng) {
+  const int n = static_cast<int>(population.size());
+  if (n < 2 || fitness.size() != population.size()) fail("evolution: a population of at least 2, each with a fitness");
+  const int elite = std::min(rates.elite, n);
+  std::uniform_real_distribution<double> unit(0.0, 1.0), step(-0.1, 0.1);
+  std::uniform_int_distribution<int> any(0, n - 1);
+  // Parents: n - elite tournament winners (each tournament draws distinct individuals), then the elite.
+  std::vector<int> parents, order(n);
+  std::iota(order.begin(), order.end(), 0);
+  for (int t = 0; t < n - elite; ++t) {
+    std::shuffle(order.begin(), order.end(), rng);
+    const auto entrants = order.begin() + std::min(rates.tournament, n);
+    parents.push_back(*std::max_element(order.begin(), entrants, [&](int a, int b) { return fitness[a] < fitness[b]; }));
+  }
+  std::vector<int> ranked(n);
+  std::iota(ranked.begin(), ranked.end(), 0);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](int a, int b) { return fitness[a] > fitness[b]; });
+  parents.insert(parents.end(), ranked.begin(), ranked.begin() + elite);
+  const int length = static_cast<int>(genes.size());
+  std::vector<Individual> next;
+  for (int i = 0; i < n; ++i) {
+    const Individual& first = population[parents[any(rng)]];
+    const Individual& second = population[parents[any(rng)]];
+    Individual child = first;
+    if (unit(rng) < rates.crossover && length > 1) {  // one point in 1 .. length-1: the second parent's tail
+      const int point = std::uniform_int_distribution<int>(1, length - 1)(rng);
+      std::copy(second.begin() + point, second.end(), child.begin() + point);
+    }
+    for (int j = 0; j < length; ++j)
+      if (unit(rng) < rates.mutation) child[j] = std::clamp(child[j] + step(rng), genes[j].lower, genes[j].upper);
+    next.push_back(std::move(child));
+  }
+  return next;
+}
+
+std::vector<Individual> read_seed_individuals(const std::string& dir, const std::vector<Gene>& genes,
+                                              std::vector<std::string>* skipped) {
+  if (!fs::is_directory(dir)) fail("--evolve_population ", dir, ": not a folder of hyperparameter files");
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  std::vector<Individual> seeds;
+  for (const std::string& file : files) {
+    const YAML::Node root = load_yaml_file(file, "hyperparameter");
+    if (!root.IsMap()) fail(file, ": a hyperparameter file is a YAML mapping of key: value");
+    std::string missing;
+    if (auto values = gene_values(root, genes, file, &missing)) seeds.push_back(std::move(*values));
+    else skipped->push_back(file + " (lacks" + missing + ")");
+  }
+  return seeds;
+}
+
+std::vector<Individual> read_population_file(const std::string& path, const std::vector<Gene>& genes) {
+  const YAML::Node root = load_yaml_file(path, "evolve population");
+  if (!root.IsMap() || root.size() == 0)
+    fail(path, ": an evolve_population.yaml maps gen<g>number<i> to the augmentation hyperparameters");
+  std::vector<Individual> population;
+  for (const auto& item : root) {
+    const std::string name = item.first.as<std::string>();
+    if (!item.second.IsMap()) fail(path, ":", item.second.Mark().line + 1, ": '", name, "' must map keys to values");
+    std::string missing;
+    auto values = gene_values(item.second, genes, path, &missing);
+    if (!values) fail(path, ":", item.second.Mark().line + 1, ": '", name, "' lacks", missing);
+    population.push_back(std::move(*values));
+  }
+  return population;
+}
+
+void write_population_file(const std::string& path, int generation, const std::vector<Individual>& population,
+                           const std::vector<Gene>& genes) {
+  std::string yaml;
+  for (size_t i = 0; i < population.size(); ++i) {
+    yaml += "gen" + std::to_string(generation) + "number" + std::to_string(i) + ":\n";
+    for (size_t j = 0; j < genes.size(); ++j) yaml += "  " + genes[j].key + ": " + number(population[i][j]) + "\n";
+  }
+  write_file_atomic(path, {yaml}, Durability::kFlushed);
+}
+
+EvolveResult evolve_population(const TrainOptions& base, int generations, const PopulationOptions& options) {
+  if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
+  if (!base.resume.empty()) fail("--evolve cannot be combined with --resume");
+  if (options.size < 2) fail("evolution: a population needs at least 2 individuals, got ", options.size);
+  const Hyperparameters start = base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
+  const std::vector<Gene> genes = population_genes(start.values);
+  if (genes.empty()) fail(base.hyp, ": no augmentation hyperparameter to evolve");
+  // The first individuals, read before the folder is made: a bad file then leaves nothing behind.
+  std::vector<Individual> population;
+  if (!options.resume_file.empty()) {
+    population = read_population_file(options.resume_file, genes);
+  } else if (!options.seed_dir.empty()) {
+    std::vector<std::string> skipped;
+    population = read_seed_individuals(options.seed_dir, genes, &skipped);
+    for (const std::string& s : skipped) std::cerr << "WARNING: --evolve_population: skipped " << s << "\n";
+  }
+  const std::string source = options.resume_file.empty() ? options.seed_dir : options.resume_file;
+  if (static_cast<int>(population.size()) > options.size)
+    fail(source, ": ", population.size(), " individuals, the population holds ", options.size);
+  std::mt19937_64 rng(base.seed * 1000003ull + 17);
+  for (int i = static_cast<int>(population.size()); i < options.size; ++i) {  // the rest: uniform within the bounds
+    Individual random;
+    for (const Gene& g : genes) random.push_back(std::uniform_real_distribution<double>(g.lower, g.upper)(rng));
+    population.push_back(std::move(random));
+  }
+  EvolutionFolder folder(base, start.values);
+  const std::string population_file = (fs::path(folder.dir()) / "evolve_population.yaml").string();
+  EvolveResult result;
+  result.save_dir = folder.dir();
+  double best_map50 = -1;
+  Individual best;
+  bool interrupted = false;
+  // The population about to be trained is always on disk: --resume_evolve starts from it.
+  write_population_file(population_file, 0, population, genes);
+  for (int gen = 0; gen < generations && !interrupted; ++gen) {
+    std::vector<double> map50;
+    for (size_t i = 0; i < population.size() && !interrupted; ++i) {
+      HypValues hyp = start.values;
+      for (auto& [key, value] : hyp)
+        for (size_t j = 0; j < genes.size(); ++j)
+          if (genes[j].key == key) value = population[i][j];
+      const auto row = folder.train_and_record(hyp, cat("generation ", gen + 1, "/", generations, ", individual ", i + 1,
+                                                        "/", population.size()));
+      if (!row) interrupted = true;
+      else map50.push_back(row->results[2]);  // HEAD's GA scores by mAP50
+    }
+    if (interrupted) break;
+    const size_t fittest = std::max_element(map50.begin(), map50.end()) - map50.begin();
+    if (map50[fittest] > best_map50) best_map50 = map50[fittest], best = population[fittest];
+    result.generations = gen + 1;
+    population = breed(population, map50, genes, genetic_rates(gen, generations, options.size), rng);
+    write_population_file(population_file, gen + 1, population, genes);
+  }
+  if (const std::vector<EvolveRow> rows = folder.rows(); !rows.empty()) {
+    for (const EvolveRow& r : rows) result.best_fitness = std::max(result.best_fitness, fitness(r.results[2], r.results[3]));
+    folder.finish();
+  }
+  if (!best.empty()) {
+    std::cout << "Best solution found (mAP50 " << number(best_map50) << "):";
+    for (size_t j = 0; j < genes.size(); ++j) std::cout << " " << genes[j].key << "=" << number(best[j]);
+    std::cout << "\n";
+  }
+  std::cout << "--evolve: " << result.generations << " generations of " << options.size << "; best hyperparameters in "
+            << (fs::path(result.save_dir) / "hyp_evolve.yaml").string() << ", all in " << folder.csv()
+            << ", the population to resume from (--resume_evolve) in " << population_file << "\n";
+  return result;
+}
+
+}  // namespace kestrel::train
