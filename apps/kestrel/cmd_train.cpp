@@ -113,6 +113,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--quiet", o->quiet, "no per-iteration progress line");
   // Tests stop a (multi-process) run at a known batch, as Ctrl-C would; not shown in --help.
   cmd->add_option("--interrupt-after", o->interrupt_after, "")->group("");
+  // train.py's --local_rank (torch.distributed.launch's argument; upstream reads LOCAL_RANK from the
+  // environment and ignores it): accepted, and checked against the environment kestrel does use.
+  auto local_rank = std::make_shared<int>(-1);
+  auto* local_rank_flag = cmd->add_option("--local_rank,--local-rank", *local_rank, "")->group("");
   // train.py's Weights & Biases and Google Cloud flags: refused with the reason rather than CLI11's
   // "not expected" (kestrel logs to TensorBoard event files and results.csv in the run folder).
   auto unsupported = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();
@@ -134,7 +138,11 @@ void add_train_command(CLI::App& app) {
   auto* resume_file = cmd->add_option("--resume_evolve,--resume-evolve", population->resume_file,
                                       "with --evolve: the genetic algorithm from a saved evolve_population.yaml");
   cmd->callback([cmd, o, nproc, generations, population, seed_dir, resume_file, img_sizes, yolov7_flags, optimizer, cache,
-                 unsupported, recipe_defaults] {
+                 unsupported, recipe_defaults, local_rank, local_rank_flag] {
+    if (local_rank_flag->count() > 0 && *local_rank != -1 && *local_rank != dist::read_env().local_rank)
+      throw CLI::ValidationError("--local_rank", std::to_string(*local_rank) + ", but the environment makes this process " +
+                                 "local rank " + std::to_string(dist::read_env().local_rank) +
+                                 " (kestrel takes the rank from LOCAL_RANK, as train.py)");
     // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
     // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options).
     // Say which given flags are ignored.
@@ -147,7 +155,7 @@ void add_train_command(CLI::App& app) {
       std::string ignored;
       for (const CLI::Option* option : cmd->get_options()) {
         bool steers = false;
-        for (const char* name : {"--resume", "--device", "--quiet", "--nproc-per-node", "--interrupt-after"})
+        for (const char* name : {"--resume", "--device", "--quiet", "--nproc-per-node", "--interrupt-after", "--local_rank"})
           steers = steers || option->check_name(name);
         steers = steers || (latest && option->check_name("--project"));  // where the newest run was looked for
         if (option->count() > 0 && !steers) ignored += " " + option->get_name();

@@ -321,6 +321,7 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --batch-size -1 --nproc-per-node 2", "AutoBatch with --batch-size -1 is not compatible with data-parallel"},
       {"train --img 64 --imgsz=32", "--img: given more than once"},
       {"train --evolve_population configs/hyps", "--evolve_population: belongs to --evolve N"},
+      {"train --local_rank 1", "--local_rank: 1, but the environment makes this process local rank 0"},
       {"train --resume-evolve p.yaml", "--resume_evolve: belongs to --evolve N"},
       {"train --evolve 2 --evolve_population no/such/folder", "--evolve_population no/such/folder: not a folder"},
       {"val --weights w.safetensors --max-det 0", "--max-det: Value 0 not in range"},
