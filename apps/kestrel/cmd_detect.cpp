@@ -22,6 +22,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
+#include "kestrel/data/stream_grabber.h"
 #include "kestrel/data/video_io.h"
 #include "kestrel/eval/coco_eval.h"
 #include "kestrel/eval/detector.h"
@@ -270,6 +271,71 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
               << " (a frame that cannot be decoded ends a video)" << std::endl;
 }
 
+// The sources of a .streams list, one per line (blank lines skipped): camera indices, stream URLs, video
+// files. A relative file path is taken relative to the list, as kestrel's .txt lists (upstream: the
+// working directory).
+std::vector<std::string> read_stream_list(const std::string& list) {
+  if (!fs::exists(list)) fail("--source ", list, ": file not found");
+  require_regular_file(list);
+  std::ifstream in(list);
+  if (!in) fail("--source ", list, ": cannot be read");
+  std::vector<std::string> sources;
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
+    if (a == std::string::npos) continue;
+    std::string source = line.substr(a, b - a + 1);
+    if (!data::is_camera_source(source) && !data::is_stream_url(source) && fs::path(source).is_relative())
+      source = (fs::path(list).parent_path() / source).lexically_normal().string();
+    sources.push_back(source);
+  }
+  if (sources.empty()) fail("--source ", list, ": lists no camera, stream or video");
+  return sources;
+}
+
+// A .streams list (detect.py's LoadStreams, YOLOv5 after v7.0): each source read on its own thread
+// (data/stream_grabber.h: a live source offers its newest frame, a file every frame); each round detects
+// one frame of every source, until one of them ends. Per source, as upstream: <stem>.mp4 at 30 fps,
+// labels/<stem>_<round>.txt with rounds from 0, predictions.csv named Path(clean_str(source)).name; a stem
+// wanted twice gets an increment (live, live2), where upstream's outputs would overwrite each other.
+void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::StreamGrabber>>& streams,
+                    const std::vector<std::string>& sources, const DetectOptions& o, const std::vector<std::string>& names,
+                    const fs::path& save_dir, JsonPredictions& json) {
+  const size_t n = sources.size();
+  std::vector<std::string> stems, csv_names;
+  std::set<std::string> taken;
+  for (const std::string& source : sources) {
+    csv_names.push_back(eval::stream_csv_name(source));
+    std::string stem = fs::path(csv_names.back()).stem().string();
+    if (stem.empty()) stem = "stream";
+    std::string unique = stem;
+    for (int k = 2; taken.count(unique); ++k) unique = stem + std::to_string(k);
+    taken.insert(unique);
+    stems.push_back(unique);
+  }
+  std::vector<std::unique_ptr<data::VideoWriter>> writers(n);
+  std::vector<cv::Mat> frames(n);
+  int64_t round = 0;
+  for (;; ++round) {
+    size_t ended = n;
+    for (size_t i = 0; i < n && ended == n; ++i)
+      if (!streams[i]->next(frames[i])) ended = i;
+    if (ended < n) {
+      std::cout << sources[ended] << ": ended after " << round << " frames; stopping the " << n << " streams" << std::endl;
+      break;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      detect_one(detector, frames[i], o, names,
+                 {save_dir / "labels" / cat(stems[i], "_", round, ".txt"), stems[i], csv_names[i], json.next_frame_id++},
+                 save_dir, cat(i, ": "), json);
+      if (o.nosave) continue;
+      if (!writers[i]) writers[i] = data::create_video((save_dir / (stems[i] + ".mp4")).string(), 30.0, frames[i].size());
+      if (!writers[i]->write(frames[i]))
+        fail(sources[i], ": frame ", round, " is ", frames[i].cols, "x", frames[i].rows, ", unlike the frames before it");
+    }
+  }
+  if (round == 0) fail("--source ", o.source, ": no frame could be read from every source");
+}
+
 // A file, folder, glob or .txt list: its images, then its videos (each sorted), numbered "image i/n" and
 // "video i/n" over all of them, as detect.py's LoadImages (files = images + videos); unreadable images are
 // reported and skipped.
@@ -385,9 +451,21 @@ void run_detect(const DetectOptions& o) {
   // (A URL's '?' starts its query.)
   const bool pattern = !data::is_stream_url(o.source) && !fs::exists(o.source) && o.source.find_first_of("*?[") != std::string::npos;
   const bool video = !pattern && (data::is_video_file(o.source) || data::is_camera_source(o.source) || data::is_stream_url(o.source));
+  const bool stream_list = !video && fs::path(o.source).extension() == ".streams";
   std::unique_ptr<data::VideoReader> reader;
   std::vector<std::string> media;  // a file, folder, glob or .txt list: its images and videos, sorted
-  if (video) {
+  std::vector<std::string> stream_sources;  // a .streams list
+  std::vector<std::unique_ptr<data::VideoReader>> stream_readers;
+  if (stream_list) {
+    stream_sources = read_stream_list(o.source);
+    for (size_t i = 0; i < stream_sources.size(); ++i) {
+      try {
+        stream_readers.push_back(data::open_video(stream_sources[i]));
+      } catch (const Error& e) {  // upstream stops at a source it cannot open, too
+        fail("--source ", o.source, ": source ", i + 1, "/", stream_sources.size(), ": ", e.what());
+      }
+    }
+  } else if (video) {
     reader = data::open_video(o.source);
   } else {
     media = data::list_files({o.source}, "--source", [](const std::string& path) {
@@ -409,8 +487,18 @@ void run_detect(const DetectOptions& o) {
     json.category_ids = eval::coco_category_ids(dataset && eval::is_coco_dataset(*dataset), names.size());
   }
   detector.warmup();
-  if (video) detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json);
-  else detect_files(detector, media, o, names, save_dir, json);
+  if (stream_list) {
+    std::vector<std::unique_ptr<data::StreamGrabber>> streams;
+    for (size_t i = 0; i < stream_sources.size(); ++i) {
+      const bool live = data::is_camera_source(stream_sources[i]) || data::is_stream_url(stream_sources[i]);
+      streams.push_back(std::make_unique<data::StreamGrabber>(std::move(stream_readers[i]), live, o.vid_stride));
+    }
+    detect_streams(detector, streams, stream_sources, o, names, save_dir, json);
+  } else if (video) {
+    detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json);
+  } else {
+    detect_files(detector, media, o, names, save_dir, json);
+  }
   if (o.save_json) {
     const fs::path file = save_dir / "predictions.json";
     const std::string text = eval::coco_results_json(json.detections);
@@ -446,7 +534,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
   cmd->add_option("--data", o->data, "dataset YAML (optional, as detect.py: kestrel weights carry their class names; "
                   "a warning when the YAML's differ or it cannot be read)");
-  cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (images first, as detect.py), camera index (0) or stream URL (rtsp://, rtmp://, http(s)://)")
+  cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (images first, as detect.py), camera index (0), stream URL (rtsp://, rtmp://, http(s)://) or .streams list of them (one per line, each read on its own thread)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
       ->expected(1, 2)->check(CLI::Range(32, 8192));

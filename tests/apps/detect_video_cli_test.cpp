@@ -280,5 +280,84 @@ TEST(DetectVideoCli, AVideoThatStopsEarlyIsReported) {
   EXPECT_EQ(r.output.find("(5/5)"), std::string::npos) << r.output;
 }
 
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A .streams list (detect.py's LoadStreams): each source read on its own thread, one frame of each per
+// round until the shortest ends. Video files are handed over frame by frame, so round r of a clip is the
+// clip's frame r + 1 read on its own: the same labels. Paths are relative to the list; a stem listed
+// twice gets an increment; stream outputs are written at 30 fps, as upstream's.
+TEST(DetectVideoCli, StreamsListDetectsEverySourceInRounds) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  VideoRun run;
+  const std::string clip = make_clip(run.dir, cv::Size(192, 128));  // 5 frames
+  fs::create_directories(run.dir.file("media"));
+  fs::copy_file(clip, run.dir.file("media/long.avi"));
+  {  // 3 frames of another size
+    const cv::Mat photo = data::decode_image_file("data/demo/images/val/000000000139.jpg").image;
+    auto writer = data::create_video(run.dir.file("media/short.avi"), 10, cv::Size(160, 160), "MJPG");
+    for (int f = 0; f < 3; ++f) {
+      cv::Mat frame;
+      cv::resize(photo(cv::Rect(0, 10 * f, photo.cols, photo.rows - 40)), frame, cv::Size(160, 160), 0, 0, cv::INTER_AREA);
+      ASSERT_TRUE(writer->write(frame));
+    }
+  }
+  fs::create_directories(run.dir.file("lists"));
+  test::write_file(run.dir.file("lists/three.streams"), "../media/long.avi\n\n  ../media/short.avi \n" + run.dir.file("media/long.avi") + "\n");
+  const std::string args = "--conf-thres 0.0001 --max-det 20 --save-txt --save-conf --save-csv";
+  const auto r = run.detect(run.dir.file("lists/three.streams"), args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string exp = run.project + "/exp";
+  EXPECT_NE(r.output.find("media/short.avi: ended after 3 frames; stopping the 3 streams"), std::string::npos) << r.output;
+  for (const char* prefix : {"0: ", "1: ", "2: "}) EXPECT_NE(r.output.find(std::string("\n") + prefix), std::string::npos) << r.output;
+  // Each clip alone, as the reference.
+  for (const char* stem : {"long", "short"}) {
+    const auto alone = run.detect(run.dir.file(std::string("media/") + stem + ".avi"), args + " --nosave --name " + stem);
+    ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  }
+  for (int round = 0; round < 3; ++round) {
+    const std::string frame = std::to_string(round + 1), n = std::to_string(round);
+    const std::string long_ref = file_text(run.project + "/long/labels/long_" + frame + ".txt");
+    ASSERT_FALSE(long_ref.empty()) << frame;
+    EXPECT_EQ(file_text(exp + "/labels/long_" + n + ".txt"), long_ref) << "round " << round;
+    EXPECT_EQ(file_text(exp + "/labels/long2_" + n + ".txt"), long_ref) << "round " << round << ": the same clip, listed again";
+    EXPECT_EQ(file_text(exp + "/labels/short_" + n + ".txt"), file_text(run.project + "/short/labels/short_" + frame + ".txt"))
+        << "round " << round;
+  }
+  EXPECT_FALSE(fs::exists(exp + "/labels/long_3.txt")) << "the shortest source ends every stream";
+  // predictions.csv names the frames by the source's file name, as upstream's Path(clean_str(source)).name.
+  const std::string csv = file_text(exp + "/predictions.csv");
+  EXPECT_NE(csv.find("\r\nlong.avi,"), std::string::npos);
+  EXPECT_NE(csv.find("\r\nshort.avi,"), std::string::npos);
+  for (const auto& [name, size] : {std::pair<std::string, cv::Size>{"long", {192, 128}}, {"short", {160, 160}}, {"long2", {192, 128}}}) {
+    auto video = data::open_video(exp + "/" + name + ".mp4");
+    cv::Mat frame;
+    int frames = 0;
+    while (video->read(frame)) {
+      EXPECT_EQ(frame.size(), size) << name;
+      ++frames;
+    }
+    EXPECT_EQ(frames, 3) << name;
+    EXPECT_NEAR(video->fps(), 30, 1e-6) << name;
+  }
+
+  // A source that cannot be opened, or a list without sources: an error naming the list, no run folder.
+  test::write_file(run.dir.file("lists/bad.streams"), "../media/long.avi\n../media/gone.avi\n");
+  auto bad = run.detect(run.dir.file("lists/bad.streams"), "--name bad");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("bad.streams: source 2/2: "), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("gone.avi"), std::string::npos) << bad.output;
+  test::write_file(run.dir.file("lists/empty.streams"), "\n  \n");
+  bad = run.detect(run.dir.file("lists/empty.streams"), "--name bad");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("empty.streams: lists no camera, stream or video"), std::string::npos) << bad.output;
+  bad = run.detect(run.dir.file("lists/none.streams"), "--name bad");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("none.streams: file not found"), std::string::npos) << bad.output;
+  EXPECT_FALSE(fs::exists(run.project + "/bad"));
+}
+
 }  // namespace
 }  // namespace kestrel
