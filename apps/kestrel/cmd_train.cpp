@@ -200,13 +200,16 @@ void add_train_command(CLI::App& app) {
       if (given[2]->count() == 0) o->max_grad_norm = 0;
     }
     const bool genetic = seed_dir->count() > 0 || resume_file->count() > 0;
+    if (seed_dir->count() > 0 && resume_file->count() > 0)
+      throw CLI::ValidationError("--resume_evolve", "starts from its saved population; --evolve_population seeds a new one: give one of them");
     if (genetic && *generations == 0)
       throw CLI::ValidationError(seed_dir->count() > 0 ? "--evolve_population" : "--resume_evolve",
                                  "belongs to --evolve N (the number of generations)");
     if (*generations > 0) {
       if (*nproc > 1 || dist::launched_worker()) throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
-      if (genetic) train::evolve_population(*o, *generations, *population);
-      else train::evolve(*o, *generations);
+      const train::EvolveResult evolved =
+          genetic ? train::evolve_population(*o, *generations, *population) : train::evolve(*o, *generations);
+      if (evolved.interrupted) throw CLI::RuntimeError(130);  // as an interrupted training
       return;
     }
     // The launcher re-executes this command line; the workers see WORLD_SIZE and train.

@@ -324,6 +324,7 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --local_rank 1", "--local_rank: 1, but the environment makes this process local rank 0"},
       {"train --resume-evolve p.yaml", "--resume_evolve: belongs to --evolve N"},
       {"train --evolve 2 --evolve_population no/such/folder", "--evolve_population no/such/folder: not a folder"},
+      {"train --evolve 2 --evolve_population configs/hyps --resume_evolve p.yaml", "--resume_evolve: starts from its saved population"},
       {"val --weights w.safetensors --max-det 0", "--max-det: Value 0 not in range"},
       {"val --weights w.safetensors --workers -3", "--workers: Value -3 not in range"}};
   for (const auto& [args, message] : refused) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "kestrel/core/error.h"
@@ -181,7 +182,7 @@ TEST(EvolvePopulation, PopulationFileRoundTripsAndNamesItsFaults) {
 
   test::write_file(dir.file("lacks.yaml"), "gen1number0:\n  hsv_h: 0.1\n");
   std::string message = test::error_message([&] { read_population_file(dir.file("lacks.yaml"), genes); });
-  EXPECT_NE(message.find("lacks.yaml:2: 'gen1number0' lacks hsv_s"), std::string::npos) << message;
+  EXPECT_NE(message.find("lacks.yaml:1: 'gen1number0' lacks hsv_s"), std::string::npos) << message;
   test::write_file(dir.file("text.yaml"), "gen1number0:\n  hsv_h: fast\n");
   message = test::error_message([&] { read_population_file(dir.file("text.yaml"), genes); });
   EXPECT_NE(message.find("text.yaml:2: 'hsv_h' must be a number"), std::string::npos) << message;
@@ -192,6 +193,31 @@ TEST(EvolvePopulation, PopulationFileRoundTripsAndNamesItsFaults) {
   }
   message = test::error_message([&] { read_population_file(dir.file("missing.yaml"), genes); });
   EXPECT_NE(message.find("missing.yaml"), std::string::npos) << message;
+  // Values a hyp file could not hold are refused when read, with the line.
+  test::write_file(dir.file("range.yaml"), "gen1number0:\n  hsv_h: 0.1\n  mosaic: 1.5\n");
+  message = test::error_message([&] { read_population_file(dir.file("range.yaml"), genes); });
+  EXPECT_NE(message.find("range.yaml:3: 'mosaic' is a probability: at most 1, got 1.5"), std::string::npos) << message;
+  test::write_file(dir.file("key.yaml"), "? [a, b]\n: {hsv_h: 0.1}\n");
+  message = test::error_message([&] { read_population_file(dir.file("key.yaml"), genes); });
+  EXPECT_NE(message.find("key.yaml:1: an entry's name must be text"), std::string::npos) << message;
+}
+
+// What upstream's yaml.dump writes (PyYAML 6: keys sorted as text, 1.0e-05), pasted from its output.
+TEST(EvolvePopulation, ReadsUpstreamsPopulationFile) {
+  test::TempDir dir;
+  test::write_file(dir.file("evolve_population.yaml"),
+                   "gen3number10:\n  copy_paste: 0.0\n  degrees: 0.0\n  fliplr: 0.5\n  flipud: 0.0\n  hsv_h: 0.015\n"
+                   "  hsv_s: 0.7\n  hsv_v: 0.4\n  mixup: 0.0\n  mosaic: 1.0\n  perspective: 1.0e-05\n  scale: 0.5\n"
+                   "  shear: 0.0\n  translate: 0.1\n"
+                   "gen3number2:\n  copy_paste: 0.3\n  degrees: 1.5\n  fliplr: 0.4\n  flipud: 0.1\n  hsv_h: 0.02\n"
+                   "  hsv_s: 0.6\n  hsv_v: 0.3\n  mixup: 0.05\n  mosaic: 0.9\n  perspective: 0.0\n  scale: 0.25\n"
+                   "  shear: 2.0\n  translate: 0.2\n");
+  const auto genes = population_genes(load_hyperparameters("configs/hyps/hyp.scratch-low.yaml").values);
+  const auto population = read_population_file(dir.file("evolve_population.yaml"), genes);
+  ASSERT_EQ(population.size(), 2u);
+  // In the genes' order (hsv_h hsv_s hsv_v degrees translate scale shear perspective flipud fliplr mosaic mixup copy_paste).
+  EXPECT_EQ(population[0], (Individual{0.015, 0.7, 0.4, 0.0, 0.1, 0.5, 0.0, 1e-5, 0.0, 0.5, 1.0, 0.0, 0.0}));
+  EXPECT_EQ(population[1], (Individual{0.02, 0.6, 0.3, 1.5, 0.2, 0.25, 2.0, 0.0, 0.1, 0.4, 0.9, 0.05, 0.3}));
 }
 
 TEST(EvolvePopulation, SeedFolderSkipsFilesLackingAGene) {
@@ -213,8 +239,15 @@ TEST(EvolvePopulation, SeedFolderSkipsFilesLackingAGene) {
       if (k == genes[j].key) {
         EXPECT_EQ(seeds[0][j], v) << k;
       }
-  const std::string message = test::error_message([&] { read_seed_individuals(dir.file("nowhere"), genes, &skipped); });
+  std::string message = test::error_message([&] { read_seed_individuals(dir.file("nowhere"), genes, &skipped); });
   EXPECT_NE(message.find("nowhere: not a folder"), std::string::npos) << message;
+  fs::create_directories(dir.file("seeds/folder.yaml"));  // not a file: not a seed
+  skipped.clear();
+  EXPECT_EQ(read_seed_individuals(dir.file("seeds"), genes, &skipped).size(), 2u);
+  // A seed the trainer would refuse is refused when read, naming the file and line.
+  test::write_file(dir.file("seeds/hyp.zz.yaml"), "hsv_h: 0.015\nscale: 1.2\n");
+  message = test::error_message([&] { read_seed_individuals(dir.file("seeds"), genes, &skipped); });
+  EXPECT_NE(message.find("hyp.zz.yaml:2: 'scale' is a gain below 1"), std::string::npos) << message;
 }
 
 TrainOptions tiny_run(const std::string& project) {
@@ -245,7 +278,9 @@ TEST(EvolvePopulation, TwoGenerationsThenAResume) {
   EXPECT_EQ(r.generations, 2);
   const auto rows = read_evolve_csv((fs::path(r.save_dir) / "evolve.csv").string());
   ASSERT_EQ(rows.size(), 6u) << "2 generations of 3 trainings";
-  const HypValues low = load_hyperparameters(o.hyp).values, high = load_hyperparameters(p.seed_dir + "/hyp.scratch-high.yaml").values;
+  const HypValues low = load_hyperparameters(o.hyp).values;
+  std::map<std::string, double> high;
+  for (const auto& [key, value] : load_hyperparameters(p.seed_dir + "/hyp.scratch-high.yaml").values) high[key] = value;
   const auto genes = population_genes(low);
   std::set<std::string> gene_keys;
   for (const Gene& g : genes) gene_keys.insert(g.key);
@@ -257,7 +292,7 @@ TEST(EvolvePopulation, TwoGenerationsThenAResume) {
       if (!gene_keys.count(key)) {
         EXPECT_NEAR(value, low[k].second, 1e-9) << key << " is not a gene: --hyp's value in every training";
       } else if (i == 0) {
-        EXPECT_NEAR(value, high[k].second, 1e-4 * std::max(1.0, std::fabs(value))) << key << ": the seed file first";
+        EXPECT_NEAR(value, high.at(key), 1e-4 * std::max(1.0, std::fabs(value))) << key << ": the seed file first";
       } else {
         for (const Gene& g : genes)
           if (g.key == key) {
@@ -296,6 +331,28 @@ TEST(EvolvePopulation, TwoGenerationsThenAResume) {
   const std::string message = test::error_message([&] { evolve_population(o, 1, small); });
   EXPECT_NE(message.find("3 individuals, the population holds 2"), std::string::npos) << message;
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.file("runs/evolve")), fs::directory_iterator()), 2);
+}
+
+// Ctrl-C in the first training: nothing recorded, the population to train is on disk for
+// --resume_evolve, and the result says it was interrupted. An empty seed folder gives random individuals.
+TEST(EvolvePopulation, InterruptedFirstTrainingLeavesThePopulationToResume) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("seeds"));
+  TrainOptions o = tiny_run(dir.file("runs/train"));
+  o.interrupt_after = 1;
+  PopulationOptions p;
+  p.seed_dir = dir.file("seeds");
+  p.size = 3;
+  const EvolveResult r = evolve_population(o, 2, p);
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_EQ(r.generations, 0);
+  EXPECT_FALSE(fs::exists(fs::path(r.save_dir) / "evolve.csv"));
+  const auto genes = population_genes(load_hyperparameters(o.hyp).values);
+  const auto saved = read_population_file((fs::path(r.save_dir) / "evolve_population.yaml").string(), genes);
+  ASSERT_EQ(saved.size(), 3u);
+  for (const Individual& x : saved)
+    for (size_t j = 0; j < genes.size(); ++j) EXPECT_TRUE(x[j] >= genes[j].lower && x[j] <= genes[j].upper) << genes[j].key;
+  EXPECT_NE(saved[0], saved[1]);
 }
 
 }  // namespace

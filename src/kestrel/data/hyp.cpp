@@ -14,6 +14,10 @@ namespace kestrel::data {
 AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe) {
   YAML::Node root = load_yaml_file(path, "hyperparameter");
   if (!root.IsMap()) fail(path, ": a hyperparameter file is a YAML mapping of key: value");
+  return augment_options_from_yaml(root, path, yolov7_recipe);
+}
+
+AugmentOptions augment_options_from_yaml(const YAML::Node& root, const std::string& path, bool* yolov7_recipe) {
   AugmentOptions o;
   const bool v7 = static_cast<bool>(root["paste_in"]) || static_cast<bool>(root["loss_ota"]);
   if (yolov7_recipe) *yolov7_recipe = v7;

@@ -27,11 +27,18 @@ struct AugmentOptions {
 
 #include <string>
 
+namespace YAML {
+class Node;
+}
+
 namespace kestrel::data {
 
 // Reads the augmentation keys of a hyperparameter YAML (upstream hyp files; other keys belong to the
 // trainer and are ignored here). A YOLOv7 recipe (a file with paste_in or loss_ota) gets YOLOv7's
 // 9-tile mosaic share of 0.2 unless `mosaic9` is given. Errors name the file and key.
 AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe = nullptr);
+// The same checks on a mapping already read (a hyperparameter file's, or an entry of evolve_population.yaml);
+// errors name `path` and the line.
+AugmentOptions augment_options_from_yaml(const YAML::Node& map, const std::string& path, bool* yolov7_recipe = nullptr);
 
 }  // namespace kestrel::data

@@ -8,66 +8,28 @@
 // Difference: kestrel seeds the mutations with --seed (and the generation), so an evolution is
 // reproducible; upstream seeds with the clock.
 #pragma once
-#include <map>
-#include <optional>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "kestrel/train/trainer.h"
+#include "kestrel/train/evolution_folder.h"
 
 namespace kestrel::train {
 
 struct Gene {
   std::string key;
   double gain, lower, upper;  // mutation gain (0: fixed) and the bounds of upstream's meta table
+  bool genetic = false;       // evolved by HEAD's genetic algorithm (its meta flag True: the augmentation keys)
 };
 
-// Upstream's meta table (lr0 ... copy_paste, and YOLOv7's paste_in).
+// Upstream's meta table (lr0 ... copy_paste, and YOLOv7's paste_in, which HEAD's table lacks).
 const std::vector<Gene>& evolution_genes();
-
-using HypValues = std::vector<std::pair<std::string, double>>;  // file order
 
 // One mutation of `parent`'s genes (keys without a gene are kept); retried until a gene changes.
 HypValues mutate_hyperparameters(const HypValues& parent, std::mt19937_64& rng);
 
-// A row of evolve.csv: the 7 results, then the hyperparameters in file order.
-struct EvolveRow {
-  std::vector<double> results;  // P, R, mAP50, mAP50-95, val box, obj, cls loss
-  HypValues hyp;
-};
-std::vector<EvolveRow> read_evolve_csv(const std::string& path);
 // The parent: one of the top min(5, rows) by fitness, drawn with weights fitness - min + 1e-6.
 HypValues select_parent(const std::vector<EvolveRow>& rows, std::mt19937_64& rng);
-
-struct EvolveResult {
-  std::string save_dir;       // runs/evolve/<name>
-  int generations = 0;
-  double best_fitness = 0;
-};
-
-// One evolution folder (<project>/<name>, project runs/train becoming runs/evolve as upstream): trains one
-// hyperparameter set at a time and records it as upstream's print_mutation does, in evolve.csv (a row of
-// results and values) and hyp_evolve.yaml (the fittest row so far); both evolution schemes use it.
-class EvolutionFolder {
- public:
-  // Makes the folder; an evolve.csv already there (--exist-ok) must evolve `start`'s keys.
-  EvolutionFolder(const TrainOptions& base, const HypValues& start);
-  const std::string& dir() const { return dir_; }
-  const std::string& csv() const { return csv_; }
-  // Trains `hyp` with validation after the final epoch only and no weights, in <dir>/generation, and
-  // appends its row; nullopt when the training was interrupted (Ctrl-C), nothing recorded then.
-  std::optional<EvolveRow> train_and_record(const HypValues& hyp, const std::string& progress);
-  // The rows so far, and the fittest one's fitness (0.1 mAP50 + 0.9 mAP50-95).
-  std::vector<EvolveRow> rows() const { return read_evolve_csv(csv_); }
-  // evolve.png (unless --noplots) and the listing of the fittest row, as upstream's plot_evolve.
-  void finish() const;
-
- private:
-  TrainOptions base_;
-  std::string dir_, csv_, hyp_file_;
-};
 
 // `generations` trainings of `base` (its --hyp, or the defaults) under <project>/../evolve: the
 // project "runs/train" becomes "runs/evolve", as upstream.

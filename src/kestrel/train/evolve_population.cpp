@@ -2,38 +2,30 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <optional>
+#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/yaml_file.h"
+#include "kestrel/data/hyp.h"
 #include "kestrel/train/hyperparameters.h"
 
 namespace kestrel::train {
 namespace fs = std::filesystem;
 namespace {
 
-// HEAD's meta entries flagged True (the augmentation keys), and YOLOv7's paste_in.
-const std::vector<std::string> kAugmentationKeys = {"hsv_h",  "hsv_s",  "hsv_v",  "degrees", "translate",
-                                                    "scale",  "shear",  "perspective", "flipud", "fliplr",
-                                                    "mosaic", "mixup",  "copy_paste", "paste_in"};
-
-std::string number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
-}
-
-// The genes' values of one mapping (a hyperparameter file or a population entry); nullopt and the
-// missing keys when it lacks some. Non-numbers are errors naming `where`.
-std::optional<Individual> gene_values(const YAML::Node& map, const std::vector<Gene>& genes, const std::string& where,
+// The genes' values of one mapping (a hyperparameter file or a population entry), checked as a hyp
+// file's augmentation keys; nullopt with the missing keys when it lacks some. Errors name `path`.
+std::optional<Individual> gene_values(const YAML::Node& map, const std::vector<Gene>& genes, const std::string& path,
                                       std::string* missing) {
+  data::augment_options_from_yaml(map, path);  // numbers, finite, probabilities <= 1, scale < 1 ...
   Individual values;
   for (const Gene& g : genes) {
     const YAML::Node v = map[g.key];
@@ -45,24 +37,53 @@ std::optional<Individual> gene_values(const YAML::Node& map, const std::vector<G
     try {
       x = v.as<double>();
     } catch (const YAML::Exception&) {
-      fail(where, ":", v.Mark().line + 1, ": '", g.key, "' must be a number");
+      fail(path, ":", v.Mark().line + 1, ": '", g.key, "' must be a number");
     }
-    if (!std::isfinite(x)) fail(where, ":", v.Mark().line + 1, ": '", g.key, "' must be finite");
     values.push_back(x);
   }
   if (!missing->empty()) return std::nullopt;
   return values;
 }
 
+// The population of the first generation: the resumed one, else the seed files', then uniform random
+// values within the bounds up to options.size. The draws depend on --seed and on a resumed file's text.
+std::vector<Individual> initial_population(const std::vector<Gene>& genes, const PopulationOptions& options, uint64_t seed,
+                                           std::mt19937_64& rng) {
+  std::vector<Individual> population;
+  std::string resumed_text;
+  if (!options.resume_file.empty()) {
+    population = read_population_file(options.resume_file, genes);
+    std::ifstream in(options.resume_file, std::ios::binary);
+    resumed_text.assign(std::istreambuf_iterator<char>(in), {});
+  } else if (!options.seed_dir.empty()) {
+    std::vector<std::string> skipped;
+    population = read_seed_individuals(options.seed_dir, genes, &skipped);
+    for (const std::string& s : skipped) std::cerr << "WARNING: --evolve_population: skipped " << s << "\n";
+    if (population.empty())
+      std::cerr << "WARNING: --evolve_population " << options.seed_dir << ": no hyperparameter file with every gene; "
+                << "all " << options.size << " individuals are random\n";
+  }
+  const std::string source = options.resume_file.empty() ? options.seed_dir : options.resume_file;
+  if (static_cast<int>(population.size()) > options.size)
+    fail(source, ": ", population.size(), " individuals, the population holds ", options.size);
+  const uint64_t text_hash = std::hash<std::string>()(resumed_text);
+  std::seed_seq seeds{seed & 0xffffffffu, seed >> 32, text_hash & 0xffffffffu, text_hash >> 32};
+  rng.seed(seeds);
+  while (static_cast<int>(population.size()) < options.size) {
+    Individual random;
+    for (const Gene& g : genes) random.push_back(std::uniform_real_distribution<double>(g.lower, g.upper)(rng));
+    population.push_back(std::move(random));
+  }
+  return population;
+}
+
 }  // namespace
 
 std::vector<Gene> population_genes(const HypValues& hyp) {
   std::vector<Gene> genes;
-  for (const auto& [key, value] : hyp) {
-    if (std::find(kAugmentationKeys.begin(), kAugmentationKeys.end(), key) == kAugmentationKeys.end()) continue;
+  for (const auto& [key, value] : hyp)
     for (const Gene& g : evolution_genes())
-      if (g.key == key) genes.push_back(g);
-  }
+      if (g.genetic && g.key == key) genes.push_back(g);
   return genes;
 }
 
@@ -119,7 +140,7 @@ std::vector<Individual> read_seed_individuals(const std::string& dir, const std:
   if (!fs::is_directory(dir)) fail("--evolve_population ", dir, ": not a folder of hyperparameter files");
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
+    if (entry.path().extension() == ".yaml" && entry.is_regular_file()) files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
   std::vector<Individual> seeds;
   for (const std::string& file : files) {
@@ -138,11 +159,17 @@ std::vector<Individual> read_population_file(const std::string& path, const std:
     fail(path, ": an evolve_population.yaml maps gen<g>number<i> to the augmentation hyperparameters");
   std::vector<Individual> population;
   for (const auto& item : root) {
-    const std::string name = item.first.as<std::string>();
-    if (!item.second.IsMap()) fail(path, ":", item.second.Mark().line + 1, ": '", name, "' must map keys to values");
+    const int line = item.first.Mark().line + 1;
+    std::string name;
+    try {
+      name = item.first.as<std::string>();
+    } catch (const YAML::Exception&) {
+      fail(path, ":", line, ": an entry's name must be text (gen<g>number<i>)");
+    }
+    if (!item.second.IsMap()) fail(path, ":", line, ": '", name, "' must map keys to values");
     std::string missing;
     auto values = gene_values(item.second, genes, path, &missing);
-    if (!values) fail(path, ":", item.second.Mark().line + 1, ": '", name, "' lacks", missing);
+    if (!values) fail(path, ":", line, ": '", name, "' lacks", missing);
     population.push_back(std::move(*values));
   }
   return population;
@@ -153,7 +180,7 @@ void write_population_file(const std::string& path, int generation, const std::v
   std::string yaml;
   for (size_t i = 0; i < population.size(); ++i) {
     yaml += "gen" + std::to_string(generation) + "number" + std::to_string(i) + ":\n";
-    for (size_t j = 0; j < genes.size(); ++j) yaml += "  " + genes[j].key + ": " + number(population[i][j]) + "\n";
+    for (size_t j = 0; j < genes.size(); ++j) yaml += "  " + genes[j].key + ": " + yaml_number(population[i][j]) + "\n";
   }
   write_file_atomic(path, {yaml}, Durability::kFlushed);
 }
@@ -165,64 +192,50 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
   const Hyperparameters start = base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
   const std::vector<Gene> genes = population_genes(start.values);
   if (genes.empty()) fail(base.hyp, ": no augmentation hyperparameter to evolve");
-  // The first individuals, read before the folder is made: a bad file then leaves nothing behind.
-  std::vector<Individual> population;
-  if (!options.resume_file.empty()) {
-    population = read_population_file(options.resume_file, genes);
-  } else if (!options.seed_dir.empty()) {
-    std::vector<std::string> skipped;
-    population = read_seed_individuals(options.seed_dir, genes, &skipped);
-    for (const std::string& s : skipped) std::cerr << "WARNING: --evolve_population: skipped " << s << "\n";
-  }
-  const std::string source = options.resume_file.empty() ? options.seed_dir : options.resume_file;
-  if (static_cast<int>(population.size()) > options.size)
-    fail(source, ": ", population.size(), " individuals, the population holds ", options.size);
-  std::mt19937_64 rng(base.seed * 1000003ull + 17);
-  for (int i = static_cast<int>(population.size()); i < options.size; ++i) {  // the rest: uniform within the bounds
-    Individual random;
-    for (const Gene& g : genes) random.push_back(std::uniform_real_distribution<double>(g.lower, g.upper)(rng));
-    population.push_back(std::move(random));
-  }
+  std::mt19937_64 rng;
+  // Read (and checked) before the folder is made: a bad file leaves nothing behind.
+  std::vector<Individual> population = initial_population(genes, options, base.seed, rng);
   EvolutionFolder folder(base, start.values);
   const std::string population_file = (fs::path(folder.dir()) / "evolve_population.yaml").string();
   EvolveResult result;
   result.save_dir = folder.dir();
   double best_map50 = -1;
   Individual best;
-  bool interrupted = false;
   // The population about to be trained is always on disk: --resume_evolve starts from it.
   write_population_file(population_file, 0, population, genes);
-  for (int gen = 0; gen < generations && !interrupted; ++gen) {
-    std::vector<double> map50;
-    for (size_t i = 0; i < population.size() && !interrupted; ++i) {
+  for (int gen = 0; gen < generations && !result.interrupted; ++gen) {
+    std::vector<double> map50;  // HEAD's GA scores by mAP50
+    for (size_t i = 0; i < population.size(); ++i) {
       HypValues hyp = start.values;
       for (auto& [key, value] : hyp)
         for (size_t j = 0; j < genes.size(); ++j)
           if (genes[j].key == key) value = population[i][j];
-      const auto row = folder.train_and_record(hyp, cat("generation ", gen + 1, "/", generations, ", individual ", i + 1,
-                                                        "/", population.size()));
-      if (!row) interrupted = true;
-      else map50.push_back(row->results[2]);  // HEAD's GA scores by mAP50
+      const auto row = folder.train_and_record(
+          hyp, cat("generation ", gen + 1, "/", generations, ", individual ", i + 1, "/", population.size()));
+      if (!row) {
+        result.interrupted = true;
+        break;
+      }
+      map50.push_back(row->results[2]);
     }
-    if (interrupted) break;
+    if (result.interrupted) break;
     const size_t fittest = std::max_element(map50.begin(), map50.end()) - map50.begin();
-    if (map50[fittest] > best_map50) best_map50 = map50[fittest], best = population[fittest];
+    if (map50[fittest] > best_map50) {
+      best_map50 = map50[fittest];
+      best = population[fittest];
+    }
     result.generations = gen + 1;
     population = breed(population, map50, genes, genetic_rates(gen, generations, options.size), rng);
     write_population_file(population_file, gen + 1, population, genes);
   }
-  if (const std::vector<EvolveRow> rows = folder.rows(); !rows.empty()) {
-    for (const EvolveRow& r : rows) result.best_fitness = std::max(result.best_fitness, fitness(r.results[2], r.results[3]));
-    folder.finish();
-  }
   if (!best.empty()) {
-    std::cout << "Best solution found (mAP50 " << number(best_map50) << "):";
-    for (size_t j = 0; j < genes.size(); ++j) std::cout << " " << genes[j].key << "=" << number(best[j]);
+    std::cout << "Best solution found (mAP50 " << yaml_number(best_map50) << "):";
+    for (size_t j = 0; j < genes.size(); ++j) std::cout << " " << genes[j].key << "=" << yaml_number(best[j]);
     std::cout << "\n";
   }
-  std::cout << "--evolve: " << result.generations << " generations of " << options.size << "; best hyperparameters in "
-            << (fs::path(result.save_dir) / "hyp_evolve.yaml").string() << ", all in " << folder.csv()
-            << ", the population to resume from (--resume_evolve) in " << population_file << "\n";
+  result.best_fitness = folder.best_fitness();
+  folder.finish(result);
+  std::cout << "The population to train next (--resume_evolve): " << population_file << "\n";
   return result;
 }
 

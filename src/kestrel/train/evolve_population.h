@@ -9,11 +9,14 @@
 // mAP50-95, upstream's print_mutation), as with the v7.0 scheme (evolve.h).
 //
 // Deliberate differences (docs/design.md): the genes are the augmentation keys the --hyp file has,
-// YOLOv7's paste_in included (upstream's table lacks it and fails on YOLOv7 files); seed files are read
-// in name order and one lacking a gene is skipped with a warning (upstream: a KeyError); more than 50
-// individuals are refused; evolve_population.yaml always holds the population to be trained next (upstream
-// writes it from the second generation on, before training it, so its last one was trained already); exactly pop - elite tournament winners plus
-// the elite are the parents (upstream's elite may hold more on tied fitness); mutations are seeded by --seed.
+// YOLOv7's paste_in included (upstream's table lacks it and fails on YOLOv7 files); seed files are read in
+// name order (upstream: directory order, reversed) and one lacking a gene is skipped with a warning
+// (upstream: a KeyError); every individual's values are checked as a hyp file's before anything trains;
+// more than 50 individuals are refused; evolve_population.yaml always holds the population to train next,
+// in numeric order (upstream writes it, keys sorted as text, from the second generation on, before
+// training it, so a resume trains its last generation again); exactly pop - elite tournament winners plus
+// the elite are the parents (upstream's elite may hold more on tied fitness); one gene gets no crossover
+// (upstream fails); the draws are seeded by --seed (and a resumed population).
 #pragma once
 #include <random>
 #include <string>
@@ -48,10 +51,12 @@ using Individual = std::vector<double>;  // one value per gene
 std::vector<Individual> breed(const std::vector<Individual>& population, const std::vector<double>& fitness,
                               const std::vector<Gene>& genes, const GeneticRates& rates, std::mt19937_64& rng);
 
-// The gene values of every *.yaml in `dir` (name order); files lacking a gene are skipped, named in `skipped`.
+// The gene values of every *.yaml file in `dir` (name order), checked as hyp files; files lacking a gene
+// are skipped, named in `skipped`.
 std::vector<Individual> read_seed_individuals(const std::string& dir, const std::vector<Gene>& genes,
                                               std::vector<std::string>* skipped);
-// evolve_population.yaml: {gen<g>number<i>: {gene: value}} as upstream writes it.
+// evolve_population.yaml: {gen<g>number<i>: {gene: value}}, upstream's layout; entries are read in file
+// order, values checked as a hyp file's.
 std::vector<Individual> read_population_file(const std::string& path, const std::vector<Gene>& genes);
 void write_population_file(const std::string& path, int generation, const std::vector<Individual>& population,
                            const std::vector<Gene>& genes);

@@ -1,0 +1,226 @@
+#include "kestrel/train/evolution_folder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "kestrel/core/atomic_file.h"
+#include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
+#include "kestrel/eval/plots.h"
+#include "kestrel/train/run_files.h"
+
+namespace kestrel::train {
+namespace fs = std::filesystem;
+namespace {
+
+const std::vector<std::string> kResultColumns = {"metrics/precision", "metrics/recall", "metrics/mAP_0.5",
+                                                 "metrics/mAP_0.5:0.95", "val/box_loss", "val/obj_loss", "val/cls_loss"};
+
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  for (std::string cell; std::getline(ss, cell, ',');) out.push_back(trim(cell));
+  return out;
+}
+
+double parse_number(const std::string& text, const std::string& path, size_t line) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(v)) return v;  // nan or inf: a damaged row, never a result or gene
+  } catch (const std::exception&) {
+  }
+  fail(path, ":", line, ": \"", text, "\" is not a finite number");
+}
+
+// The last row of a run's results.csv: P, R, mAP50, mAP50-95, val box/obj/cls (columns 4-10).
+std::vector<double> final_results(const std::string& results_csv) {
+  std::ifstream in(results_csv);
+  if (!in) fail(results_csv, ": cannot read the generation's results");
+  std::string line, last;
+  size_t n = 0;
+  while (std::getline(in, line))
+    if (!trim(line).empty()) last = line, ++n;
+  if (n < 2) fail(results_csv, ": no epoch row");
+  const auto cells = split_csv(last);
+  if (cells.size() < 11) fail(results_csv, ":", n, ": expected at least 11 columns");
+  std::vector<double> r;
+  for (size_t c = 4; c <= 10; ++c) r.push_back(parse_number(cells[c], results_csv, n));
+  return r;
+}
+
+std::string format_row(const std::vector<std::string>& cells) {
+  std::string out;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%20s", cells[i].c_str());
+    out += buf;
+    if (i + 1 < cells.size()) out += ",";
+  }
+  return out + "\n";
+}
+
+// evolve.csv holds upstream's %.5g.
+std::string csv_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.5g", v);
+  return buf;
+}
+
+}  // namespace
+
+double row_fitness(const EvolveRow& row) { return fitness(row.results[2], row.results[3]); }
+
+const EvolveRow& fittest(const std::vector<EvolveRow>& rows) {
+  if (rows.empty()) fail("evolution: no row to choose the fittest from");
+  return *std::max_element(rows.begin(), rows.end(), [](const EvolveRow& a, const EvolveRow& b) { return row_fitness(a) < row_fitness(b); });
+}
+
+std::string yaml_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
+  std::vector<EvolveRow> rows;
+  if (!fs::exists(path)) return rows;
+  require_regular_file(path);  // a folder of that name would only fail after a generation's training
+  std::ifstream in(path);
+  if (!in) return rows;
+  std::string line;
+  std::vector<std::string> header;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    if (trim(line).empty()) continue;
+    const auto cells = split_csv(line);
+    if (header.empty()) {
+      header = cells;
+      if (header.size() < kResultColumns.size() + 1 || !std::equal(kResultColumns.begin(), kResultColumns.end(), header.begin()))
+        fail(path, ":", n, ": not an evolve.csv header (", kResultColumns[0], ", ...)");
+      continue;
+    }
+    if (cells.size() != header.size()) fail(path, ":", n, ": ", cells.size(), " columns, the header has ", header.size());
+    EvolveRow row;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      const double v = parse_number(cells[c], path, n);
+      if (c < kResultColumns.size()) row.results.push_back(v);
+      else row.hyp.emplace_back(header[c], v);
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& start) : base_(base) {
+  // runs/train -> runs/evolve (upstream's project for evolution), other projects keep their folder.
+  const fs::path project = fs::path(base.project).filename() == "train" ? fs::path(base.project).parent_path() / "evolve"
+                                                                         : fs::path(base.project);
+  dir_ = make_run_dir(project.string(), base.name, base.exist_ok, /*with_weights=*/false);
+  csv_ = (fs::path(dir_) / "evolve.csv").string();
+  hyp_file_ = (fs::path(dir_) / "hyp_generation.yaml").string();
+  // An evolve.csv already there (--exist-ok) supplies the parents: it must evolve the same hyperparameters,
+  // or its keys would silently replace --hyp's (a YOLOv7 file's paste_in and loss_ota dropped, or added).
+  if (const std::vector<EvolveRow> earlier = read_evolve_csv(csv_); !earlier.empty()) {
+    std::set<std::string> given, found;
+    for (const auto& [k, v] : start) given.insert(k);
+    for (const auto& [k, v] : earlier.front().hyp) found.insert(k);
+    if (given != found) {
+      std::string missing, extra;
+      for (const auto& k : given) if (!found.count(k)) missing += " " + k;
+      for (const auto& k : found) if (!given.count(k)) extra += " " + k;
+      fail(csv_, ": its generations evolve other hyperparameters than ", base.hyp.empty() ? "the default recipe" : base.hyp,
+           " (", missing.empty() ? "" : "not in it:" + missing, missing.empty() || extra.empty() ? "" : "; ",
+           extra.empty() ? "" : "not in " + std::string(base.hyp.empty() ? "the recipe" : base.hyp) + ":" + extra,
+           "): evolve into another --name, or give the --hyp it was started with");
+    }
+  }
+}
+
+std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp, const std::string& progress) {
+  std::string yaml;
+  for (const auto& [k, v] : hyp) yaml += k + ": " + yaml_number(v) + "\n";
+  write_file_atomic(hyp_file_, {yaml}, Durability::kFlushed);
+  TrainOptions o = base_;
+  o.hyp = hyp_file_;
+  o.noval = true;  // validate after the final epoch only
+  o.save_weights = false;  // upstream: evolve implies nosave, and no final checkpoint either
+  o.noplots = true;  // upstream: plots = not evolve
+  o.project = dir_;
+  o.name = "generation";
+  o.exist_ok = true;
+  std::cout << "--evolve: " << progress << "\n";
+  const TrainResult run = train(o);
+  fs::remove(hyp_file_);
+  if (run.interrupted) return std::nullopt;
+  EvolveRow row{final_results((fs::path(run.save_dir) / "results.csv").string()), hyp};
+  std::error_code ec;
+  const bool fresh = !fs::exists(csv_) || fs::file_size(csv_, ec) == 0;  // an empty file gets its header too
+  std::ofstream out(csv_, std::ios::app);
+  if (fresh) {
+    std::vector<std::string> header = kResultColumns;
+    for (const auto& [k, v] : hyp) header.push_back(k);
+    out << format_row(header);
+  }
+  std::vector<std::string> cells;
+  for (double v : row.results) cells.push_back(csv_number(v));
+  for (const auto& [k, v] : hyp) cells.push_back(csv_number(v));
+  out << format_row(cells);
+  out.close();
+  if (!out) fail(csv_, ": cannot append the generation's row");
+  // hyp_evolve.yaml: the fittest row so far.
+  const std::vector<EvolveRow> all = rows();
+  const EvolveRow& best = fittest(all);
+  std::string best_yaml = "# kestrel --evolve: best of " + std::to_string(all.size()) + " rows of evolve.csv, fitness " +
+                          csv_number(row_fitness(best)) + " (0.1 mAP50 + 0.9 mAP50-95)\n";
+  for (const auto& [k, v] : best.hyp) best_yaml += k + ": " + yaml_number(v) + "\n";
+  write_file_atomic((fs::path(dir_) / "hyp_evolve.yaml").string(), {best_yaml}, Durability::kFlushed);
+  return row;
+}
+
+double EvolutionFolder::best_fitness() const {
+  const std::vector<EvolveRow> all = rows();
+  return all.empty() ? 0.0 : row_fitness(fittest(all));
+}
+
+void EvolutionFolder::finish(const EvolveResult& result) const {
+  const std::vector<EvolveRow> all = rows();
+  if (result.generations > 0 && !all.empty()) {  // upstream's plot_evolve (not with --noplots) and its listing of the fittest row
+    // Every row has the header's columns (read_evolve_csv), and the header --hyp's keys (checked above).
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : all.front().hyp) keys.push_back(k);
+    std::vector<std::vector<double>> values;
+    std::vector<double> fitness;
+    for (const EvolveRow& row : all) {
+      values.emplace_back();
+      for (const auto& [k, v] : row.hyp) values.back().push_back(v);
+      fitness.push_back(row_fitness(row));
+    }
+    const std::string png = (fs::path(dir_) / "evolve.png").string();
+    if (!base_.noplots) eval::plot_evolve(keys, values, fitness, png);
+    const size_t best = static_cast<size_t>(std::max_element(fitness.begin(), fitness.end()) - fitness.begin());
+    std::cout << "Best results from row " << best << " of " << csv_ << ":\n";
+    for (size_t k = 0; k < keys.size(); ++k) {
+      char line[160];
+      std::snprintf(line, sizeof line, "%15s: %.3g", keys[k].c_str(), values[best][k]);
+      std::cout << line << "\n";
+    }
+    if (!base_.noplots) std::cout << "Saved " << png << "\n";
+  }
+  std::cout << "--evolve: " << (result.interrupted ? "stopped after " : "") << result.generations << " generations";
+  if (all.empty()) std::cout << ", nothing recorded in " << dir_ << "\n";
+  else std::cout << "; best hyperparameters in " << (fs::path(dir_) / "hyp_evolve.yaml").string() << ", all in " << csv_ << "\n";
+}
+
+}  // namespace kestrel::train

@@ -1,0 +1,59 @@
+// One evolution folder (runs/evolve/<name>) as upstream's print_mutation keeps it, shared by the v7.0
+// scheme (evolve.h) and HEAD's genetic algorithm (evolve_population.h): each training's final results and
+// hyperparameters a row of evolve.csv (upstream's columns, %20.5g), the fittest row in hyp_evolve.yaml,
+// and at the end evolve.png (upstream's plot_evolve) and the fittest row listed.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kestrel/train/trainer.h"
+
+namespace kestrel::train {
+
+using HypValues = std::vector<std::pair<std::string, double>>;  // file order
+
+// A row of evolve.csv: the 7 results, then the hyperparameters in file order.
+struct EvolveRow {
+  std::vector<double> results;  // P, R, mAP50, mAP50-95, val box, obj, cls loss
+  HypValues hyp;
+};
+std::vector<EvolveRow> read_evolve_csv(const std::string& path);
+// Upstream's fitness of a row, 0.1 mAP50 + 0.9 mAP50-95, and the first row of the greatest (rows not empty).
+double row_fitness(const EvolveRow& row);
+const EvolveRow& fittest(const std::vector<EvolveRow>& rows);
+// A hyperparameter value as the generation's hyp file and hyp_evolve.yaml hold it (%.10g).
+std::string yaml_number(double v);
+
+struct EvolveResult {
+  std::string save_dir;       // runs/evolve/<name>
+  int generations = 0;        // completed
+  double best_fitness = 0;    // of the fittest row of evolve.csv (earlier runs' rows too, with --exist-ok)
+  bool interrupted = false;   // stopped by Ctrl-C or SIGTERM
+};
+
+// The folder <project>/<name>, project runs/train becoming runs/evolve as upstream; trains one hyperparameter
+// set at a time.
+class EvolutionFolder {
+ public:
+  // Makes the folder; an evolve.csv already there (--exist-ok) must evolve `start`'s keys.
+  EvolutionFolder(const TrainOptions& base, const HypValues& start);
+  const std::string& dir() const { return dir_; }
+  const std::string& csv() const { return csv_; }
+  // Trains `hyp` with validation after the final epoch only and no weights, in <dir>/generation, and
+  // appends its row; nullopt when the training was interrupted (Ctrl-C), nothing recorded then.
+  std::optional<EvolveRow> train_and_record(const HypValues& hyp, const std::string& progress);
+  // The rows so far, and the fittest one's fitness (0 without rows).
+  std::vector<EvolveRow> rows() const { return read_evolve_csv(csv_); }
+  double best_fitness() const;
+  // After `result`'s generations: evolve.png (unless --noplots) and the listing of the fittest row, as
+  // upstream's plot_evolve, then where the results are.
+  void finish(const EvolveResult& result) const;
+
+ private:
+  TrainOptions base_;
+  std::string dir_, csv_, hyp_file_;
+};
+
+}  // namespace kestrel::train
