@@ -400,6 +400,14 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
   if (skipped) std::printf("%lld of %zu %s skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n, what);
 }
 
+// detect.py's screenshot source ("screen", "screen 0 100 100 512 256": any source starting with "screen");
+// an existing file of such a name (screenshot.png) is a file here.
+bool is_screen_source(const std::string& source) {
+  std::string lower = source;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.rfind("screen", 0) == 0 && !fs::exists(source);
+}
+
 void run_detect(const DetectOptions& o) {
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
   const c10::Device device = parse_device(o.device);
@@ -447,6 +455,9 @@ void run_detect(const DetectOptions& o) {
   // Upstream downloads an image URL and treats it as a file; kestrel has no downloader.
   if (data::is_stream_url(o.source) && data::has_image_extension(o.source))
     fail("--source ", o.source, ": an image URL; download the image and pass the file");
+  if (is_screen_source(o.source))
+    fail("--source ", o.source, ": detect.py's screen capture is not supported (kestrel reads no screen); record the "
+         "screen to a video and pass the file");
   // A glob (detect.py expands `*`, `?` and `[...]`) is a list even when it ends in a video extension.
   // (A URL's '?' starts its query.)
   const bool pattern = !data::is_stream_url(o.source) && !fs::exists(o.source) && o.source.find_first_of("*?[") != std::string::npos;

@@ -4,6 +4,10 @@
 // --max-wh for onnxruntime ([K, 7]), without it for TensorRT (EfficientNMS_TRT), as YOLOv7's export.py.
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,7 +21,8 @@ namespace kestrel::app {
 namespace {
 
 struct ExportOptions {
-  std::string weights, format = "onnx", out;
+  std::string weights, out;
+  std::vector<std::string> formats{"onnx"};  // --include: export.py takes several
   exporting::OnnxExportOptions onnx;
   std::vector<int64_t> img_sizes;  // --img: one size, or export.py's two (equal: kestrel's static graphs are square)
   bool grid = false;               // YOLOv7's --grid: kestrel's graph always has the decode
@@ -26,9 +31,34 @@ struct ExportOptions {
   std::string device;              // export.py's --device: accepted, unused
 };
 
+// export.py's formats besides ONNX, and how to get each from kestrel's ONNX file instead.
+const std::map<std::string, std::string>& other_formats() {
+  static const std::map<std::string, std::string> formats = {
+      {"torchscript", "kestrel's models are C++ modules, not TorchScript; deploy the ONNX file, or load "
+                      "tools/export_state_dict.py's state dict into upstream's PyTorch model"},
+      {"engine", "TensorRT builds it from the ONNX file: trtexec --onnx=best.onnx --saveEngine=best.engine --fp16 "
+                 "(docs/deploy.md)"},
+      {"openvino", "OpenVINO converts the ONNX file: ovc best.onnx"},
+      {"coreml", "convert the ONNX file with a CoreML converter"},
+      {"saved_model", "convert the ONNX file with an ONNX-to-TensorFlow converter (e.g. onnx2tf)"},
+      {"pb", "convert the ONNX file with an ONNX-to-TensorFlow converter (e.g. onnx2tf)"},
+      {"tflite", "convert the ONNX file with an ONNX-to-TensorFlow converter (e.g. onnx2tf)"},
+      {"edgetpu", "convert the ONNX file to TFLite (e.g. onnx2tf), then compile it with edgetpu_compiler"},
+      {"tfjs", "convert the ONNX file to TensorFlow (e.g. onnx2tf), then with tensorflowjs_converter"},
+      {"paddle", "convert the ONNX file with x2paddle"}};
+  return formats;
+}
+
 void run_export(const ExportOptions& o) {
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
-  if (o.format != "onnx") fail("--format ", o.format, ": only onnx is supported");
+  for (const std::string& format : o.formats) {
+    if (format == "onnx") continue;
+    const auto other = other_formats().find(format);
+    if (other == other_formats().end())
+      fail("--include ", format, ": not one of export.py's formats (torchscript, onnx, openvino, engine, coreml, "
+           "saved_model, pb, tflite, edgetpu, tfjs, paddle)");
+    fail("--include ", format, ": kestrel writes ONNX (--include onnx); ", other->second);
+  }
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   loaded.model->eval();
   exporting::OnnxExportOptions onnx = o.onnx;
@@ -81,8 +111,30 @@ void add_export_command(CLI::App& app) {
   auto opts = std::make_shared<ExportOptions>();
   auto* cmd = app.add_subcommand("export", "export trained weights for deployment (ONNX, decode included)");
   cmd->add_option("--weights", opts->weights, "kestrel weights file (.safetensors)")->required();
-  cmd->add_option("--format,--include", opts->format, "export format (onnx; --include as export.py, which also writes others)")
-      ->check(CLI::IsMember({"onnx"}));
+  cmd->add_option("--format,--include", opts->formats,
+                  "export format: onnx (export.py's others are refused with how to make them from the ONNX file)")
+      ->capture_default_str();
+  // export.py's options for formats kestrel does not write: refused with the reason rather than CLI11's
+  // "not expected". --inplace and --data change nothing in kestrel's graph (names come from the weights).
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--fp16", "YOLOv7's CoreML float16 option; kestrel writes ONNX (--half: float16 weights, input and output)"},
+      {"--int8", "export.py's INT8 quantization (CoreML, TFLite, OpenVINO); kestrel writes a float ONNX graph: quantize "
+                 "it with the deployment compiler (trtexec --int8, OpenVINO NNCF)"},
+      {"--keras", "a TensorFlow export option; kestrel writes ONNX"},
+      {"--nms", "a TensorFlow export option; kestrel writes ONNX (--end2end puts NMS into the ONNX graph)"},
+      {"--agnostic-nms", "a TensorFlow export option; kestrel writes ONNX (--end2end --max-wh 0: class-agnostic NMS)"},
+      {"--topk-per-class", "a TF.js export option; kestrel writes ONNX (--end2end --topk-all N)"},
+      {"--per-tensor", "a TFLite quantization option; kestrel writes ONNX"},
+      {"--optimize", "a TorchScript (mobile) option; kestrel writes ONNX"},
+      {"--mlmodel", "a CoreML option; kestrel writes ONNX"},
+      {"--workspace", "a TensorRT engine option; kestrel writes the ONNX file and trtexec builds the engine "
+                      "(--memPoolSize=workspace:4096M)"},
+      {"--verbose", "a TensorRT engine option; trtexec builds the engine from kestrel's ONNX file (trtexec --verbose)"},
+      {"--cache", "a TensorRT timing-cache option; trtexec builds the engine from kestrel's ONNX file (--timingCacheFile)"}};
+  auto refused_options = std::make_shared<std::vector<std::tuple<std::string, CLI::Option*, std::string>>>();
+  for (const auto& [name, why] : refused) refused_options->emplace_back(name, cmd->add_option(name)->expected(0, 1)->group(""), why);
+  cmd->add_flag("--inplace", "accepted, as export.py's (Detect's in-place decode): no change to kestrel's graph");
+  cmd->add_option("--data", "accepted, as export.py's: the class names come from the weights")->group("");
   cmd->add_option("--img,--img-size,--imgsz", opts->img_sizes,
                   "square input size (multiple of the largest stride; export.py's two sizes if equal); with --dynamic "
                   "the nominal size (metadata); default 640")
@@ -116,7 +168,11 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--out,-o", opts->out, "output file (default: the weights path with .onnx)");
   // export.py needs --device 0 for --half; kestrel writes the same graph on any machine (float16 from fp32).
   cmd->add_option("--device", opts->device, "accepted, as export.py's: kestrel exports on the CPU, --half included");
-  cmd->callback([opts] { run_export(*opts); });
+  cmd->callback([opts, refused_options] {
+    for (const auto& [name, option, why] : *refused_options)
+      if (option->count() > 0) throw CLI::ValidationError(name, why);
+    run_export(*opts);
+  });
 }
 
 }  // namespace kestrel::app

@@ -88,6 +88,19 @@ TEST(DetectCli, UpstreamSpellings) {
   r = test::run_command(test::kestrel_binary() + " val --device cpu --dnn --weights " + dir.file("w.safetensors"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("onnxruntime"), std::string::npos) << r.output;
+  // detect.py's screen capture ("screen" and its region): refused with the reason, before a run folder;
+  // an image file whose name starts so is an image as any other.
+  const std::string in_dir = "cd " + dir.path() + " && " + test::kestrel_binary() + " detect --device cpu --img 160 --weights " +
+                             dir.file("w.safetensors") + " --project screen-runs --source ";
+  r = test::run_command(in_dir + "'screen 0 100 100 512 256'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--source screen 0 100 100 512 256: detect.py's screen capture is not supported"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("screen-runs")));
+  std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("screenshot.jpg"));
+  r = test::run_command(in_dir + "screenshot.jpg");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("screen-runs/exp/screenshot.jpg"))) << r.output;
 }
 
 // Images of the same name in a folder's subfolders, or beside each other with another extension, get

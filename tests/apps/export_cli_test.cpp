@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
@@ -160,6 +162,35 @@ TEST(ExportCli, Yolov7NamesItsOutputAndTheWeightsAreNeverOverwritten) {
   r = test::run_command(test::kestrel_binary() + " export --weights " + dir.file("w.onnx") + " --img 64");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("is the weights file being exported"), std::string::npos) << r.output;
+}
+
+// export.py's other formats and their options: refused with how to make them from the ONNX file, before
+// anything is written; several --include values as export.py takes them; --inplace and --data accepted.
+TEST(ExportCli, OtherFormatsAndTheirOptionsAreRefusedWithTheWay) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  const std::string base = test::kestrel_binary() + " export --weights " + dir.file("w.safetensors") + " --img 64 --out " +
+                           dir.file("w.onnx") + " ";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--include torchscript onnx", "--include torchscript: kestrel writes ONNX (--include onnx); kestrel's models are C++"},
+      {"--include onnx engine", "--include engine: kestrel writes ONNX (--include onnx); TensorRT builds it from the ONNX file: trtexec"},
+      {"--include openvino", "ovc best.onnx"},
+      {"--include tflite", "onnx2tf"},
+      {"--include mnn", "--include mnn: not one of export.py's formats"},
+      {"--fp16", "--fp16: YOLOv7's CoreML float16 option"},
+      {"--int8", "--int8: export.py's INT8 quantization"},
+      {"--workspace 8", "--workspace: a TensorRT engine option"},
+      {"--nms", "--nms: a TensorFlow export option"}};
+  for (const auto& [args, message] : refused) {
+    const auto r = test::run_command(base + args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("w.onnx"))) << args;
+  }
+  const auto r = test::run_command(base + "--include onnx onnx --inplace --data data/demo/demo.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("w.onnx")));
 }
 
 }  // namespace
