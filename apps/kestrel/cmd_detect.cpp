@@ -18,6 +18,7 @@
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/regular_file.h"
+#include "kestrel/core/stop_signal.h"
 #include "kestrel/data/annotate.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
@@ -250,7 +251,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     return true;
   };
   int64_t f = 0;
-  while (next()) {
+  while (!StopSignal::requested() && next()) {
     ++f;
     const std::string prefix = cat(position, " (", f, "/", frames, ") ", source, ": ");
     // Label files count a video file's frames from 1, a camera's or stream's from 0 (upstream's LoadImages
@@ -263,6 +264,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     if (!writer) writer = data::create_video(out.string(), fixed_rate || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
     if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
   }
+  if (StopSignal::requested()) return;
   if (f == 0) fail(source, ": no frame could be read from the video");
   // A frame that does not decode ends the video (upstream goes on to the next file). The container's count
   // can also be an estimate (duration x fps), so this says what happened rather than what was lost.
@@ -314,12 +316,12 @@ void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::
   }
   std::vector<std::unique_ptr<data::VideoWriter>> writers(n);
   std::vector<cv::Mat> frames(n);
-  int64_t round = 0;
-  for (;; ++round) {
+  for (int64_t round = 0; !StopSignal::requested(); ++round) {
     size_t ended = n;
     for (size_t i = 0; i < n && ended == n; ++i)
       if (!streams[i]->next(frames[i])) ended = i;
     if (ended < n) {
+      if (round == 0) fail(sources[ended], ": no frame could be read");
       std::cout << sources[ended] << ": ended after " << round << " frames; stopping the " << n << " streams" << std::endl;
       break;
     }
@@ -333,7 +335,6 @@ void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::
         fail(sources[i], ": frame ", round, " is ", frames[i].cols, "x", frames[i].rows, ", unlike the frames before it");
     }
   }
-  if (round == 0) fail("--source ", o.source, ": no frame could be read from every source");
 }
 
 // A file, folder, glob or .txt list: its images, then its videos (each sorted), numbered "image i/n" and
@@ -363,7 +364,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
       video_stems({media.begin() + static_cast<long>(images.size()), media.end()}, outputs, o.save_txt);
   int64_t skipped = 0;
   const size_t n = media.size();
-  for (size_t i = 0, image = 0; i < n; ++i) {
+  for (size_t i = 0, image = 0; i < n && !StopSignal::requested(); ++i) {
     if (data::is_video_file(media[i])) {
       try {  // like an unreadable image, reported and skipped (upstream's loader goes on to the next file)
         std::unique_ptr<data::VideoReader> clip = data::open_video(media[i]);
@@ -396,7 +397,8 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
     }
   }
   const char* what = images.size() == n ? "images" : "files";
-  if (detector.images() == 0) fail("--source ", o.source, ": none of the ", n, " ", what, " could be read");
+  if (detector.images() == 0 && !StopSignal::requested())
+    fail("--source ", o.source, ": none of the ", n, " ", what, " could be read");
   if (skipped) std::printf("%lld of %zu %s skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n, what);
 }
 
@@ -498,11 +500,17 @@ void run_detect(const DetectOptions& o) {
     json.category_ids = eval::coco_category_ids(dataset && eval::is_coco_dataset(*dataset), names.size());
   }
   detector.warmup();
+  // Ctrl-C or SIGTERM: finish the frame, close the videos (a killed writer leaves an unplayable .mp4), save
+  // what was found, exit 130.
+  StopSignal stop("\nStopping after this frame (again to stop at once)\n");
   if (stream_list) {
     std::vector<std::unique_ptr<data::StreamGrabber>> streams;
     for (size_t i = 0; i < stream_sources.size(); ++i) {
-      const bool live = data::is_camera_source(stream_sources[i]) || data::is_stream_url(stream_sources[i]);
-      streams.push_back(std::make_unique<data::StreamGrabber>(std::move(stream_readers[i]), live, o.vid_stride));
+      // Live: a camera, or a stream without a frame count (a remote file has one: every frame is read).
+      const bool live = data::is_camera_source(stream_sources[i]) ||
+                        (data::is_stream_url(stream_sources[i]) && stream_readers[i]->frame_count() <= 0);
+      streams.push_back(std::make_unique<data::StreamGrabber>(std::move(stream_readers[i]), stream_sources[i], live,
+                                                              o.vid_stride));
     }
     detect_streams(detector, streams, stream_sources, o, names, save_dir, json);
   } else if (video) {
@@ -518,7 +526,7 @@ void run_detect(const DetectOptions& o) {
   }
 
   const auto& total = detector.total_ms();
-  const double seen = static_cast<double>(detector.images());
+  const double seen = static_cast<double>(std::max<int64_t>(1, detector.images()));  // none when stopped at once
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (1, 3, %d, %d)\n",
               total[0] / seen, total[1] / seen, total[2] / seen, net.height, net.width);
   if (o.save_txt || !o.nosave) {
@@ -535,6 +543,7 @@ void run_detect(const DetectOptions& o) {
     std::cout << (fs::exists(save_dir / "predictions.csv") ? "Predictions saved to " + (save_dir / "predictions.csv").string()
                                                             : std::string("No predictions to save in predictions.csv"))
               << std::endl;
+  if (StopSignal::requested()) throw CLI::RuntimeError(130);  // stopped, as a shell reports an interrupt
 }
 
 }  // namespace

@@ -285,6 +285,41 @@ std::string file_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Ctrl-C during a video: the frame in hand is finished, the annotated video closed (a killed mp4 writer
+// leaves a file without its index, which no player opens) holding exactly the frames detected, exit 130.
+TEST(DetectVideoCli, CtrlCClosesAPlayableVideo) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  VideoRun run;
+  const std::string clip = run.dir.file("long.avi");
+  {
+    const cv::Mat photo = data::decode_image_file("data/demo/images/val/000000000139.jpg").image;
+    cv::Mat frame;
+    cv::resize(photo, frame, cv::Size(192, 128), 0, 0, cv::INTER_AREA);
+    auto writer = data::create_video(clip, 30, frame.size(), "MJPG");
+    for (int f = 0; f < 1500; ++f) ASSERT_TRUE(writer->write(frame));  // minutes of detection on the CPU
+  }
+  const std::string log = run.dir.file("log.txt");
+  test::write_file(run.dir.file("stop.sh"),
+                   test::kestrel_binary() + " detect --device cpu --img 160 --weights " + run.weights + " --source " + clip +
+                       " --project " + run.project + " --save-txt --conf-thres 0.0001 --max-det 5 > " + log + " 2>&1 & pid=$!; "
+                       "for i in $(seq 600); do grep -q '(3/1500)' " + log + " && break; sleep 0.1; done; "
+                       "kill -INT $pid; wait $pid; echo \"exit=$?\"\n");
+  const auto r = test::run_command("bash " + run.dir.file("stop.sh"));
+  const std::string output = file_text(log);
+  EXPECT_NE(r.output.find("exit=130"), std::string::npos) << r.output << output;
+  EXPECT_NE(output.find("Stopping after this frame"), std::string::npos) << output;
+  int labels = 0;
+  for (const auto& entry : fs::directory_iterator(run.project + "/exp/labels")) labels += entry.path().extension() == ".txt";
+  auto video = data::open_video(run.project + "/exp/long.mp4");
+  cv::Mat frame;
+  int frames = 0;
+  while (video->read(frame)) ++frames;
+  EXPECT_GE(frames, 3);
+  EXPECT_LT(frames, 1500);
+  EXPECT_EQ(frames, labels) << "every frame detected is in the video";
+}
+
+
 // A .streams list (detect.py's LoadStreams): each source read on its own thread, one frame of each per
 // round until the shortest ends. Video files are handed over frame by frame, so round r of a clip is the
 // clip's frame r + 1 read on its own: the same labels. Paths are relative to the list; a stem listed
@@ -342,6 +377,15 @@ TEST(DetectVideoCli, StreamsListDetectsEverySourceInRounds) {
     EXPECT_EQ(frames, 3) << name;
     EXPECT_NEAR(video->fps(), 30, 1e-6) << name;
   }
+
+  // --vid-stride 2: upstream's LoadStreams keeps frames 0, 2, 4 ... (1-based 1, 3, 5): two rounds of the
+  // 3-frame clip.
+  const auto stride = run.detect(run.dir.file("lists/three.streams"), args + " --nosave --vid-stride 2 --name stride");
+  ASSERT_EQ(stride.exit_code, 0) << stride.output;
+  for (const auto& [round, frame] : {std::pair<int, int>{0, 1}, {1, 3}})
+    EXPECT_EQ(file_text(run.project + "/stride/labels/long_" + std::to_string(round) + ".txt"),
+              file_text(run.project + "/long/labels/long_" + std::to_string(frame) + ".txt")) << round;
+  EXPECT_FALSE(fs::exists(run.project + "/stride/labels/long_2.txt"));
 
   // A source that cannot be opened, or a list without sources: an error naming the list, no run folder.
   test::write_file(run.dir.file("lists/bad.streams"), "../media/long.avi\n../media/gone.avi\n");

@@ -3,10 +3,14 @@
 // destroying a grabber whose reader is waiting, or never ends, returns.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "kestrel/core/error.h"
 #include "kestrel/data/stream_grabber.h"
 
 namespace kestrel::data {
@@ -39,7 +43,7 @@ std::vector<int> take_all(StreamGrabber& grabber, std::chrono::milliseconds paus
 }
 
 TEST(StreamGrabber, AFileHandsOverEveryFrameInOrder) {
-  StreamGrabber grabber(std::make_unique<CountingReader>(20), /*live=*/false, 1);
+  StreamGrabber grabber(std::make_unique<CountingReader>(20), "clip", /*live=*/false, 1);
   const std::vector<int> taken = take_all(grabber, std::chrono::milliseconds(2));  // slower than the reader
   ASSERT_EQ(taken.size(), 20u);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(taken[i], i + 1);
@@ -49,22 +53,26 @@ TEST(StreamGrabber, AFileHandsOverEveryFrameInOrder) {
 }
 
 TEST(StreamGrabber, StrideKeepsEveryNthFrame) {
-  StreamGrabber grabber(std::make_unique<CountingReader>(10), /*live=*/false, 3);
-  EXPECT_EQ(take_all(grabber, std::chrono::milliseconds(0)), (std::vector<int>{3, 6, 9}));
-  EXPECT_EQ(grabber.frames_read(), 10) << "the 10th is read, then the source ends before a 12th";
+  // Upstream's LoadStreams: the first frame, then every third after it (0-based 0, 3, 6, 9).
+  StreamGrabber grabber(std::make_unique<CountingReader>(10), "clip", /*live=*/false, 3);
+  EXPECT_EQ(take_all(grabber, std::chrono::milliseconds(0)), (std::vector<int>{1, 4, 7, 10}));
+  EXPECT_EQ(grabber.frames_read(), 10);
+  // A file shorter than the stride still gives its first frame.
+  StreamGrabber short_clip(std::make_unique<CountingReader>(2), "clip", /*live=*/false, 10);
+  EXPECT_EQ(take_all(short_clip, std::chrono::milliseconds(0)), std::vector<int>{1});
 }
 
 TEST(StreamGrabber, ALiveSourceKeepsOnlyItsNewestFrame) {
   // Nothing is taken until the source has ended: only its last frame is left; the others were dropped.
   // (Frame 50 replaces frame 49 when the 49th is dropped.)
-  StreamGrabber grabber(std::make_unique<CountingReader>(50), /*live=*/true, 1);
+  StreamGrabber grabber(std::make_unique<CountingReader>(50), "camera", /*live=*/true, 1);
   for (int wait = 0; wait < 2000 && grabber.frames_dropped() < 49; ++wait) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_EQ(grabber.frames_dropped(), 49);
   EXPECT_EQ(grabber.frames_read(), 50);
   EXPECT_EQ(take_all(grabber, std::chrono::milliseconds(0)), std::vector<int>{50});
 
   // Taken at any pace: newer frames only, each once, the last always; taken + dropped = read.
-  StreamGrabber paced(std::make_unique<CountingReader>(300), /*live=*/true, 1);
+  StreamGrabber paced(std::make_unique<CountingReader>(300), "camera", /*live=*/true, 1);
   const std::vector<int> taken = take_all(paced, std::chrono::milliseconds(1));
   ASSERT_FALSE(taken.empty());
   for (size_t i = 1; i < taken.size(); ++i) EXPECT_GT(taken[i], taken[i - 1]);
@@ -74,16 +82,72 @@ TEST(StreamGrabber, ALiveSourceKeepsOnlyItsNewestFrame) {
 
 TEST(StreamGrabber, DestroyingAWaitingOrEndlessGrabberReturns) {
   {
-    StreamGrabber waiting(std::make_unique<CountingReader>(100), /*live=*/false, 1);
+    StreamGrabber waiting(std::make_unique<CountingReader>(100), "clip", /*live=*/false, 1);
     cv::Mat frame;
     ASSERT_TRUE(waiting.next(frame));  // the reader now waits for frame 2 to be taken
   }
   {
-    StreamGrabber endless(std::make_unique<CountingReader>(-1), /*live=*/true, 1);
+    StreamGrabber endless(std::make_unique<CountingReader>(-1), "camera", /*live=*/true, 1);
     cv::Mat frame;
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(endless.next(frame));
   }
   SUCCEED() << "both destructors returned";
+}
+
+// Frame 1, then a read that blocks until released (a stalled network camera), then the end.
+class StallingReader : public VideoReader {
+ public:
+  explicit StallingReader(std::atomic<bool>* release) : release_(release) {}
+  bool read(cv::Mat& frame) override {
+    if (reads_++ == 0) {
+      frame = cv::Mat(1, 1, CV_32S, cv::Scalar(1));
+      return true;
+    }
+    while (!*release_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return false;
+  }
+  double fps() const override { return 30; }
+  int64_t frame_count() const override { return 0; }
+
+ private:
+  std::atomic<bool>* release_;
+  int reads_ = 0;
+};
+
+TEST(StreamGrabber, AStalledLiveSourceOffersItsLastFrameAgain) {
+  std::atomic<bool> release{false};
+  StreamGrabber grabber(std::make_unique<StallingReader>(&release), "camera", /*live=*/true, 1, std::chrono::milliseconds(20));
+  cv::Mat frame;
+  bool repeated = true;
+  ASSERT_TRUE(grabber.next(frame, &repeated));
+  EXPECT_FALSE(repeated);
+  frame.at<int>(0, 0) = 99;  // the taker draws on its copy
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(grabber.next(frame, &repeated));
+    EXPECT_TRUE(repeated);
+    EXPECT_EQ(frame.at<int>(0, 0), 1) << "the frame as read, not as drawn on";
+  }
+  release = true;  // the read fails: the source ends
+  for (int wait = 0; wait < 500 && grabber.next(frame, &repeated); ++wait) EXPECT_TRUE(repeated);
+  EXPECT_FALSE(grabber.next(frame));
+}
+
+class ThrowingReader : public VideoReader {
+ public:
+  bool read(cv::Mat&) override { throw std::runtime_error("decoder exploded"); }
+  double fps() const override { return 30; }
+  int64_t frame_count() const override { return 10; }
+};
+
+TEST(StreamGrabber, AReaderErrorIsThrownByNextNamingTheSource) {
+  StreamGrabber grabber(std::make_unique<ThrowingReader>(), "rtsp://cam/1", /*live=*/false, 1);
+  cv::Mat frame;
+  try {
+    grabber.next(frame);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "rtsp://cam/1: decoder exploded");
+  }
 }
 
 }  // namespace

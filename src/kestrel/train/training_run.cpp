@@ -1,9 +1,6 @@
 #include "kestrel/train/training_run.h"
 
-#include <unistd.h>
 
-#include <atomic>
-#include <csignal>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +12,7 @@
 #include "kestrel/core/async_host_copy.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/stop_signal.h"
 #include "kestrel/data/batch_image.h"
 #include "kestrel/data/device_prefetcher.h"
 #include "kestrel/data/image_io.h"
@@ -35,16 +33,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Ctrl-C or SIGTERM (a scheduler's stop, the launcher's forward): the first asks the loop to stop at the
-// next optimiser step and save, and says so; a second one exits at once.
-std::atomic<bool> g_stop_requested{false};
-extern "C" void on_interrupt(int) {
-  if (g_stop_requested.exchange(true)) std::_Exit(130);
-  static const char note[] = "\nStopping after the next optimiser step to save the run (again to stop at once)\n";
-  const ssize_t written = ::write(STDERR_FILENO, note, sizeof note - 1);  // async-signal-safe
-  (void)written;
-}
 
 std::string first_non_finite_parameter(torch::nn::Module& model) {
   for (const auto& p : model.named_parameters()) {
@@ -88,9 +76,8 @@ void TrainingRun::start_epochs() {
             << (model->head().aux() ? ", auxiliary-head OTA loss" : hyp.loss_ota ? ", OTA loss" : "") << ", " << nb
             << " batches of " << o.batch_size << " per epoch, amp "
             << amp << ", results to " << save_dir << "\n";
-  g_stop_requested = false;
-  previous_handler = std::signal(SIGINT, on_interrupt);
-  previous_term_handler = std::signal(SIGTERM, on_interrupt);
+  // Ctrl-C or SIGTERM: stop at the next optimiser step and save.
+  stop_signal.emplace("\nStopping after the next optimiser step to save the run (again to stop at once)\n");
   progress = ProgressLine(o.quiet, o.epochs);
   result.save_dir = save_dir;
 }
@@ -229,7 +216,7 @@ bool TrainingRun::optimiser_step(const StepSettings& s, int64_t ni) {
   // Ctrl-C is honoured here, where no gradient is half accumulated. Several ranks vote on it every 8
   // optimiser steps and act on the previous vote's result (a collective read without draining the GPU):
   // all ranks stop at the same step, 8 to 16 steps after the signal.
-  bool stop_now = g_stop_requested;
+  bool stop_now = StopSignal::requested();
   if (dist_ctx.enabled) {
     if (!stop_vote) stop_vote.emplace(dist_ctx);
     stop_now = ++dist_stop_checks % 8 == 0 && stop_vote->vote(stop_now);
@@ -362,8 +349,7 @@ void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_don
 // ---- the end ----------------------------------------------------------------------------------------
 
 void TrainingRun::end_epochs() {
-  std::signal(SIGINT, previous_handler);
-  std::signal(SIGTERM, previous_term_handler);
+  stop_signal.reset();
 }
 
 TrainResult TrainingRun::finish() {

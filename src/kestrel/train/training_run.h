@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include "kestrel/core/safetensors.h"
+#include "kestrel/core/stop_signal.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/loader.h"
 #include "kestrel/dist/process_group.h"
@@ -142,8 +143,7 @@ class TrainingRun {
   std::optional<ResultsCsv> results;
   std::optional<TensorBoardWriter> tensorboard;
 
-  void (*previous_handler)(int) = nullptr;       // SIGINT's, restored after the epochs
-  void (*previous_term_handler)(int) = nullptr;  // SIGTERM's
+  std::optional<StopSignal> stop_signal;         // Ctrl-C and SIGTERM during the epochs
   ProgressLine progress;
   TrainResult result;
   int64_t batches_run = 0;

@@ -1,0 +1,24 @@
+// Ctrl-C and SIGTERM (a scheduler's stop, the launcher's forward) as a request to stop at the next safe
+// point: while a StopSignal lives, the first signal sets requested() and prints its note; a second one
+// exits at once with 130. Training saves and stops at the next optimiser step; detect finishes the frame
+// it is on and closes its videos, so that they stay playable.
+#pragma once
+
+namespace kestrel {
+
+class StopSignal {
+ public:
+  // `note`: what the first signal prints (a string literal: printed from the signal handler).
+  explicit StopSignal(const char* note);
+  ~StopSignal();  // the handlers from before
+  StopSignal(const StopSignal&) = delete;
+  StopSignal& operator=(const StopSignal&) = delete;
+
+  static bool requested();
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
+};
+
+}  // namespace kestrel
