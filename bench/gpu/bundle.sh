@@ -42,5 +42,11 @@ if [ -d "$COCO/images/train2017" ]; then
   done
   sed -e 's|^val:.*|val: images/train2017|' "$COCO/coco128.yaml" > "$OUT/coco128/coco128.yaml"
 fi
-du -sh "$OUT"
-echo "with the working tree this must stay under 64 MiB: $(du -sm --exclude=.git --exclude='build*' --exclude=runs . | cut -f1) MiB + $(du -sm "$OUT" | cut -f1) MiB"
+# What the device tool carries: the files git tracks or would track, and the bundle (64 MiB in all).
+tree=$(git ls-files -co --exclude-standard | tr '\n' '\0' | du -cb --files0-from=- | tail -1 | cut -f1)
+bundle=$(du -sb "$OUT" | cut -f1)
+echo "working tree $((tree / 1048576)) MiB + bundle $((bundle / 1048576)) MiB = $(((tree + bundle) / 1048576)) MiB of the 64 MiB carried"
+if [ $((tree + bundle)) -ge $((64 * 1048576)) ]; then
+  echo "too large for the device tool: lower COCO_IMAGES (now ${COCO_IMAGES:-48})" >&2
+  exit 1
+fi

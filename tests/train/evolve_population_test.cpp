@@ -14,6 +14,7 @@
 #include "kestrel/train/evolve_population.h"
 #include "kestrel/train/hyperparameters.h"
 #include "test_support.h"
+#include "train/evolve_test_support.h"
 
 namespace kestrel::train {
 namespace {
@@ -250,27 +251,11 @@ TEST(EvolvePopulation, SeedFolderSkipsFilesLackingAGene) {
   EXPECT_NE(message.find("hyp.zz.yaml:2: 'scale' is a gain below 1"), std::string::npos) << message;
 }
 
-TrainOptions tiny_run(const std::string& project) {
-  TrainOptions o;
-  o.cfg = "yolov5n";
-  o.data = "data/demo/demo.yaml";
-  o.hyp = "configs/hyps/hyp.scratch-low.yaml";
-  o.project = project;
-  o.device = "cpu";
-  o.img_size = 64;
-  o.batch_size = 16;
-  o.epochs = 1;
-  o.workers = 1;
-  o.quiet = true;
-  o.noautoanchor = true;
-  return o;
-}
-
 TEST(EvolvePopulation, TwoGenerationsThenAResume) {
   test::TempDir dir;
   fs::create_directories(dir.file("seeds"));
   fs::copy_file("configs/hyps/hyp.scratch-high.yaml", dir.file("seeds/hyp.scratch-high.yaml"));
-  const TrainOptions o = tiny_run(dir.file("runs/train"));
+  const TrainOptions o = test_evolve::tiny_evolve_options("configs/hyps/hyp.scratch-low.yaml", dir.file("runs/train"));
   PopulationOptions p;
   p.seed_dir = dir.file("seeds");
   p.size = 3;
@@ -338,7 +323,7 @@ TEST(EvolvePopulation, TwoGenerationsThenAResume) {
 TEST(EvolvePopulation, InterruptedFirstTrainingLeavesThePopulationToResume) {
   test::TempDir dir;
   fs::create_directories(dir.file("seeds"));
-  TrainOptions o = tiny_run(dir.file("runs/train"));
+  TrainOptions o = test_evolve::tiny_evolve_options("configs/hyps/hyp.scratch-low.yaml", dir.file("runs/train"));
   o.interrupt_after = 1;
   PopulationOptions p;
   p.seed_dir = dir.file("seeds");

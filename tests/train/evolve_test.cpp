@@ -14,6 +14,7 @@
 #include "kestrel/train/evolve.h"
 #include "kestrel/train/hyperparameters.h"
 #include "test_support.h"
+#include "train/evolve_test_support.h"
 
 namespace kestrel::train {
 namespace {
@@ -105,16 +106,6 @@ TEST(Evolve, MalformedEvolveCsvNamesTheFile) {
   }
 }
 
-// yolov5n on the demo data on the CPU, evolving `hyp` into `project`.
-TrainOptions evolve_options(const std::string& hyp, const std::string& project) {
-  TrainOptions o;
-  o.cfg = "yolov5n";
-  o.data = "data/demo/demo.yaml";
-  o.hyp = hyp;
-  o.project = project;
-  o.device = "cpu";
-  return o;
-}
 
 // A folder called evolve.csv is refused when read (an evolution would otherwise train a generation first),
 // and an evolve.csv of another hyperparameter file is refused before anything trains: its keys would
@@ -131,7 +122,7 @@ TEST(Evolve, EvolveCsvOfAnotherRecipeOrAFolderIsRefusedFirst) {
   std::string row = "0.1,0.2,0.3,0.4,0.1,0.1,0.1";
   for (const auto& [k, v] : low) header += "," + k, row += "," + std::to_string(v);
   test::write_file(dir.file("runs/exp/evolve.csv"), header + "\n" + row + "\n");
-  TrainOptions o = evolve_options("configs/hyps/hyp.scratch.tiny.yaml", dir.file("runs"));
+  TrainOptions o = test_evolve::tiny_evolve_options("configs/hyps/hyp.scratch.tiny.yaml", dir.file("runs"));
   o.name = "exp";
   o.exist_ok = true;
   const std::string refused = test::error_message([&] { evolve(o, 1); });
@@ -155,13 +146,7 @@ std::map<std::string, double> yaml_values(const std::string& path) {
 
 TEST(Evolve, ThreeGenerationsEndToEnd) {
   test::TempDir dir;
-  TrainOptions o = evolve_options("configs/hyps/hyp.scratch-low.yaml", dir.file("runs/train"));
-  o.img_size = 64;
-  o.batch_size = 16;
-  o.epochs = 1;
-  o.workers = 1;
-  o.quiet = true;
-  o.noautoanchor = true;
+  TrainOptions o = test_evolve::tiny_evolve_options("configs/hyps/hyp.scratch-low.yaml", dir.file("runs/train"));
   const EvolveResult r = evolve(o, 3);
   EXPECT_EQ(r.generations, 3);
   EXPECT_EQ(fs::path(r.save_dir).parent_path(), fs::path(dir.file("runs/evolve")));
