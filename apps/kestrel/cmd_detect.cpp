@@ -225,24 +225,21 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
             << eval::summarize_detections(det.boxes, names) << ms << std::endl;
 }
 
-// A video file or a camera: every frame (every --vid-stride-th: frames stride, 2 stride, ...) detected
-// and written to <run>/<video stem>.mp4 (mp4v, the source's frame rate, as detect.py), labels per frame
-// in labels/<stem>_<n>.txt (n counts the frames detected: from 1 for a video file, from 0 for a camera or
-// stream, as upstream; the total shown is frames / stride).
-// `position`: "video i/n", its place among the source's files; `file_stem`: the output stem of a video file
-// (video_stems), empty for a camera or stream.
+// A video file (detect.py's LoadImages; cameras and streams go to detect_streams): every frame (every
+// --vid-stride-th: frames stride, 2 stride, ...) detected and written to <run>/<video stem>.mp4 (mp4v, the
+// source's frame rate, as detect.py), labels per frame in labels/<stem>_<n>.txt (n counts the frames
+// detected, from 1, as upstream; the total shown is frames / stride).
+// `position`: "video i/n", its place among the source's files; `file_stem`: the output stem (video_stems),
+// empty for a single --source video.
 void detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const std::string& position,
                   const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir, JsonPredictions& json,
                   const std::string& file_stem = "") {
-  const bool camera = data::is_camera_source(source);
-  // A URL's last path component names the outputs, as upstream's Path(url).stem ("live" for rtsp://host/live).
-  std::string stem = !file_stem.empty() ? file_stem : camera ? source : fs::path(source).stem().string();
-  if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
+  // A URL's file name names the outputs as the downloaded file's would (upstream downloads it first).
+  std::string stem = !file_stem.empty() ? file_stem : fs::path(source).stem().string();
+  if (stem.empty()) stem = "video";
   const fs::path out = save_dir / (stem + ".mp4");
-  const std::string csv_name = camera || data::is_stream_url(source) ? eval::stream_csv_name(source) : fs::path(source).filename().string();
+  const std::string csv_name = data::is_stream_url(source) ? eval::stream_csv_name(source) : fs::path(source).filename().string();
   const int64_t frames = video.frame_count() / o.vid_stride;
-  // Cameras and streams are written at 30 fps as upstream (an RTSP source may report 90000).
-  const bool fixed_rate = camera || (data::is_stream_url(source) && !data::is_video_file(source));
   std::unique_ptr<data::VideoWriter> writer;
   cv::Mat frame;
   const auto next = [&] {  // upstream grabs vid_stride frames and keeps the last
@@ -254,14 +251,11 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   while (!StopSignal::requested() && next()) {
     ++f;
     const std::string prefix = cat(position, " (", f, "/", frames, ") ", source, ": ");
-    // Label files count a video file's frames from 1, a camera's or stream's from 0 (upstream's LoadImages
-    // and LoadStreams counters).
-    const int64_t label_frame = data::is_video_file(source) || !(camera || data::is_stream_url(source)) ? f : f - 1;
+    // Label files count a video's frames from 1 (upstream's LoadImages counter).
     detect_one(detector, frame, o, names,
-               {save_dir / "labels" / cat(stem, "_", label_frame, ".txt"), stem, csv_name, json.next_frame_id++}, save_dir, prefix,
-               json);
+               {save_dir / "labels" / cat(stem, "_", f, ".txt"), stem, csv_name, json.next_frame_id++}, save_dir, prefix, json);
     if (o.nosave) continue;
-    if (!writer) writer = data::create_video(out.string(), fixed_rate || video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
+    if (!writer) writer = data::create_video(out.string(), video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
     if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
   }
   if (StopSignal::requested()) return;
@@ -463,13 +457,20 @@ void run_detect(const DetectOptions& o) {
   // A glob (detect.py expands `*`, `?` and `[...]`) is a list even when it ends in a video extension.
   // (A URL's '?' starts its query.)
   const bool pattern = !data::is_stream_url(o.source) && !fs::exists(o.source) && o.source.find_first_of("*?[") != std::string::npos;
-  const bool video = !pattern && (data::is_video_file(o.source) || data::is_camera_source(o.source) || data::is_stream_url(o.source));
-  const bool stream_list = !video && fs::path(o.source).extension() == ".streams";
+  // A camera or a stream URL goes to detect.py's LoadStreams (detect_streams), as a list of one: its newest
+  // frame each time. A video file, local or a URL (upstream downloads it), goes to LoadImages (detect_video).
+  const bool live_source = !pattern && (data::is_camera_source(o.source) ||
+                                        (data::is_stream_url(o.source) && !data::is_video_file(o.source)));
+  const bool video = !pattern && !live_source && data::is_video_file(o.source);
+  const bool stream_list = !pattern && !live_source && !video && fs::path(o.source).extension() == ".streams";
   std::unique_ptr<data::VideoReader> reader;
   std::vector<std::string> media;  // a file, folder, glob or .txt list: its images and videos, sorted
-  std::vector<std::string> stream_sources;  // a .streams list
+  std::vector<std::string> stream_sources;  // a .streams list, or the camera or stream
   std::vector<std::unique_ptr<data::VideoReader>> stream_readers;
-  if (stream_list) {
+  if (live_source) {
+    stream_sources = {o.source};
+    stream_readers.push_back(data::open_video(o.source));
+  } else if (stream_list) {
     stream_sources = read_stream_list(o.source);
     for (size_t i = 0; i < stream_sources.size(); ++i) {
       try {
@@ -503,7 +504,7 @@ void run_detect(const DetectOptions& o) {
   // Ctrl-C or SIGTERM: finish the frame, close the videos (a killed writer leaves an unplayable .mp4), save
   // what was found, exit 130.
   StopSignal stop("\nStopping after this frame (again to stop at once)\n");
-  if (stream_list) {
+  if (live_source || stream_list) {
     std::vector<std::unique_ptr<data::StreamGrabber>> streams;
     for (size_t i = 0; i < stream_sources.size(); ++i) {
       // Live: a camera, or a stream without a frame count (a remote file has one: every frame is read).

@@ -167,6 +167,18 @@ TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
     ASSERT_TRUE(fs::exists(run.project + "/url" + name)) << name << "\n" << r.output;
     EXPECT_EQ(text(run.project + "/url" + name), text(run.project + "/file" + name)) << name;
   }
+  // A URL without a video extension is a stream (detect.py's LoadStreams): "0: " lines, frames counted
+  // from 0, 30 fps. This one has a frame count, so every frame is read, in order.
+  fs::copy_file(clip, run.dir.file("live"));
+  const auto live = run.detect("http://127.0.0.1:" + port + "/live", "--conf-thres 0.0001 --max-det 20 --save-txt --name live");
+  ASSERT_EQ(live.exit_code, 0) << live.output;
+  EXPECT_NE(live.output.find("\n0: 128x160 "), std::string::npos) << live.output;
+  for (int k = 0; k < 5; ++k)
+    EXPECT_EQ(text(run.project + "/live/labels/live_" + std::to_string(k) + ".txt"),
+              text(run.project + "/file/labels/clip_" + std::to_string(k + 1) + ".txt")) << k;
+  EXPECT_FALSE(fs::exists(run.project + "/live/labels/live_5.txt"));
+  auto video = data::open_video(run.project + "/live/live.mp4");
+  EXPECT_NEAR(video->fps(), 30, 1e-6);
 }
 
 TEST(DetectVideoCli, UnreadableVideoIsAnErrorNamingIt) {
