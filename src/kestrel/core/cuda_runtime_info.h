@@ -1,4 +1,5 @@
-// Versions read straight from the CUDA runtime (compiled by nvcc when KESTREL_WITH_CUDA is on).
+// Versions read straight from the CUDA runtime (compiled by nvcc when KESTREL_WITH_CUDA is on; without
+// CUDA, cuda_runtime_info_cpu.cpp answers 0 and empty).
 #pragma once
 #include <string>
 
