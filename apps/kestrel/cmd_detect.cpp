@@ -288,7 +288,7 @@ std::vector<std::string> read_stream_list(const std::string& list) {
   return sources;
 }
 
-// A .streams list (detect.py's LoadStreams, YOLOv5 after v7.0): each source read on its own thread
+// A .streams list, or one camera or stream (detect.py's LoadStreams): each source read on its own thread
 // (data/stream_grabber.h: a live source offers its newest frame, a file every frame); each round detects
 // one frame of every source, until one of them ends. Per source, as upstream: <stem>.mp4 at 30 fps,
 // labels/<stem>_<round>.txt with rounds from 0, predictions.csv named Path(clean_str(source)).name; a stem
@@ -316,7 +316,8 @@ void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::
       if (!streams[i]->next(frames[i])) ended = i;
     if (ended < n) {
       if (round == 0) fail(sources[ended], ": no frame could be read");
-      std::cout << sources[ended] << ": ended after " << round << " frames; stopping the " << n << " streams" << std::endl;
+      std::cout << sources[ended] << ": ended after " << round << " frames"
+                << (n > 1 ? cat("; stopping the ", n, " streams") : std::string()) << std::endl;
       break;
     }
     for (size_t i = 0; i < n; ++i) {
