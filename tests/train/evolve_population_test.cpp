@@ -47,6 +47,14 @@ TEST(EvolvePopulation, ScheduleIsUpstreams) {
   }
 }
 
+// HEAD ranks by mAP50 (fitness_scores.append(results[2])); hyp_evolve.yaml keeps print_mutation's fitness.
+TEST(EvolvePopulation, RanksByMap50NotByFitness) {
+  const EvolveRow loose{{0.5, 0.5, 0.6, 0.10, 0, 0, 0}, {}};  // fitness 0.06 + 0.09 = 0.15
+  const EvolveRow tight{{0.5, 0.5, 0.4, 0.35, 0, 0, 0}, {}};  // fitness 0.04 + 0.315 = 0.355
+  EXPECT_GT(genetic_score(loose), genetic_score(tight));
+  EXPECT_LT(row_fitness(loose), row_fitness(tight));
+}
+
 TEST(EvolvePopulation, GenesAreTheAugmentationKeysInFileOrder) {
   const std::vector<Gene> low = population_genes(load_hyperparameters("configs/hyps/hyp.scratch-low.yaml").values);
   std::vector<std::string> keys;

@@ -99,6 +99,8 @@ GeneticRates genetic_rates(int generation, int generations, int population) {
   return r;
 }
 
+double genetic_score(const EvolveRow& row) { return row.results[2]; }
+
 std::vector<Individual> breed(const std::vector<Individual>& population, const std::vector<double>& fitness,
                               const std::vector<Gene>& genes, const GeneticRates& rates, std::mt19937_64& rng) {
   const int n = static_cast<int>(population.size());
@@ -204,7 +206,7 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
   // The population about to be trained is always on disk: --resume_evolve starts from it.
   write_population_file(population_file, 0, population, genes);
   for (int gen = 0; gen < generations && !result.interrupted; ++gen) {
-    std::vector<double> map50;  // HEAD's GA scores by mAP50
+    std::vector<double> map50;  // genetic_score of each individual
     for (size_t i = 0; i < population.size(); ++i) {
       HypValues hyp = start.values;
       for (auto& [key, value] : hyp)
@@ -216,7 +218,7 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
         result.interrupted = true;
         break;
       }
-      map50.push_back(row->results[2]);
+      map50.push_back(genetic_score(*row));
     }
     if (result.interrupted) break;
     const size_t fittest = std::max_element(map50.begin(), map50.end()) - map50.begin();

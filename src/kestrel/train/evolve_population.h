@@ -47,6 +47,10 @@ GeneticRates genetic_rates(int generation, int generations, int population);
 
 using Individual = std::vector<double>;  // one value per gene
 
+// What the genetic algorithm ranks individuals by: mAP50 (HEAD's results[2]), not the 0.1/0.9 fitness that
+// picks hyp_evolve.yaml's row.
+double genetic_score(const EvolveRow& row);
+
 // The next population (same size) from `population` scored by `fitness` (higher is better).
 std::vector<Individual> breed(const std::vector<Individual>& population, const std::vector<double>& fitness,
                               const std::vector<Gene>& genes, const GeneticRates& rates, std::mt19937_64& rng);
