@@ -41,6 +41,16 @@ TEST(Hyperparameters, Yolov7RecipesAreRecognised) {
   const Hyperparameters high = load_hyperparameters("configs/hyps/hyp.scratch-high.yaml");
   EXPECT_DOUBLE_EQ(high.augment.copy_paste, 0.1);
   EXPECT_FALSE(high.loss_ota);
+  // YOLOv5 HEAD's hyp.no-augmentation.yaml (shared/reference/peers.md: all augmentation 0, cls 0.3, obj 0.7, lrf 0.1).
+  const Hyperparameters plain = load_hyperparameters("configs/hyps/hyp.no-augmentation.yaml");
+  EXPECT_TRUE(plain.defaulted_keys.empty());
+  EXPECT_DOUBLE_EQ(plain.lrf, 0.1);
+  EXPECT_DOUBLE_EQ(plain.loss.cls, 0.3);
+  EXPECT_DOUBLE_EQ(plain.loss.obj, 0.7);
+  for (double v : {plain.augment.hsv_h, plain.augment.hsv_s, plain.augment.hsv_v, plain.augment.degrees, plain.augment.translate,
+                   plain.augment.scale, plain.augment.shear, plain.augment.perspective, plain.augment.flipud,
+                   plain.augment.fliplr, plain.augment.mosaic, plain.augment.mixup, plain.augment.copy_paste})
+    EXPECT_EQ(v, 0.0);
 }
 
 // YOLOv7's train.py: `'loss_ota' not in hyp or hyp['loss_ota'] == 1` selects OTA, so a YOLOv7 file (paste_in)
