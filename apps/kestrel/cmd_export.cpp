@@ -2,6 +2,7 @@
 // [--half] [--end2end [--topk-all 100] [--iou-thres 0.45] [--conf-thres 0.25] [--max-wh N]] [--out PATH]: writes
 // the fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]), or also NMS: with
 // --max-wh for onnxruntime ([K, 7]), without it for TensorRT (EfficientNMS_TRT), as YOLOv7's export.py.
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -51,14 +52,23 @@ const std::map<std::string, std::string>& other_formats() {
 
 void run_export(const ExportOptions& o) {
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
-  for (const std::string& format : o.formats) {
-    if (format == "onnx") continue;
-    const auto other = other_formats().find(format);
-    if (other == other_formats().end())
+  // export.py lowercases --include, refuses unknown formats, and writes each format asked for; kestrel
+  // writes the ONNX file and says how to make each other format from it.
+  bool onnx_asked = false;
+  std::vector<std::string> others;
+  for (std::string format : o.formats) {
+    for (auto& c : format) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (format == "onnx") {
+      onnx_asked = true;
+    } else if (const auto other = other_formats().find(format); other != other_formats().end()) {
+      others.push_back("--include " + format + ": not written (kestrel writes ONNX); " + other->second);
+    } else {
       fail("--include ", format, ": not one of export.py's formats (torchscript, onnx, openvino, engine, coreml, "
            "saved_model, pb, tflite, edgetpu, tfjs, paddle)");
-    fail("--include ", format, ": kestrel writes ONNX (--include onnx); ", other->second);
+    }
   }
+  if (!onnx_asked) fail(others.front(), " (--include onnx writes the ONNX file)");
+  for (const std::string& line : others) std::cout << "WARNING: " << line << "\n";
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   loaded.model->eval();
   exporting::OnnxExportOptions onnx = o.onnx;
@@ -111,12 +121,14 @@ void add_export_command(CLI::App& app) {
   auto opts = std::make_shared<ExportOptions>();
   auto* cmd = app.add_subcommand("export", "export trained weights for deployment (ONNX, decode included)");
   cmd->add_option("--weights", opts->weights, "kestrel weights file (.safetensors)")->required();
-  cmd->add_option("--format,--include", opts->formats,
-                  "export format: onnx (export.py's others are refused with how to make them from the ONNX file)")
+  cmd->add_option("--include,--format", opts->formats,
+                  "export formats: onnx (export.py's others are not written: a warning says how to make each from the "
+                  "ONNX file; without onnx, an error)")
       ->capture_default_str();
-  // export.py's options for formats kestrel does not write: refused with the reason rather than CLI11's
-  // "not expected". --inplace and --data change nothing in kestrel's graph (names come from the weights).
-  const std::vector<std::pair<std::string, std::string>> refused = {
+  // export.py's options for formats kestrel does not write: as export.py, which ignores them for ONNX, they
+  // change nothing; a warning says why rather than CLI11's "not expected". --inplace and --data change
+  // nothing in kestrel's graph either (the class names come from the weights).
+  const std::vector<std::pair<std::string, std::string>> other_options = {
       {"--fp16", "YOLOv7's CoreML float16 option; kestrel writes ONNX (--half: float16 weights, input and output)"},
       {"--int8", "export.py's INT8 quantization (CoreML, TFLite, OpenVINO); kestrel writes a float ONNX graph: quantize "
                  "it with the deployment compiler (trtexec --int8, OpenVINO NNCF)"},
@@ -131,10 +143,10 @@ void add_export_command(CLI::App& app) {
                       "(--memPoolSize=workspace:4096M)"},
       {"--verbose", "a TensorRT engine option; trtexec builds the engine from kestrel's ONNX file (trtexec --verbose)"},
       {"--cache", "a TensorRT timing-cache option; trtexec builds the engine from kestrel's ONNX file (--timingCacheFile)"}};
-  auto refused_options = std::make_shared<std::vector<std::tuple<std::string, CLI::Option*, std::string>>>();
-  for (const auto& [name, why] : refused) refused_options->emplace_back(name, cmd->add_option(name)->expected(0, 1)->group(""), why);
+  auto ignored_options = std::make_shared<std::vector<std::tuple<std::string, CLI::Option*, std::string>>>();
+  for (const auto& [name, why] : other_options) ignored_options->emplace_back(name, cmd->add_option(name)->expected(0, 1)->group(""), why);
   cmd->add_flag("--inplace", "accepted, as export.py's (Detect's in-place decode): no change to kestrel's graph");
-  cmd->add_option("--data", "accepted, as export.py's: the class names come from the weights")->group("");
+  cmd->add_option("--data", "accepted, as export.py's: the class names come from the weights");
   cmd->add_option("--img,--img-size,--imgsz", opts->img_sizes,
                   "square input size (multiple of the largest stride; export.py's two sizes if equal); with --dynamic "
                   "the nominal size (metadata); default 640")
@@ -168,9 +180,9 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--out,-o", opts->out, "output file (default: the weights path with .onnx)");
   // export.py needs --device 0 for --half; kestrel writes the same graph on any machine (float16 from fp32).
   cmd->add_option("--device", opts->device, "accepted, as export.py's: kestrel exports on the CPU, --half included");
-  cmd->callback([opts, refused_options] {
-    for (const auto& [name, option, why] : *refused_options)
-      if (option->count() > 0) throw CLI::ValidationError(name, why);
+  cmd->callback([opts, ignored_options] {
+    for (const auto& [name, option, why] : *ignored_options)
+      if (option->count() > 0) std::cout << "WARNING: " << name << " ignored: " << why << "\n";
     run_export(*opts);
   });
 }

@@ -1,7 +1,11 @@
 // Ctrl-C and SIGTERM (a scheduler's stop, the launcher's forward) as a request to stop at the next safe
 // point: while a StopSignal lives, the first signal sets requested() and prints its note; a second one
 // exits at once with 130. Training saves and stops at the next optimiser step; detect finishes the frame
-// it is on and closes its videos, so that they stay playable.
+// it is on and closes its videos, so that they stay playable; an evolution stops after the training in hand.
+//
+// Instances nest (an evolution's trainings): only the outermost clears an earlier request, so a Ctrl-C
+// between two trainings still stops the evolution; each restores the handlers and note it found. A
+// process started with Ctrl-C ignored (a script's background job) keeps ignoring it, as Python does.
 #pragma once
 
 namespace kestrel {
@@ -10,13 +14,14 @@ class StopSignal {
  public:
   // `note`: what the first signal prints (a string literal: printed from the signal handler).
   explicit StopSignal(const char* note);
-  ~StopSignal();  // the handlers from before
+  ~StopSignal();
   StopSignal(const StopSignal&) = delete;
   StopSignal& operator=(const StopSignal&) = delete;
 
   static bool requested();
 
  private:
+  const char* previous_note_;
   void (*previous_int_)(int);
   void (*previous_term_)(int);
 };

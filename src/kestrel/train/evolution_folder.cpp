@@ -160,7 +160,7 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
   o.project = dir_;
   o.name = "generation";
   o.exist_ok = true;
-  std::cout << "--evolve: " << progress << "\n";
+  std::cout << "--evolve: " << progress << std::endl;  // flushed: a log file shows where the evolution is
   const TrainResult run = train(o);
   fs::remove(hyp_file_);
   if (run.interrupted) return std::nullopt;

@@ -26,6 +26,9 @@ const EvolveRow& fittest(const std::vector<EvolveRow>& rows);
 // A hyperparameter value as the generation's hyp file and hyp_evolve.yaml hold it (%.10g).
 std::string yaml_number(double v);
 
+// What Ctrl-C prints during an evolution (outside a training, which says its own).
+inline constexpr const char* kStopEvolutionNote = "\nStopping the evolution after this training (again to stop at once)\n";
+
 struct EvolveResult {
   std::string save_dir;       // runs/evolve/<name>
   int generations = 0;        // completed

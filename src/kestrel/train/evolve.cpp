@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/stop_signal.h"
 #include "kestrel/train/hyperparameters.h"
 
 namespace kestrel::train {
@@ -73,7 +74,8 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
   EvolutionFolder folder(base, start.values);
   EvolveResult result;
   result.save_dir = folder.dir();
-  for (int gen = 0; gen < generations; ++gen) {
+  const StopSignal stop(kStopEvolutionNote);
+  for (int gen = 0; gen < generations && !StopSignal::requested(); ++gen) {
     const std::vector<EvolveRow> rows = folder.rows();
     HypValues hyp = start.values;
     if (!rows.empty()) {
@@ -86,6 +88,7 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     }
     result.generations = gen + 1;
   }
+  result.interrupted = result.interrupted || StopSignal::requested();  // also a Ctrl-C after a training's last step
   result.best_fitness = folder.best_fitness();
   folder.finish(result);
   return result;

@@ -13,6 +13,7 @@
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/stop_signal.h"
 #include "kestrel/core/yaml_file.h"
 #include "kestrel/data/hyp.h"
 #include "kestrel/train/hyperparameters.h"
@@ -205,9 +206,14 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
   Individual best;
   // The population about to be trained is always on disk: --resume_evolve starts from it.
   write_population_file(population_file, 0, population, genes);
+  const StopSignal stop(kStopEvolutionNote);
   for (int gen = 0; gen < generations && !result.interrupted; ++gen) {
     std::vector<double> map50;  // genetic_score of each individual
     for (size_t i = 0; i < population.size(); ++i) {
+      if (StopSignal::requested()) {  // a Ctrl-C after a training's last step, or between two trainings
+        result.interrupted = true;
+        break;
+      }
       HypValues hyp = start.values;
       for (auto& [key, value] : hyp)
         for (size_t j = 0; j < genes.size(); ++j)
@@ -230,6 +236,7 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
     population = breed(population, map50, genes, genetic_rates(gen, generations, options.size), rng);
     write_population_file(population_file, gen + 1, population, genes);
   }
+  result.interrupted = result.interrupted || StopSignal::requested();
   if (!best.empty()) {
     std::cout << "Best solution found (mAP50 " << yaml_number(best_map50) << "):";
     for (size_t j = 0; j < genes.size(); ++j) std::cout << " " << genes[j].key << "=" << yaml_number(best[j]);
