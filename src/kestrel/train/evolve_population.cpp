@@ -78,6 +78,14 @@ std::vector<Individual> initial_population(const std::vector<Gene>& genes, const
   return population;
 }
 
+// `hyp` with the genes' values of `individual`.
+HypValues with_genes(HypValues hyp, const std::vector<Gene>& genes, const Individual& individual) {
+  for (auto& [key, value] : hyp)
+    for (size_t j = 0; j < genes.size(); ++j)
+      if (genes[j].key == key) value = individual[j];
+  return hyp;
+}
+
 }  // namespace
 
 std::vector<Gene> population_genes(const HypValues& hyp) {
@@ -214,12 +222,9 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
         result.interrupted = true;
         break;
       }
-      HypValues hyp = start.values;
-      for (auto& [key, value] : hyp)
-        for (size_t j = 0; j < genes.size(); ++j)
-          if (genes[j].key == key) value = population[i][j];
-      const auto row = folder.train_and_record(
-          hyp, cat("generation ", gen + 1, "/", generations, ", individual ", i + 1, "/", population.size()));
+      const auto row = folder.train_and_record(with_genes(start.values, genes, population[i]),
+                                               cat("generation ", gen + 1, "/", generations, ", individual ", i + 1, "/",
+                                                   population.size()));
       if (!row) {
         result.interrupted = true;
         break;
