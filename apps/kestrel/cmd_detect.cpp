@@ -297,17 +297,9 @@ void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::
                     const std::vector<std::string>& sources, const DetectOptions& o, const std::vector<std::string>& names,
                     const fs::path& save_dir, JsonPredictions& json) {
   const size_t n = sources.size();
-  std::vector<std::string> stems, csv_names;
-  std::set<std::string> taken;
-  for (const std::string& source : sources) {
-    csv_names.push_back(eval::stream_csv_name(source));
-    std::string stem = fs::path(csv_names.back()).stem().string();
-    if (stem.empty()) stem = "stream";
-    std::string unique = stem;
-    for (int k = 2; taken.count(unique); ++k) unique = stem + std::to_string(k);
-    taken.insert(unique);
-    stems.push_back(unique);
-  }
+  std::vector<std::string> csv_names;
+  for (const std::string& source : sources) csv_names.push_back(eval::stream_csv_name(source));
+  const std::vector<std::string> stems = video_stems(csv_names, {}, /*save_txt=*/false);
   std::vector<std::unique_ptr<data::VideoWriter>> writers(n);
   std::vector<cv::Mat> frames(n);
   for (int64_t round = 0; !StopSignal::requested(); ++round) {

@@ -54,6 +54,11 @@ std::string make_clip(const test::TempDir& dir, cv::Size size) {
   return path;
 }
 
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 TEST(DetectVideoCli, WritesAnAnnotatedVideoAndLabelsPerFrame) {
   if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
   VideoRun run;
@@ -107,12 +112,8 @@ TEST(DetectVideoCli, WritesAnAnnotatedVideoAndLabelsPerFrame) {
   ASSERT_EQ(stride.exit_code, 0) << stride.output;
   EXPECT_NE(stride.output.find("video 1/1 (2/2) " + clip + ": "), std::string::npos) << stride.output;
   EXPECT_EQ(stride.output.find("(3/2)"), std::string::npos) << stride.output;
-  const auto text = [](const std::string& path) {
-    std::ifstream in(path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  EXPECT_EQ(text(run.project + "/stride/labels/clip_1.txt"), text(exp + "/labels/clip_2.txt"));
-  EXPECT_EQ(text(run.project + "/stride/labels/clip_2.txt"), text(exp + "/labels/clip_4.txt"));
+  EXPECT_EQ(file_text(run.project + "/stride/labels/clip_1.txt"), file_text(exp + "/labels/clip_2.txt"));
+  EXPECT_EQ(file_text(run.project + "/stride/labels/clip_2.txt"), file_text(exp + "/labels/clip_4.txt"));
   EXPECT_FALSE(fs::exists(run.project + "/stride/labels/clip_3.txt"));
 }
 
@@ -158,14 +159,10 @@ TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_EQ(f.exit_code, 0) << f.output;
   EXPECT_NE(r.output.find("video 1/1 (5/"), std::string::npos) << r.output;
-  const auto text = [](const std::string& path) {
-    std::ifstream file(path);
-    return std::string(std::istreambuf_iterator<char>(file), {});
-  };
   for (int k = 1; k <= 5; ++k) {
     const std::string name = "/labels/clip_" + std::to_string(k) + ".txt";
     ASSERT_TRUE(fs::exists(run.project + "/url" + name)) << name << "\n" << r.output;
-    EXPECT_EQ(text(run.project + "/url" + name), text(run.project + "/file" + name)) << name;
+    EXPECT_EQ(file_text(run.project + "/url" + name), file_text(run.project + "/file" + name)) << name;
   }
   // A URL without a video extension is a stream (detect.py's LoadStreams): "0: " lines, frames counted
   // from 0, 30 fps. This one has a frame count, so every frame is read, in order.
@@ -174,8 +171,8 @@ TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
   ASSERT_EQ(live.exit_code, 0) << live.output;
   EXPECT_NE(live.output.find("\n0: 128x160 "), std::string::npos) << live.output;
   for (int k = 0; k < 5; ++k)
-    EXPECT_EQ(text(run.project + "/live/labels/live_" + std::to_string(k) + ".txt"),
-              text(run.project + "/file/labels/clip_" + std::to_string(k + 1) + ".txt")) << k;
+    EXPECT_EQ(file_text(run.project + "/live/labels/live_" + std::to_string(k) + ".txt"),
+              file_text(run.project + "/file/labels/clip_" + std::to_string(k + 1) + ".txt")) << k;
   EXPECT_FALSE(fs::exists(run.project + "/live/labels/live_5.txt"));
   auto video = data::open_video(run.project + "/live/live.mp4");
   EXPECT_NEAR(video->fps(), 30, 1e-6);
@@ -290,11 +287,6 @@ TEST(DetectVideoCli, AVideoThatStopsEarlyIsReported) {
   EXPECT_NE(r.output.find(" although the container announced 5 (a frame that cannot be decoded ends a video)", warning),
             std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("(5/5)"), std::string::npos) << r.output;
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Ctrl-C during a video (SIGTERM here, handled alike: a script's background job ignores SIGINT): the frame

@@ -326,6 +326,34 @@ TEST(EvolvePopulation, TwoGenerationsThenAResume) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.file("runs/evolve")), fs::directory_iterator()), 2);
 }
 
+// An evolve.csv of an earlier run (--exist-ok) whose columns order the same keys otherwise: each new row
+// goes under the file's columns, not in --hyp's order (which put each value under another key's name).
+TEST(EvolvePopulation, RowsFollowTheColumnsOfAnEarlierEvolveCsv) {
+  test::TempDir dir;
+  const HypValues low = load_hyperparameters("configs/hyps/hyp.scratch-low.yaml").values;
+  std::string header = "metrics/precision,metrics/recall,metrics/mAP_0.5,metrics/mAP_0.5:0.95,val/box_loss,val/obj_loss,val/cls_loss";
+  std::string row = "0.1,0.2,0.3,0.4,0.1,0.1,0.1";
+  for (auto it = low.rbegin(); it != low.rend(); ++it) header += "," + it->first, row += "," + std::to_string(it->second);
+  fs::create_directories(dir.file("runs/exp"));
+  test::write_file(dir.file("runs/exp/evolve.csv"), header + "\n" + row + "\n");
+  TrainOptions o = test_evolve::tiny_evolve_options("configs/hyps/hyp.scratch-low.yaml", dir.file("runs"));
+  o.name = "exp";
+  o.exist_ok = true;
+  PopulationOptions p;
+  p.size = 2;
+  ASSERT_EQ(evolve_population(o, 1, p).generations, 1);
+  const auto rows = read_evolve_csv(dir.file("runs/exp/evolve.csv"));
+  ASSERT_EQ(rows.size(), 3u);
+  const std::map<std::string, double> given(low.begin(), low.end());
+  std::set<std::string> genes;
+  for (const Gene& g : population_genes(low)) genes.insert(g.key);
+  for (size_t r = 1; r < 3; ++r)
+    for (const auto& [key, value] : rows[r].hyp)
+      if (!genes.count(key)) {
+        EXPECT_NEAR(value, given.at(key), 1e-9) << key << ": not a gene, --hyp's value under its own name";
+      }
+}
+
 // Ctrl-C in the first training: nothing recorded, the population to train is on disk for
 // --resume_evolve, and the result says it was interrupted. An empty seed folder gives random individuals.
 TEST(EvolvePopulation, InterruptedFirstTrainingLeavesThePopulationToResume) {

@@ -38,7 +38,6 @@ class StreamGrabber {
   // again (`repeated` says so). False when the source has ended and nothing is left to offer. An error the
   // reader met (an exception from the video backend) is thrown here as an Error naming the source.
   bool next(cv::Mat& frame, bool* repeated = nullptr);
-  bool live() const { return live_; }
   // Frames read from the source so far (stride included), and those a live source dropped unseen.
   int64_t frames_read() const;
   int64_t frames_dropped() const;

@@ -6,18 +6,24 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/regular_file.h"
+#include "kestrel/core/stop_signal.h"
 #include "kestrel/eval/plots.h"
+#include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/run_files.h"
 
 namespace kestrel::train {
 namespace fs = std::filesystem;
 namespace {
+
+// What Ctrl-C prints during an evolution outside a training (a training says its own).
+constexpr const char* kStopEvolutionNote = "\nStopping the evolution after this training (again to stop at once)\n";
 
 const std::vector<std::string> kResultColumns = {"metrics/precision", "metrics/recall", "metrics/mAP_0.5",
                                                  "metrics/mAP_0.5:0.95", "val/box_loss", "val/obj_loss", "val/cls_loss"};
@@ -123,7 +129,14 @@ std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
   return rows;
 }
 
-EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& start) : base_(base) {
+Hyperparameters evolution_start(const TrainOptions& base, int generations) {
+  if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
+  if (!base.resume.empty()) fail("--evolve cannot be combined with --resume");
+  return base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
+}
+
+EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& start)
+    : base_(base), stop_(kStopEvolutionNote) {
   // runs/train -> runs/evolve (upstream's project for evolution), other projects keep their folder.
   const fs::path project = fs::path(base.project).filename() == "train" ? fs::path(base.project).parent_path() / "evolve"
                                                                          : fs::path(base.project);
@@ -132,10 +145,11 @@ EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& star
   hyp_file_ = (fs::path(dir_) / "hyp_generation.yaml").string();
   // An evolve.csv already there (--exist-ok) supplies the parents: it must evolve the same hyperparameters,
   // or its keys would silently replace --hyp's (a YOLOv7 file's paste_in and loss_ota dropped, or added).
-  if (const std::vector<EvolveRow> earlier = read_evolve_csv(csv_); !earlier.empty()) {
+  rows_ = read_evolve_csv(csv_);
+  if (!rows_.empty()) {
     std::set<std::string> given, found;
     for (const auto& [k, v] : start) given.insert(k);
-    for (const auto& [k, v] : earlier.front().hyp) found.insert(k);
+    for (const auto& [k, v] : rows_.front().hyp) found.insert(k);
     if (given != found) {
       std::string missing, extra;
       for (const auto& k : given) if (!found.count(k)) missing += " " + k;
@@ -145,10 +159,12 @@ EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& star
            extra.empty() ? "" : "not in " + std::string(base.hyp.empty() ? "the recipe" : base.hyp) + ":" + extra,
            "): evolve into another --name, or give the --hyp it was started with");
     }
+    for (const auto& [k, v] : rows_.front().hyp) header_keys_.push_back(k);  // the file's column order
   }
 }
 
 std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp, const std::string& progress) {
+  if (StopSignal::requested()) return std::nullopt;  // Ctrl-C after the last training's final step, or between two
   std::string yaml;
   for (const auto& [k, v] : hyp) yaml += k + ": " + yaml_number(v) + "\n";
   write_file_atomic(hyp_file_, {yaml}, Durability::kFlushed);
@@ -165,51 +181,58 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
   fs::remove(hyp_file_);
   if (run.interrupted) return std::nullopt;
   EvolveRow row{final_results((fs::path(run.save_dir) / "results.csv").string()), hyp};
+  // The row in the file's column order (a file of an earlier run may order the same keys otherwise), and
+  // kept as the file holds it (%.5g), as read_evolve_csv would read it back.
+  const bool fresh = header_keys_.empty();
+  if (fresh)
+    for (const auto& [k, v] : hyp) header_keys_.push_back(k);
+  std::map<std::string, double> by_key(hyp.begin(), hyp.end());
+  std::vector<std::string> cells;
+  EvolveRow recorded;
+  for (double v : row.results) {
+    cells.push_back(csv_number(v));
+    recorded.results.push_back(std::stod(cells.back()));
+  }
+  for (const std::string& k : header_keys_) {
+    cells.push_back(csv_number(by_key.at(k)));
+    recorded.hyp.emplace_back(k, std::stod(cells.back()));
+  }
   std::error_code ec;
-  const bool fresh = !fs::exists(csv_) || fs::file_size(csv_, ec) == 0;  // an empty file gets its header too
+  const bool empty_file = !fs::exists(csv_) || fs::file_size(csv_, ec) == 0;  // an empty file gets its header too
   std::ofstream out(csv_, std::ios::app);
-  if (fresh) {
+  if (fresh || empty_file) {
     std::vector<std::string> header = kResultColumns;
-    for (const auto& [k, v] : hyp) header.push_back(k);
+    header.insert(header.end(), header_keys_.begin(), header_keys_.end());
     out << format_row(header);
   }
-  std::vector<std::string> cells;
-  for (double v : row.results) cells.push_back(csv_number(v));
-  for (const auto& [k, v] : hyp) cells.push_back(csv_number(v));
   out << format_row(cells);
   out.close();
   if (!out) fail(csv_, ": cannot append the generation's row");
+  rows_.push_back(std::move(recorded));
   // hyp_evolve.yaml: the fittest row so far.
-  const std::vector<EvolveRow> all = rows();
-  const EvolveRow& best = fittest(all);
-  std::string best_yaml = "# kestrel --evolve: best of " + std::to_string(all.size()) + " rows of evolve.csv, fitness " +
+  const EvolveRow& best = fittest(rows_);
+  std::string best_yaml = "# kestrel --evolve: best of " + std::to_string(rows_.size()) + " rows of evolve.csv, fitness " +
                           csv_number(row_fitness(best)) + " (0.1 mAP50 + 0.9 mAP50-95)\n";
   for (const auto& [k, v] : best.hyp) best_yaml += k + ": " + yaml_number(v) + "\n";
   write_file_atomic((fs::path(dir_) / "hyp_evolve.yaml").string(), {best_yaml}, Durability::kFlushed);
   return row;
 }
 
-double EvolutionFolder::best_fitness() const {
-  const std::vector<EvolveRow> all = rows();
-  return all.empty() ? 0.0 : row_fitness(fittest(all));
-}
-
-void EvolutionFolder::finish(const EvolveResult& result) const {
-  const std::vector<EvolveRow> all = rows();
-  if (result.generations > 0 && !all.empty()) {  // upstream's plot_evolve (not with --noplots) and its listing of the fittest row
-    // Every row has the header's columns (read_evolve_csv), and the header --hyp's keys (checked above).
-    std::vector<std::string> keys;
-    for (const auto& [k, v] : all.front().hyp) keys.push_back(k);
+void EvolutionFolder::finish(EvolveResult& result) const {
+  result.interrupted = result.interrupted || StopSignal::requested();
+  result.best_fitness = rows_.empty() ? 0.0 : row_fitness(fittest(rows_));
+  if (result.generations > 0 && !rows_.empty()) {  // upstream's plot_evolve (not with --noplots) and its listing of the fittest row
+    std::vector<std::string> keys = header_keys_;
     std::vector<std::vector<double>> values;
     std::vector<double> fitness;
-    for (const EvolveRow& row : all) {
+    for (const EvolveRow& row : rows_) {
       values.emplace_back();
       for (const auto& [k, v] : row.hyp) values.back().push_back(v);
       fitness.push_back(row_fitness(row));
     }
     const std::string png = (fs::path(dir_) / "evolve.png").string();
     if (!base_.noplots) eval::plot_evolve(keys, values, fitness, png);
-    const size_t best = static_cast<size_t>(std::max_element(fitness.begin(), fitness.end()) - fitness.begin());
+    const size_t best = static_cast<size_t>(&fittest(rows_) - rows_.data());
     std::cout << "Best results from row " << best << " of " << csv_ << ":\n";
     for (size_t k = 0; k < keys.size(); ++k) {
       char line[160];
@@ -219,7 +242,7 @@ void EvolutionFolder::finish(const EvolveResult& result) const {
     if (!base_.noplots) std::cout << "Saved " << png << "\n";
   }
   std::cout << "--evolve: " << (result.interrupted ? "stopped after " : "") << result.generations << " generations";
-  if (all.empty()) std::cout << ", nothing recorded in " << dir_ << "\n";
+  if (rows_.empty()) std::cout << ", nothing recorded in " << dir_ << "\n";
   else std::cout << "; best hyperparameters in " << (fs::path(dir_) / "hyp_evolve.yaml").string() << ", all in " << csv_ << "\n";
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kestrel/core/stop_signal.h"
 #include "kestrel/train/trainer.h"
 
 namespace kestrel::train {
@@ -26,9 +27,6 @@ const EvolveRow& fittest(const std::vector<EvolveRow>& rows);
 // A hyperparameter value as the generation's hyp file and hyp_evolve.yaml hold it (%.10g).
 std::string yaml_number(double v);
 
-// What Ctrl-C prints during an evolution (outside a training, which says its own).
-inline constexpr const char* kStopEvolutionNote = "\nStopping the evolution after this training (again to stop at once)\n";
-
 struct EvolveResult {
   std::string save_dir;       // runs/evolve/<name>
   int generations = 0;        // completed
@@ -36,8 +34,12 @@ struct EvolveResult {
   bool interrupted = false;   // stopped by Ctrl-C or SIGTERM
 };
 
+// Both schemes' start: `generations` at least 1, no --resume; the hyperparameters of --hyp (or the defaults).
+struct Hyperparameters;
+Hyperparameters evolution_start(const TrainOptions& base, int generations);
+
 // The folder <project>/<name>, project runs/train becoming runs/evolve as upstream; trains one hyperparameter
-// set at a time.
+// set at a time. While it lives, Ctrl-C stops the evolution after the training in hand (StopSignal).
 class EvolutionFolder {
  public:
   // Makes the folder; an evolve.csv already there (--exist-ok) must evolve `start`'s keys.
@@ -45,18 +47,20 @@ class EvolutionFolder {
   const std::string& dir() const { return dir_; }
   const std::string& csv() const { return csv_; }
   // Trains `hyp` with validation after the final epoch only and no weights, in <dir>/generation, and
-  // appends its row; nullopt when the training was interrupted (Ctrl-C), nothing recorded then.
+  // appends its row; nullopt when stopped (Ctrl-C during the training, or before it), nothing recorded then.
   std::optional<EvolveRow> train_and_record(const HypValues& hyp, const std::string& progress);
-  // The rows so far, and the fittest one's fitness (0 without rows).
-  std::vector<EvolveRow> rows() const { return read_evolve_csv(csv_); }
-  double best_fitness() const;
-  // After `result`'s generations: evolve.png (unless --noplots) and the listing of the fittest row, as
-  // upstream's plot_evolve, then where the results are.
-  void finish(const EvolveResult& result) const;
+  // The rows of evolve.csv so far (an earlier run's too, with --exist-ok), as the file holds them.
+  const std::vector<EvolveRow>& rows() const { return rows_; }
+  // Completes `result` (interrupted by a Ctrl-C, the fittest row's fitness), then evolve.png (unless
+  // --noplots) and the listing of the fittest row, as upstream's plot_evolve, and where the results are.
+  void finish(EvolveResult& result) const;
 
  private:
   TrainOptions base_;
+  StopSignal stop_;
   std::string dir_, csv_, hyp_file_;
+  std::vector<std::string> header_keys_;  // evolve.csv's hyperparameter columns, in order
+  std::vector<EvolveRow> rows_;
 };
 
 }  // namespace kestrel::train

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "kestrel/core/error.h"
-#include "kestrel/core/stop_signal.h"
 #include "kestrel/train/hyperparameters.h"
 
 namespace kestrel::train {
@@ -68,15 +67,12 @@ HypValues select_parent(const std::vector<EvolveRow>& rows, std::mt19937_64& rng
 }
 
 EvolveResult evolve(const TrainOptions& base, int generations) {
-  if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
-  if (!base.resume.empty()) fail("--evolve cannot be combined with --resume");
-  const Hyperparameters start = base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
+  const Hyperparameters start = evolution_start(base, generations);
   EvolutionFolder folder(base, start.values);
   EvolveResult result;
   result.save_dir = folder.dir();
-  const StopSignal stop(kStopEvolutionNote);
-  for (int gen = 0; gen < generations && !StopSignal::requested(); ++gen) {
-    const std::vector<EvolveRow> rows = folder.rows();
+  for (int gen = 0; gen < generations; ++gen) {
+    const std::vector<EvolveRow>& rows = folder.rows();
     HypValues hyp = start.values;
     if (!rows.empty()) {
       std::mt19937_64 rng(base.seed * 1000003ull + static_cast<uint64_t>(gen));
@@ -88,8 +84,6 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     }
     result.generations = gen + 1;
   }
-  result.interrupted = result.interrupted || StopSignal::requested();  // also a Ctrl-C after a training's last step
-  result.best_fitness = folder.best_fitness();
   folder.finish(result);
   return result;
 }

@@ -7,13 +7,11 @@
 #include <iostream>
 #include <numeric>
 #include <optional>
-#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
-#include "kestrel/core/stop_signal.h"
 #include "kestrel/core/yaml_file.h"
 #include "kestrel/data/hyp.h"
 #include "kestrel/train/hyperparameters.h"
@@ -34,13 +32,7 @@ std::optional<Individual> gene_values(const YAML::Node& map, const std::vector<G
       *missing += " " + g.key;
       continue;
     }
-    double x = 0;
-    try {
-      x = v.as<double>();
-    } catch (const YAML::Exception&) {
-      fail(path, ":", v.Mark().line + 1, ": '", g.key, "' must be a number");
-    }
-    values.push_back(x);
+    values.push_back(v.as<double>());  // a number: augment_options_from_yaml checked every augmentation key
   }
   if (!missing->empty()) return std::nullopt;
   return values;
@@ -197,10 +189,8 @@ void write_population_file(const std::string& path, int generation, const std::v
 }
 
 EvolveResult evolve_population(const TrainOptions& base, int generations, const PopulationOptions& options) {
-  if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
-  if (!base.resume.empty()) fail("--evolve cannot be combined with --resume");
+  const Hyperparameters start = evolution_start(base, generations);
   if (options.size < 2) fail("evolution: a population needs at least 2 individuals, got ", options.size);
-  const Hyperparameters start = base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
   const std::vector<Gene> genes = population_genes(start.values);
   if (genes.empty()) fail(base.hyp, ": no augmentation hyperparameter to evolve");
   std::mt19937_64 rng;
@@ -214,14 +204,9 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
   Individual best;
   // The population about to be trained is always on disk: --resume_evolve starts from it.
   write_population_file(population_file, 0, population, genes);
-  const StopSignal stop(kStopEvolutionNote);
   for (int gen = 0; gen < generations && !result.interrupted; ++gen) {
     std::vector<double> map50;  // genetic_score of each individual
     for (size_t i = 0; i < population.size(); ++i) {
-      if (StopSignal::requested()) {  // a Ctrl-C after a training's last step, or between two trainings
-        result.interrupted = true;
-        break;
-      }
       const auto row = folder.train_and_record(with_genes(start.values, genes, population[i]),
                                                cat("generation ", gen + 1, "/", generations, ", individual ", i + 1, "/",
                                                    population.size()));
@@ -241,13 +226,11 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
     population = breed(population, map50, genes, genetic_rates(gen, generations, options.size), rng);
     write_population_file(population_file, gen + 1, population, genes);
   }
-  result.interrupted = result.interrupted || StopSignal::requested();
   if (!best.empty()) {
     std::cout << "Best solution found (mAP50 " << yaml_number(best_map50) << "):";
     for (size_t j = 0; j < genes.size(); ++j) std::cout << " " << genes[j].key << "=" << yaml_number(best[j]);
     std::cout << "\n";
   }
-  result.best_fitness = folder.best_fitness();
   folder.finish(result);
   std::cout << "The population to train next (--resume_evolve): " << population_file << "\n";
   return result;

@@ -62,7 +62,7 @@ Hyperparameters load_hyperparameters(const std::string& path) {
   YAML::Node root = load_yaml_file(path, "hyperparameter");
   if (!root.IsMap()) fail(path, ": a hyperparameter file is a YAML mapping of key: value");
   Hyperparameters h;
-  h.augment = data::load_augment_options(path, &h.yolov7_recipe);  // also applies YOLOv7's mosaic9 share
+  h.augment = data::augment_options_from_yaml(root, path, &h.yolov7_recipe);  // also applies YOLOv7's mosaic9 share
   std::map<std::string, double*> known;
   for (const auto& [key, target] : bindings(h)) known[key] = target;
   for (const auto& item : root) {
