@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include "commands.h"
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
@@ -52,8 +53,7 @@ struct DetectOptions {
 // Annotated images are written as JPEG (kestrel's one encoder): under the source's file name when that
 // is a JPEG, with ".jpg" in place of the extension otherwise.
 std::string annotated_name(const fs::path& source) {
-  std::string ext = source.extension().string();
-  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string ext = ascii_lower(source.extension().string());
   return ext == ".jpg" || ext == ".jpeg" ? source.filename().string() : source.stem().string() + ".jpg";
 }
 
@@ -392,9 +392,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
 // detect.py's screenshot source ("screen", "screen 0 100 100 512 256": any source starting with "screen");
 // an existing file of such a name (screenshot.png) is a file here.
 bool is_screen_source(const std::string& source) {
-  std::string lower = source;
-  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower.rfind("screen", 0) == 0 && !fs::exists(source);
+  return ascii_lower(source).rfind("screen", 0) == 0 && !fs::exists(source);
 }
 
 void run_detect(const DetectOptions& o) {

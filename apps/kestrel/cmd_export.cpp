@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 #include "kestrel/export/onnx_export.h"
 #include "kestrel/models/model_family.h"
@@ -56,8 +57,8 @@ void run_export(const ExportOptions& o) {
   // writes the ONNX file and says how to make each other format from it.
   bool onnx_asked = false;
   std::vector<std::string> others;
-  for (std::string format : o.formats) {
-    for (auto& c : format) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const std::string& given : o.formats) {
+    const std::string format = ascii_lower(given);
     if (format == "onnx") {
       onnx_asked = true;
     } else if (const auto other = other_formats().find(format); other != other_formats().end()) {

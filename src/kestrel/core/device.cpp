@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/cuda_runtime_info.h"
 #include "kestrel/core/error.h"
 
@@ -21,8 +22,7 @@ namespace {
 
 // upstream's --device spellings in c10's: lower case, a bare index "0" -> "cuda:0".
 std::string canonical_device(const std::string& spec) {
-  std::string s = spec;
-  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string s = ascii_lower(spec);
   if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) s = "cuda:" + s;
   return s;
 }

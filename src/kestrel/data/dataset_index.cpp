@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/image_files.h"
@@ -24,8 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool is_jpeg_or_png_name(const std::string& path) {
-  std::string ext = fs::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string ext = ascii_lower(fs::path(path).extension().string());
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 

@@ -10,14 +10,14 @@
 #include <fstream>
 #include <set>
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 
 namespace kestrel::data {
 namespace fs = std::filesystem;
 
 bool has_image_extension(const std::string& path) {
-  std::string ext = fs::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string ext = ascii_lower(fs::path(path).extension().string());
   for (const char* known : {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm"})
     if (ext == known) return true;
   return false;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 
 namespace kestrel::data {
@@ -84,8 +85,7 @@ VideoBackend& backend_for(const std::string& what) {
 }  // namespace
 
 bool is_video_file(const std::string& path) {
-  std::string ext = fs::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string ext = ascii_lower(fs::path(path).extension().string());
   static const char* kFormats[] = {".asf", ".avi", ".gif", ".m4v", ".mkv", ".mov", ".mp4", ".mpeg", ".mpg", ".ts", ".wmv"};
   return std::any_of(std::begin(kFormats), std::end(kFormats), [&](const char* f) { return ext == f; });
 }
@@ -96,8 +96,7 @@ bool is_camera_source(const std::string& source) {
 }
 
 bool is_stream_url(const std::string& source) {
-  std::string head = source.substr(0, 8);
-  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string head = ascii_lower(source.substr(0, 8));
   for (const char* scheme : {"rtsp://", "rtmp://", "http://", "https://"})
     if (head.rfind(scheme, 0) == 0) return true;
   return false;

@@ -9,6 +9,7 @@
 
 #include <opencv2/imgproc.hpp>
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/image_io.h"
 
@@ -137,8 +138,7 @@ void save(const cv::Mat& img, const std::string& path) {
   const std::filesystem::path p(path);
   if (p.has_parent_path() && !std::filesystem::is_directory(p.parent_path()))
     fail(path, ": cannot write the plot (no folder ", p.parent_path().string(), ")");
-  std::string ext = p.extension().string();
-  for (auto& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string ext = ascii_lower(p.extension().string());
   if (ext == ".jpg" || ext == ".jpeg") data::write_jpeg(path, img, 95);  // labels.jpg: upstream's name and format
   else data::write_png(path, img);
 }

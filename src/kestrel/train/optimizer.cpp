@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 
 namespace kestrel::train {
@@ -51,8 +52,7 @@ void adam_foreach(const TensorList& params, const TensorList& grads, const Tenso
 }  // namespace
 
 OptimizerKind parse_optimizer_kind(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = ascii_lower(name);
   if (lower == "sgd") return OptimizerKind::sgd;
   if (lower == "adam") return OptimizerKind::adam;
   if (lower == "adamw") return OptimizerKind::adamw;
