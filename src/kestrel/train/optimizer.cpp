@@ -1,6 +1,5 @@
 #include "kestrel/train/optimizer.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cctype>
 #include <map>

@@ -1,6 +1,5 @@
 #include "kestrel/train/training_run.h"
 
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
