@@ -169,6 +169,15 @@ void append_predictions_csv(const fs::path& csv, const std::string& rows) {
   if (!out) fail(csv.string(), ": write failed");
 }
 
+// Appends an annotated frame to `writer`, which is made with the first frame (its size; mp4v at `fps`).
+// frame_number names the frame in the error when the size changes mid-video.
+void write_video_frame(std::unique_ptr<data::VideoWriter>& writer, const fs::path& path, double fps, const cv::Mat& frame,
+                       const std::string& source, int64_t frame_number) {
+  if (!writer) writer = data::create_video(path.string(), fps, frame.size());
+  if (!writer->write(frame))
+    fail(source, ": frame ", frame_number, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
+}
+
 // One image or video frame: its label file (written whole, one line per detection in upstream's order:
 // reversed, least confident first) and its predictions.csv rows (same order), with --save-crop each box
 // cut from the unannotated image into crops/<class name>/<stem>.jpg (same order), the boxes drawn in
@@ -255,8 +264,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     detect_one(detector, frame, o, names,
                {save_dir / "labels" / cat(stem, "_", f, ".txt"), stem, csv_name, json.next_frame_id++}, save_dir, prefix, json);
     if (o.nosave) continue;
-    if (!writer) writer = data::create_video(out.string(), video.fps() <= 0 ? 30.0 : video.fps(), frame.size());
-    if (!writer->write(frame)) fail(source, ": frame ", f, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
+    write_video_frame(writer, out, video.fps() <= 0 ? 30.0 : video.fps(), frame, source, f);
   }
   if (StopSignal::requested()) return;
   if (f == 0) fail(source, ": no frame could be read from the video");
@@ -317,9 +325,7 @@ void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::
                  {save_dir / "labels" / cat(stems[i], "_", round, ".txt"), stems[i], csv_names[i], json.next_frame_id++},
                  save_dir, cat(i, ": "), json);
       if (o.nosave) continue;
-      if (!writers[i]) writers[i] = data::create_video((save_dir / (stems[i] + ".mp4")).string(), 30.0, frames[i].size());
-      if (!writers[i]->write(frames[i]))
-        fail(sources[i], ": frame ", round, " is ", frames[i].cols, "x", frames[i].rows, ", unlike the frames before it");
+      write_video_frame(writers[i], save_dir / (stems[i] + ".mp4"), 30.0, frames[i], sources[i], round);
     }
   }
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <optional>
@@ -39,15 +38,16 @@ std::optional<Individual> gene_values(const YAML::Node& map, const std::vector<G
 }
 
 // The population of the first generation: the resumed one, else the seed files', then uniform random
-// values within the bounds up to options.size. The draws depend on --seed and on a resumed file's text.
+// values within the bounds up to options.size. The draws depend on --seed and on a resumed population's
+// values (a resumed evolution does not repeat the draws of the run it continues).
 std::vector<Individual> initial_population(const std::vector<Gene>& genes, const PopulationOptions& options, uint64_t seed,
                                            std::mt19937_64& rng) {
   std::vector<Individual> population;
-  std::string resumed_text;
+  std::string resumed_bits;  // the resumed values' bytes, hashed into the seed
   if (!options.resume_file.empty()) {
     population = read_population_file(options.resume_file, genes);
-    std::ifstream in(options.resume_file, std::ios::binary);
-    resumed_text.assign(std::istreambuf_iterator<char>(in), {});
+    for (const Individual& individual : population)
+      resumed_bits.append(reinterpret_cast<const char*>(individual.data()), individual.size() * sizeof(double));
   } else if (!options.seed_dir.empty()) {
     std::vector<std::string> skipped;
     population = read_seed_individuals(options.seed_dir, genes, &skipped);
@@ -59,7 +59,7 @@ std::vector<Individual> initial_population(const std::vector<Gene>& genes, const
   const std::string source = options.resume_file.empty() ? options.seed_dir : options.resume_file;
   if (static_cast<int>(population.size()) > options.size)
     fail(source, ": ", population.size(), " individuals, the population holds ", options.size);
-  const uint64_t text_hash = std::hash<std::string>()(resumed_text);
+  const uint64_t text_hash = std::hash<std::string>()(resumed_bits);
   std::seed_seq seeds{seed & 0xffffffffu, seed >> 32, text_hash & 0xffffffffu, text_hash >> 32};
   rng.seed(seeds);
   while (static_cast<int>(population.size()) < options.size) {
