@@ -6,10 +6,12 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <limits>
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -391,6 +393,62 @@ TEST(CocoEval, SummaryPrintsLikePycocotools) {
 
 // val --save-json's writer: JSON that nlohmann and the evaluator read back to the same numbers, bit for bit
 // (the shortest text of a double reads back as that double), in the key order nlohmann's tree would write.
+// Rounding as val.py's save_one_json (CPython's round(): exact value, ties to even). Hand cases printed by
+// CPython 3.11, then boxes on a 1/16-pixel grid and scores on a 1/64 one (exact ties: 0.0625 rounds to
+// 0.062, 0.015625 to 0.01562) and arbitrary float32 corners against
+// upstream's own arithmetic (xyxy2xywh on a float32 tensor, centre minus half size, round) in the
+// project's Python.
+TEST(CocoEval, DetectionsRoundAsPython) {
+  EXPECT_EQ(python_round(100.0625, 3), 100.062);
+  EXPECT_EQ(python_round(100.1875, 3), 100.188);
+  EXPECT_EQ(python_round(-3.0625, 3), -3.062);
+  EXPECT_EQ(python_round(0.015625, 5), 0.01562);
+  EXPECT_EQ(python_round(0.12345678, 5), 0.12346);
+  EXPECT_EQ(python_round(2.675, 2), 2.67);  // 2.67499999999999982236431605997495353221893310546875
+  EXPECT_EQ(python_round(0.0005, 3), 0.001);
+  EXPECT_EQ(python_round(1e20, 3), 1e20);
+
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> grid(0, 16 * 640), size_grid(0, 16 * 160), score_grid(0, 64);
+  std::uniform_real_distribution<float> any(0, 640);
+  std::vector<std::array<float, 5>> rows;
+  for (int i = 0; i < 400; ++i) {
+    const bool on_grid = i % 2 == 0;
+    const auto corner = [&] { return on_grid ? grid(rng) / 16.0f : any(rng); };
+    const auto size = [&] { return on_grid ? size_grid(rng) / 16.0f : any(rng) / 4; };
+    const float x1 = corner(), y1 = corner(), score = on_grid ? score_grid(rng) / 64.0f : any(rng) / 640;
+    rows.push_back({x1, y1, x1 + size(), y1 + size(), score});
+  }
+  std::string values;
+  for (const auto& r : rows)
+    for (float v : r) values += cat(std::setprecision(9), v, ",");
+  const test::CommandResult py = test::run_python(
+      "import torch\n"
+      "v = torch.tensor([" + values + "], dtype=torch.float32).view(-1, 5)\n"
+      "xy, wh = (v[:, :2] + v[:, 2:4]) / 2, v[:, 2:4] - v[:, :2]\n"
+      "box = torch.cat([xy - wh / 2, wh], 1)\n"
+      "for b, s in zip(box.tolist(), v[:, 4].tolist()):\n"
+      "    print(*[repr(round(x, 3)) for x in b], repr(round(s, 5)))\n");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  std::istringstream expected(py.output);
+  int ties = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const CocoDetection d = coco_detection(1, 1, r[0], r[1], r[2], r[3], r[4]);
+    double x, y, w, h, score;
+    ASSERT_TRUE(expected >> x >> y >> w >> h >> score) << py.output;
+    EXPECT_EQ(d.box.x, x) << i;
+    EXPECT_EQ(d.box.y, y) << i;
+    EXPECT_EQ(d.box.w, w) << i;
+    EXPECT_EQ(d.box.h, h) << i;
+    EXPECT_EQ(d.score, score) << i;
+    // Where rounding the product (the earlier code) disagrees with Python: the ties the grids produce.
+    ties += std::round(static_cast<double>(r[2] - r[0]) * 1e3) / 1e3 != w;
+    ties += std::round(static_cast<double>(r[4]) * 1e5) / 1e5 != score;
+  }
+  EXPECT_GT(ties, 20) << "the grids should produce ties that std::round(v * 1e3) / 1e3 gets wrong";
+}
+
 TEST(CocoEval, ResultsJsonReadsBackExactly) {
   std::mt19937 rng(9);
   std::uniform_real_distribution<double> u(0, 700);

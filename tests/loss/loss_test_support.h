@@ -101,6 +101,23 @@ void expect_autocast_computes_in_float32(const RandomCase<Loss>& c) {
   EXPECT_NEAR(total.item<double>(), expected.item<double>(), 1e-6 * expected.item<double>());
 }
 
+// Expects finite gradients when the predictions no target is matched to have zero width and height
+// (w and h logits -100: sigmoid squared underflows to 0). Image 1 of the random case has no boxes, so all
+// its candidate slots are padding, gathered from its cell (0, 0); the other images' matched cells keep
+// their values.
+template <typename Loss>
+void expect_finite_gradients_with_degenerate_unmatched_boxes(const RandomCase<Loss>& c) {
+  std::vector<at::Tensor> levels;
+  for (const auto& l : c.levels) {
+    levels.push_back(l.clone());
+    levels.back()[1].narrow(-1, 2, 2).fill_(-100);
+  }
+  const Evaluated e = evaluate(c.loss, levels, c.t, c.mask);
+  EXPECT_TRUE(std::isfinite(e.total.item<double>()));
+  for (size_t i = 0; i < e.grads.size(); ++i)
+    EXPECT_TRUE(at::isfinite(e.grads[i]).all().item<bool>()) << "level " << i;
+}
+
 // Expects the loss on CUDA (c's head moved there) to match c's on the CPU: total within 1e-5 (relative),
 // gradients allclose (rtol 1e-4, atol 1e-6). Needs a CUDA device.
 template <typename Loss>

@@ -220,6 +220,10 @@ TEST(OtaLoss, GradientsFlow) {
   EXPECT_TRUE(box && cls);
 }
 
+TEST(OtaLoss, DegenerateUnmatchedPredictionsGiveFiniteGradients) {
+  test::expect_finite_gradients_with_degenerate_unmatched_boxes(RandomCase(4));
+}
+
 TEST(OtaLoss, AutocastComputesInFloat32) { test::expect_autocast_computes_in_float32(RandomCase(5)); }
 
 TEST(OtaLoss, RejectsBadInputs) {

@@ -247,6 +247,10 @@ TEST(Loss, GradientsFlow) {
   EXPECT_FALSE((e.grads[0][1].narrow(-1, 0, 4) != 0).any().item<bool>());
 }
 
+TEST(Loss, DegenerateUnmatchedPredictionsGiveFiniteGradients) {
+  test::expect_finite_gradients_with_degenerate_unmatched_boxes(RandomCase(3));
+}
+
 TEST(Loss, AutocastComputesInFloat32) { test::expect_autocast_computes_in_float32(RandomCase(4)); }
 
 TEST(Loss, RejectsBadInputs) {

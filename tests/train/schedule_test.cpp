@@ -114,6 +114,18 @@ TEST(Schedule, WarmupRampsAtGivenIterations) {
   EXPECT_EQ(s.accumulate, 4);
 }
 
+// accumulate = round(np.interp(ni, [0, nw], [1, nbs / batch])), half to even, where numpy's last bit
+// decides: batch 16, 498 batches an epoch (nw = 1494): np.interp gives 2.5 at ni 747 (-> 2) and
+// 3.4999999999999996 at ni 1245 (-> 3, not 4; values printed by numpy 2 in upstream's environment).
+TEST(Schedule, WarmupAccumulateRoundsAsNumpy) {
+  ScheduleOptions o;
+  o.batch_size = 16;
+  ASSERT_EQ(warmup_iterations(o, 498), 1494);
+  EXPECT_EQ(step_settings(o, 1, 747, 498).accumulate, 2);
+  EXPECT_EQ(step_settings(o, 2, 1245, 498).accumulate, 3);
+  EXPECT_EQ(step_settings(o, 2, 1246, 498).accumulate, 4);  // 3.5020...
+}
+
 // After the warm-up, train.py's learning rate is what its LambdaLR set at the previous epoch's end,
 // lr0 * lf(e - 1); the epoch in which the warm-up ends keeps lr0 * lf(e) from its last warm-up iteration,
 // so that value serves two epochs. Hand-derived case: 300 epochs of 38 batches (lr0 = lrf = 0.01, linear),

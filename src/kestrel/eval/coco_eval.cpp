@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <new>
 #include <iterator>
@@ -454,10 +455,23 @@ std::string format_coco_summary(const CocoSummary& summary) {
   return out;
 }
 
-CocoDetection coco_detection(int64_t image_id, int64_t category_id, double x1, double y1, double x2, double y2, double score) {
-  const auto round_to = [](double v, double scale) { return std::round(v * scale) / scale; };
-  return {image_id, category_id, CocoBox{round_to(x1, 1e3), round_to(y1, 1e3), round_to(x2 - x1, 1e3), round_to(y2 - y1, 1e3)},
-          round_to(score, 1e5)};
+double python_round(double v, int digits) {
+  const double scale = std::pow(10.0, digits), scaled = v * scale;
+  // Far from a tie (by much more than the product's rounding error), rounding the product decides alike;
+  // from 2^52 on, the product has lost the fraction that decides.
+  if (std::abs(scaled) < 0x1p52 && std::abs(scaled - std::floor(scaled) - 0.5) > 1e-6)
+    return std::round(scaled) / scale;
+  // Near one, printf's correctly rounded decimal (ties to even on the exact value, as CPython's round).
+  char text[400];  // DBL_MAX has 309 integer digits
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return std::strtod(text, nullptr);
+}
+
+CocoDetection coco_detection(int64_t image_id, int64_t category_id, float x1, float y1, float x2, float y2, double score) {
+  const float w = x2 - x1, h = y2 - y1;  // float32 as upstream's tensors
+  const float x = (x1 + x2) / 2 - w / 2, y = (y1 + y2) / 2 - h / 2;
+  return {image_id, category_id, CocoBox{python_round(x, 3), python_round(y, 3), python_round(w, 3), python_round(h, 3)},
+          python_round(score, 5)};
 }
 
 std::string coco_results_json(const std::vector<CocoDetection>& detections) {

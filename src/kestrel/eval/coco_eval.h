@@ -47,9 +47,14 @@ struct CocoDetection {
   double score = 0;
 };
 
-// A detection as val.py's save_one_json writes it: corners x1 y1 x2 y2 in pixels to [x, y, w, h] rounded to
-// 3 decimals, the score to 5.
-CocoDetection coco_detection(int64_t image_id, int64_t category_id, double x1, double y1, double x2, double y2, double score);
+// A detection as val.py's save_one_json writes it: float32 corners x1 y1 x2 y2 in pixels to [x, y, w, h] with
+// float32 arithmetic (xyxy2xywh, then the centre minus half the size), rounded as Python's round() to 3
+// decimals, the score to 5.
+CocoDetection coco_detection(int64_t image_id, int64_t category_id, float x1, float y1, float x2, float y2, double score);
+
+// Python's round(v, digits): the decimal with `digits` places nearest to v's exact binary value, a tie to the
+// even last digit (round(100.0625, 3) = 100.062, where std::round(v * 1e3) / 1e3 gives 100.063).
+double python_round(double v, int digits);
 
 // What COCOeval needs from an annotation file.
 struct CocoAnnotations {

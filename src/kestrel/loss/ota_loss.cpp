@@ -253,10 +253,12 @@ OtaLoss::Terms OtaLoss::level_terms(int64_t i, const LevelCandidates& c, const a
                                      tgt.select(-1, 4) * ny}, -1);  // [B, M, na, 5, 4]
   const at::Tensor matched4 = matched.unsqueeze(-1);
 
-  // Box: 1 - CIoU, mean over positives (an unmatched slot gets a harmless unit box and weight 0).
+  // Box: 1 - CIoU, mean over positives. An unmatched slot compares two unit boxes (weight 0), not its cell's
+  // prediction, whose zero height (saturated logits) would make the masked gradient NaN (yolo_loss.cpp).
   const at::Tensor pxy = rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5;
   const at::Tensor pwh = (rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors[i].view({1, 1, na_, 1, 2});
-  const at::Tensor ciou = bbox_ciou(at::cat({pxy, pwh}, -1), at::where(matched4, tbox, 1.0));  // [B, M, na, 5]
+  const at::Tensor pbox = at::where(matched4, at::cat({pxy, pwh}, -1), 1.0);
+  const at::Tensor ciou = bbox_ciou(pbox, at::where(matched4, tbox, 1.0));  // [B, M, na, 5]
   Terms out;
   out.box = at::where(matched, 1 - ciou, 0).sum() / n.clamp_min(1);
 

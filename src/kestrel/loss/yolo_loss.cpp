@@ -165,12 +165,15 @@ YoloLoss::LevelLoss YoloLoss::level_loss(int64_t i, const at::Tensor& level, con
   const at::Tensor rows =
       level.reshape({-1, no}).index_select(0, lt.cell.view(-1)).to(at::kFloat).view({B, M, na_, kCellOffsets, no});
 
-  // Box: 1 - CIoU, mean over matched candidates. Unmatched ones get a harmless unit target box.
+  // Box: 1 - CIoU, mean over matched candidates. Unmatched ones compare two unit boxes, not their cell's
+  // prediction: a prediction of zero height there (saturated logits) would turn the masked-out CIoU's zero
+  // gradient into NaN (0 x inf) in that cell; upstream computes CIoU for matched candidates only.
   const at::Tensor pxy = rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5;
   const at::Tensor pwh = (rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors.view({1, 1, na_, 1, 2});
   const at::Tensor valid4 = lt.valid.unsqueeze(-1);
-  const at::Tensor tbox = at::where(valid4, lt.box, 1.0);  // [B, M, na, 5, 4]
-  const at::Tensor iou = bbox_ciou(at::cat({pxy, pwh}, -1), tbox);  // [B, M, na, 5]
+  const at::Tensor pbox = at::where(valid4, at::cat({pxy, pwh}, -1), 1.0);  // [B, M, na, 5, 4]
+  const at::Tensor tbox = at::where(valid4, lt.box, 1.0);
+  const at::Tensor iou = bbox_ciou(pbox, tbox);  // [B, M, na, 5]
   LevelLoss out;
   out.box = at::where(lt.valid, 1 - iou, 0).sum() / n.clamp_min(1);
 
