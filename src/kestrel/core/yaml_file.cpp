@@ -2,19 +2,53 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <vector>
 
 #include "kestrel/core/error.h"
 #include "kestrel/core/regular_file.h"
 
 namespace kestrel {
 
+namespace {
+
+// A key given twice in one mapping: PyYAML keeps the last value, yaml-cpp's lookup finds the first, so
+// upstream and kestrel would read the file differently; it is an error here, with both lines.
+void reject_duplicate_keys(const YAML::Node& node, const std::string& source) {
+  if (node.IsSequence())
+    for (const YAML::Node& item : node) reject_duplicate_keys(item, source);
+  if (!node.IsMap()) return;
+  std::map<std::string, int> lines;  // scalar key -> its line (1-based)
+  for (const auto& item : node) {
+    if (item.first.IsScalar()) {
+      const int line = item.first.Mark().line + 1;
+      const auto [at, fresh] = lines.emplace(item.first.Scalar(), line);
+      if (!fresh)
+        fail(source, ":", line, ": '", item.first.Scalar(), "' is given twice (also on line ", at->second,
+             "); give each key once");
+    }
+    reject_duplicate_keys(item.second, source);
+  }
+}
+
+}  // namespace
+
 YAML::Node parse_yaml_text(const std::string& text, const std::string& source) {
+  std::vector<YAML::Node> documents;
   try {
-    return YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     fail(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": malformed YAML: ", e.msg);
   }
+  if (documents.empty()) return YAML::Node();  // empty, or comments only
+  // yaml-cpp ends a document where the indentation falls back below its first line's, so an indented
+  // first key leaves the rest of the file to a second document (PyYAML: "expected '<document start>'").
+  if (documents.size() > 1)
+    fail(source, ":", documents[1].Mark().line + 1, ": a second YAML document starts here; the file must hold one ",
+         "(is a line above indented unlike the lines below it? or a '---' separator?)");
+  reject_duplicate_keys(documents[0], source);
+  return documents[0];
 }
 
 YAML::Node load_yaml_file(const std::string& path, const std::string& what) {

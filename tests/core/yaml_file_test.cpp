@@ -1,0 +1,56 @@
+// YAML files read as PyYAML reads upstream's, or refused: one document per file (an indented first key
+// splits a file in two for yaml-cpp, where PyYAML fails), no key given twice (PyYAML keeps the last value,
+// a yaml-cpp lookup the first), malformed text and missing files named with file and line.
+#include <gtest/gtest.h>
+
+#include "kestrel/core/yaml_file.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+TEST(YamlFile, ReadsOneDocument) {
+  const YAML::Node n = parse_yaml_text("lr0: 0.01\nnames:\n  0: person\n  1: bus\nanchors:\n  - [10, 13]\n", "h.yaml");
+  EXPECT_DOUBLE_EQ(n["lr0"].as<double>(), 0.01);
+  EXPECT_EQ(n["names"][1].as<std::string>(), "bus");
+  EXPECT_TRUE(parse_yaml_text("", "e.yaml").IsNull());
+  EXPECT_TRUE(parse_yaml_text("# only a comment\n", "c.yaml").IsNull());
+  EXPECT_TRUE(parse_yaml_text("---\na: 1\n", "start.yaml").IsMap());  // an explicit start is one document
+}
+
+TEST(YamlFile, AnIndentedFirstKeyIsAnErrorAtTheLineWhereTheSecondDocumentStarts) {
+  const std::string message =
+      test::error_message([] { parse_yaml_text("  lr0: 0.01\nlrf: 0.01\nmosaic: 0.0\n", "hyp.yaml"); });
+  EXPECT_NE(message.find("hyp.yaml:2: a second YAML document"), std::string::npos) << message;
+  EXPECT_NE(test::error_message([] { parse_yaml_text("nc: 3\n---\nnc: 4\n", "two.yaml"); }).find("two.yaml:3:"),
+            std::string::npos);
+}
+
+TEST(YamlFile, AKeyGivenTwiceIsAnErrorNamingBothLines) {
+  std::string message = test::error_message([] { parse_yaml_text("train: a\nval: b\nnc: 2\nval: c\n", "d.yaml"); });
+  EXPECT_NE(message.find("d.yaml:4: 'val' is given twice (also on line 2)"), std::string::npos) << message;
+  // Nested mappings, also inside sequences (a names map, a layer's arguments).
+  message = test::error_message([] { parse_yaml_text("names:\n  5: bus\n  6: car\n  5: van\n", "n.yaml"); });
+  EXPECT_NE(message.find("n.yaml:4: '5' is given twice (also on line 2)"), std::string::npos) << message;
+  message = test::error_message([] { parse_yaml_text("list:\n  - {a: 1, a: 2}\n", "s.yaml"); });
+  EXPECT_NE(message.find("s.yaml:2: 'a' is given twice"), std::string::npos) << message;
+  // The same key in two different mappings is fine.
+  EXPECT_NO_THROW(parse_yaml_text("a: {x: 1}\nb: {x: 2}\n", "ok.yaml"));
+}
+
+TEST(YamlFile, MalformedAndMissingFilesAreNamed) {
+  EXPECT_NE(test::error_message([] { parse_yaml_text("a: [1, 2\n", "m.yaml"); }).find("m.yaml:"), std::string::npos);
+  test::TempDir dir;
+  const std::string missing = dir.file("none.yaml");
+  EXPECT_NE(test::error_message([&] { load_yaml_file(missing, "dataset"); }).find(missing + ": dataset file not found"),
+            std::string::npos);
+  EXPECT_NE(test::error_message([&] { load_yaml_file(dir.path(), "dataset"); }).find("is a directory"),
+            std::string::npos);
+  test::write_file(dir.file("dup.yaml"), "lr0: 0.01\nlr0: 0.5\n");
+  EXPECT_NE(test::error_message([&] { load_yaml_file(dir.file("dup.yaml"), "hyperparameter"); })
+                .find(dir.file("dup.yaml") + ":2: 'lr0' is given twice"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kestrel
