@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/common.h"
 #include "kestrel/models/yolo_model.h"
 #include "test_support.h"
 
@@ -188,6 +189,31 @@ TEST(ModelConfigErrors, AnchorCountsAndSizesAreChecked) {
 }
 
 // Upsampling by 0, a negative, a huge or a NaN factor: named at its line, before the stride probe.
+// An explicit None is upstream's default only where that default is None (a Conv's padding: autopad;
+// MaxPool2d's stride: the kernel); where the module would fail on it upstream (nn.Conv2d(stride=None),
+// nn.Upsample with neither size nor scale) it is an error naming the argument. As upstream, None as an
+// activation is Identity and None as a shortcut flag is false.
+TEST(ModelConfigErrors, NoneOnlyWhereUpstreamTakesIt) {
+  auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, None]"));
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): argument 3 is None"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "SPPF, [256, 5]", "nn.Upsample, [None, None, 'nearest']"));
+  EXPECT_NE(msg.find("bad.yaml:15: layer 4 (nn.Upsample): argument 2 is None"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, 2, None]"));
+  EXPECT_NE(msg.find("layer 0 (Conv): argument 5 is None"), std::string::npos) << msg;
+
+  const auto conv0 = [](const std::string& yaml) {
+    auto model = build_model(parse_model_config(yaml, "ok.yaml"));
+    return std::dynamic_pointer_cast<Conv>(model->layers()[0]);
+  };
+  auto conv = conv0(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, None]"));  // autopad: 6 // 2 = 3
+  ASSERT_TRUE(conv);
+  EXPECT_EQ(conv->activation().kind, Activation::Kind::SiLU);
+  conv = conv0(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, None, 1, 1, None]"));
+  ASSERT_TRUE(conv);
+  EXPECT_EQ(conv->activation().kind, Activation::Kind::Identity);
+  EXPECT_NO_THROW(build_model(parse_model_config(replaced(kTinyHead, "SPPF, [256, 5]", "nn.MaxPool2d, [3, None, 1]"), "ok.yaml")));
+}
+
 TEST(ModelConfigErrors, UpsampleFactorsOutOfRange) {
   const std::string yolo_head = replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[-1, 1, nn.Upsample, [None, 2, 'nearest']],");
   for (const char* factor : {"0", "-2", "1e9", ".nan"}) {

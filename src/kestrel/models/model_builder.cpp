@@ -73,7 +73,17 @@ class Args {
     return !s.empty() && !std::isdigit(static_cast<unsigned char>(s[0])) && s[0] != '-' && s != "True" &&
            s != "False" && s != "true" && s != "false" && s != "nc" && s != "None";
   }
+  // An explicit None means the default only where upstream's parameter defaults to None (a Conv's padding:
+  // autopad; MaxPool2d's stride: the kernel): integer_or_none. Elsewhere the module fails on it upstream
+  // (nn.Conv2d(stride=None), Upsample without size or scale), so it is an error here too.
+  void reject_none(size_t i) const {
+    if (i < size() && is_none(i)) fail(where(), ": argument ", i + 1, " is None, which this module does not take there");
+  }
   int64_t integer(size_t i, int64_t fallback) const {
+    reject_none(i);
+    return integer_or_none(i, fallback);
+  }
+  int64_t integer_or_none(size_t i, int64_t fallback) const {
     if (!has(i)) return fallback;
     const YAML::Node n = spec_.args[i];
     if (n.IsScalar() && n.Scalar() == "nc") return cfg_.nc;
@@ -85,6 +95,7 @@ class Args {
   }
   // A kernel size: an integer, or a list of two equal ones (YOLOv7's baseline yolov3.yaml writes [1, 1]).
   int64_t square(size_t i, int64_t fallback) const {
+    reject_none(i);
     if (!has(i) || spec_.args[i].IsScalar()) return integer(i, fallback);
     const std::vector<int64_t> hw = int_list(i, {});
     if (hw.size() != 2 || hw[0] != hw[1])
@@ -92,6 +103,7 @@ class Args {
     return hw[0];
   }
   double real(size_t i, double fallback) const {
+    reject_none(i);
     if (!has(i)) return fallback;
     try {
       return spec_.args[i].as<double>();
@@ -99,7 +111,8 @@ class Args {
       fail(where(), ": argument ", i + 1, " must be a number, got '", render(spec_.args[i]), "'");
     }
   }
-  bool boolean(size_t i, bool fallback) const {
+  bool boolean(size_t i, bool fallback) const {  // None is falsy, as in upstream's `shortcut and c1 == c2`
+    if (i < size() && is_none(i)) return false;
     if (!has(i)) return fallback;
     const std::string s = spec_.args[i].IsScalar() ? spec_.args[i].Scalar() : "";
     if (s == "True" || s == "true") return true;
@@ -107,6 +120,7 @@ class Args {
     fail(where(), ": argument ", i + 1, " must be True or False, got '", render(spec_.args[i]), "'");
   }
   std::vector<int64_t> int_list(size_t i, std::vector<int64_t> fallback) const {
+    reject_none(i);
     if (!has(i)) return fallback;
     const YAML::Node n = spec_.args[i];
     if (n.IsScalar()) return {integer(i, 0)};
@@ -119,7 +133,9 @@ class Args {
     return out;
   }
   // True -> the default activation, False -> Identity, "nn.X(...)" -> that activation.
+  // None too -> Identity (upstream: `act if isinstance(act, nn.Module) else nn.Identity()`).
   Activation activation(size_t i, const Activation& fallback) const {
+    if (i < size() && is_none(i)) return Activation{Activation::Kind::Identity};
     if (!has(i)) return fallback;
     if (is_string(i)) {
       try {
@@ -222,7 +238,7 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
   static const std::map<std::string, std::pair<Factory, bool>> table = {
       {"Conv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                   a.at_most(7, "[c2, k, s, p, g, d|act, act]");
-                  ConvOptions o{c1, c2, a.square(1, 1), a.integer(2, 1), a.integer(3, -1), a.integer(4, 1), 1, act};
+                  ConvOptions o{c1, c2, a.square(1, 1), a.integer(2, 1), a.integer_or_none(3, -1), a.integer(4, 1), 1, act};
                   // YOLOv5 Conv(c1, c2, k, s, p, g, d, act); YOLOv7 Conv(c1, c2, k, s, p, g, act).
                   if (a.size() > 5 && a.is_string(5)) {
                     o.act = a.activation(5, act);
@@ -234,7 +250,7 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                 }, false}},
       {"Focus", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                    a.at_most(6, "[c2, k, s, p, g, act]");
-                   ConvOptions o{c1, c2, a.integer(1, 1), a.integer(2, 1), a.integer(3, -1), a.integer(4, 1), 1, a.activation(5, act)};
+                   ConvOptions o{c1, c2, a.integer(1, 1), a.integer(2, 1), a.integer_or_none(3, -1), a.integer(4, 1), 1, a.activation(5, act)};
                    return Built{std::make_shared<Focus>(o), c2, ""};
                  }, false}},
       {"Bottleneck", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
@@ -313,7 +329,7 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                 }, false}},
       {"RepConv", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                      a.at_most(6, "[c2, k, s, p, g, act]");
-                     return Built{std::make_shared<RepConv>(c1, c2, a.integer(1, 3), a.integer(2, 1), a.integer(3, -1),
+                     return Built{std::make_shared<RepConv>(c1, c2, a.integer(1, 3), a.integer(2, 1), a.integer_or_none(3, -1),
                                                             a.integer(4, 1), a.activation(5, act)),
                                   c2, ""};
                    }, false}},
@@ -336,7 +352,7 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
     a.at_least(1, "[k, s, p]");
     a.at_most(3, "[k, s, p]");
     const int64_t k = a.integer(0, 1);
-    return {std::make_shared<MaxPool>(k, a.integer(1, k), a.integer(2, 0)), c1, ""};
+    return {std::make_shared<MaxPool>(k, a.integer_or_none(1, k), a.integer(2, 0)), c1, ""};
   }
   if (module == "MP") {
     a.at_most(1, "[k]");
