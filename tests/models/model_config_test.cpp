@@ -214,6 +214,15 @@ TEST(ModelConfigErrors, NoneOnlyWhereUpstreamTakesIt) {
   EXPECT_NO_THROW(build_model(parse_model_config(replaced(kTinyHead, "SPPF, [256, 5]", "nn.MaxPool2d, [3, None, 1]"), "ok.yaml")));
 }
 
+// A padding that breaks the halvings (a 6x6 stride-2 Conv padded by 64 makes 256 -> 186 instead of 128):
+// the levels' grids give strides 256 / 12 = 21.3 and 256 / 6 = 42.7; an error, not a model of fractional
+// strides (the FLOP count at twice the largest stride then failed with LibTorch's bare message).
+TEST(ModelConfigErrors, FractionalStridesAreRefused) {
+  const std::string msg = error_of(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, 64]"));
+  EXPECT_NE(msg.find("bad.yaml: the detection levels' strides are "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not whole numbers"), std::string::npos) << msg;
+}
+
 TEST(ModelConfigErrors, UpsampleFactorsOutOfRange) {
   const std::string yolo_head = replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[-1, 1, nn.Upsample, [None, 2, 'nearest']],");
   for (const char* factor : {"0", "-2", "1e9", ".nan"}) {

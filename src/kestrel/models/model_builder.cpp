@@ -2,6 +2,7 @@
 #include <cfenv>
 #include <cmath>
 #include <functional>
+#include <iomanip>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -166,6 +167,12 @@ int64_t anchors_per_level(const YAML::Node& anchors, const std::string& where) {
   } catch (const YAML::Exception&) {
     fail(where, ": 'anchors' must be a list of [w, h, ...] lists or an integer, got '", anchors.Scalar(), "'");
   }
+}
+
+std::string render_strides(const std::vector<double>& strides) {
+  std::string out;
+  for (double s : strides) out += (out.empty() ? "" : ", ") + cat(std::setprecision(4), s);
+  return out;
 }
 
 // Anchors from the config (a list per level, or an int = anchors per level) in pixels.
@@ -489,12 +496,21 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
     info.push_back(row);
   }
   if (!head) fail(cfg.source, ": the last layer must be the detection head (Detect, IDetect or IAuxDetect)");
+  std::shared_ptr<YoloModel> model;
   try {
-    return std::make_shared<YoloModel>(cfg.name(), cfg.ch, layers, info, head);  // runs a probe image through
+    model = std::make_shared<YoloModel>(cfg.name(), cfg.ch, layers, info, head);  // runs a probe image through
   } catch (const c10::Error& e) {
     fail(cfg.source, ": the network cannot run a 256 x 256 probe image (layers whose feature maps do not line "
                      "up?): ", e.what_without_backtrace());
   }
+  // Each level's stride is 256 / its grid size: a padding or stride that breaks the halvings (a Conv with
+  // padding 64) gives 256 / 12 = 21.3, and grids that no image size fills (upstream would go on with it).
+  for (double stride : model->head().strides())
+    if (stride != std::floor(stride))
+      fail(cfg.source, ": the detection levels' strides are ", render_strides(model->head().strides()),
+           " (256 / their grid sizes on a 256 x 256 probe), not whole numbers: a layer's stride or padding does not "
+           "halve the feature maps as the head's inputs need");
+  return model;
 }
 
 }  // namespace kestrel::models

@@ -38,7 +38,13 @@ double conv_gflops(YoloModel& model, int64_t img) {
   const int64_t probe = 2 * stride;
   FlopCounter counter;
   auto param = model.parameters().front();
-  model.forward(at::zeros({1, model.in_channels(), probe, probe}, param.options()));
+  try {
+    model.forward(at::zeros({1, model.in_channels(), probe, probe}, param.options()));
+  } catch (const c10::Error& e) {
+    model.train(was_training);
+    fail(model.name(), ": the network cannot run a ", probe, " x ", probe, " image (twice its largest stride) to count ",
+         "its FLOPs: ", e.what_without_backtrace());
+  }
   model.train(was_training);
   const double scale = static_cast<double>(img) / static_cast<double>(probe);
   return counter.flops() * scale * scale / 1e9;
