@@ -211,7 +211,8 @@ TEST(ModelConfigErrors, NoneOnlyWhereUpstreamTakesIt) {
   conv = conv0(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, None, 1, 1, None]"));
   ASSERT_TRUE(conv);
   EXPECT_EQ(conv->activation().kind, Activation::Kind::Identity);
-  EXPECT_NO_THROW(build_model(parse_model_config(replaced(kTinyHead, "SPPF, [256, 5]", "nn.MaxPool2d, [3, None, 1]"), "ok.yaml")));
+  // MaxPool2d(2, stride=None): the stride is the kernel, 2
+  EXPECT_NO_THROW(build_model(parse_model_config(replaced(kTinyHead, "SPPF, [256, 5]", "nn.MaxPool2d, [2, None, 0]"), "ok.yaml")));
 }
 
 // A padding that breaks the halvings (a 6x6 stride-2 Conv padded by 64 makes 256 -> 186 instead of 128):
