@@ -549,7 +549,7 @@ void run_detect(const DetectOptions& o) {
 void add_detect_command(CLI::App& app) {
   auto o = std::make_shared<DetectOptions>();
   auto* cmd = app.add_subcommand("detect", "detect objects in images and videos (a file, a folder, a glob or a .txt list), a camera or a stream URL");
-  cmd->add_option("--weights", o->weights, "kestrel weights (.safetensors)")->required();
+  add_one_weights_option(cmd, o->weights, "kestrel weights (.safetensors)", "detect.py would ensemble them");
   cmd->add_option("--data", o->data, "dataset YAML (optional, as detect.py: kestrel weights carry their class names; "
                   "a warning when the YAML's differ or it cannot be read)");
   cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (images first, as detect.py), camera index (0), stream URL (rtsp://, rtmp://, http(s)://) or .streams list of them (one per line, each read on its own thread)")

@@ -121,7 +121,8 @@ void run_export(const ExportOptions& o) {
 void add_export_command(CLI::App& app) {
   auto opts = std::make_shared<ExportOptions>();
   auto* cmd = app.add_subcommand("export", "export trained weights for deployment (ONNX, decode included)");
-  cmd->add_option("--weights", opts->weights, "kestrel weights file (.safetensors)")->required();
+  add_one_weights_option(cmd, opts->weights, "kestrel weights file (.safetensors)",
+                         "export.py exports each in turn: run kestrel export once per file");
   cmd->add_option("--include,--format", opts->formats,
                   "export formats: onnx (export.py's others are not written: a warning says how to make each from the "
                   "ONNX file; without onnx, an error)")

@@ -46,7 +46,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--rect", o->rect, "rectangular training: no mosaic, no shuffling, each batch letterboxed to its aspect ratio");
   cmd->add_option("--resume", o->resume,
                   "continue a run: its folder or weights/last.state.safetensors; a bare --resume: the newest run under --project")
-      ->expected(0, 1)->default_str(kLatestRun);
+      ->expected(0, 1)->default_str(kLatestRun)->option_text("[RUN]");  // help: off unless given
   cmd->add_flag("--nosave", o->nosave, "only save the final checkpoint");
   cmd->add_flag("--noval,--notest", o->noval, "only validate after the final epoch");
   cmd->add_flag("--noplots", o->noplots, "save no plot files");
@@ -55,7 +55,7 @@ void add_train_command(CLI::App& app) {
   auto* cache = cmd->add_option("--cache", o->cache,
                                 "cache resized images (default: none; a bare --cache: ram): ram, disk (.npy next to each image), or val "
                                 "(the validation images only, in RAM)")
-      ->expected(0, 1)->default_str("ram")->check(CLI::IsMember({"ram", "disk", "val"}));
+      ->expected(0, 1)->default_str("ram")->check(CLI::IsMember({"ram", "disk", "val"}))->option_text("[ram|disk|val]");
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu; default: the first GPU if any");
   cmd->add_flag("--multi-scale", o->multi_scale, "vary image size +/- 50% per batch");
   cmd->add_flag("--single-cls", o->single_cls, "train as a single-class dataset");
@@ -129,7 +129,7 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 1024));
   auto generations = std::make_shared<int>(0);
   cmd->add_option("--evolve", *generations, "evolve the hyperparameters for N generations (default 300) into runs/evolve")
-      ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000));
+      ->expected(0, 1)->default_str("300")->check(CLI::Range(1, 100000))->option_text("[N]");
   // YOLOv5 HEAD's genetic algorithm instead of v7.0's mutation of the fittest rows (evolve_population.h).
   auto population = std::make_shared<train::PopulationOptions>();
   auto* seed_dir = cmd->add_option("--evolve_population,--evolve-population", population->seed_dir,

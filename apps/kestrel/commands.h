@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace kestrel::app {
 
@@ -23,6 +24,23 @@ inline CLI::Validator integer_where(std::function<bool(long long)> allowed, cons
         return allowed(v) ? std::string() : "expected " + expected + ", got " + s;
       },
       expected);
+}
+
+// --weights of a command that runs one model. Upstream's scripts take several (detect.py ensembles them,
+// export.py exports each in turn); more than one here is an error saying what upstream would have done.
+inline CLI::Option* add_one_weights_option(CLI::App* cmd, std::string& weights, const std::string& help,
+                                           const std::string& upstream_would) {
+  return cmd
+      ->add_option_function<std::vector<std::string>>(
+          "--weights",
+          [&weights, upstream_would](const std::vector<std::string>& files) {
+            if (files.size() > 1)
+              throw CLI::ValidationError("--weights", std::to_string(files.size()) + " files given; kestrel takes one (" +
+                                                          upstream_would + ")");
+            weights = files.front();
+          },
+          help)
+      ->required();
 }
 
 void add_env_command(CLI::App& app);

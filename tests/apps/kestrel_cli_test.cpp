@@ -42,6 +42,14 @@ TEST(Cli, BadInputGivesAClearErrorAndExitCode) {
   r = kestrel("models --img 7");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--img"), std::string::npos) << r.output;
+  // Several --weights (upstream's detect.py ensembles them, export.py exports each): one, said so.
+  r = kestrel("detect --weights a.safetensors b.safetensors --source x");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--weights: 2 files given; kestrel takes one (detect.py would ensemble them)"), std::string::npos)
+      << r.output;
+  r = kestrel("export --weights a.safetensors b.safetensors c.safetensors");
+  EXPECT_NE(r.output.find("--weights: 3 files given; kestrel takes one (export.py exports each"), std::string::npos)
+      << r.output;
   r = kestrel("frobnicate");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("error: unknown subcommand 'frobnicate' (one of: train, val, detect"), std::string::npos) << r.output;

@@ -48,11 +48,16 @@ int env_int(const char* name, int fallback, int min_value, int max_value) {
   return static_cast<int>(x);
 }
 
-// The rendezvous of the process group failed: name who is missing and where.
+// The rendezvous of the process group failed: name who is missing and where. Before the timeout (`started`
+// is when this rank began to wait) the other side closed its connection: it exited, with its own message.
 [[noreturn]] void fail_join(const std::string& where, int rank, int world_size, std::chrono::seconds timeout,
-                            const std::string& detail) {
+                            std::chrono::steady_clock::time_point started, const std::string& detail) {
   std::string missing = rank == 0 ? (world_size == 2 ? std::string("rank 1") : cat("ranks 1..", world_size - 1))
                                   : std::string("rank 0 (or another rank)");
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+  if (waited < timeout * 9 / 10)  // well before: not a timeout
+    fail("distributed: rank ", rank, " of ", world_size, ": ", missing, " left ", where, " after ",
+         waited.count() / 1000, " s (exited? its own error says why) (", detail, ")");
   fail("distributed: rank ", rank, " of ", world_size, ": ", missing, " did not join within ", timeout.count(),
        " s at ", where, " (", detail, ")");
 }
@@ -169,12 +174,13 @@ DistContext init_with_store(const c10::intrusive_ptr<c10d::Store>& store, int ra
          ": ", first_line(e.what()));
   }
   options->threads = 2;
+  const auto started = std::chrono::steady_clock::now();
   try {
     // The constructor connects to every other rank through the store (full mesh); it throws after
     // `timeout` when a rank never publishes its address.
     ctx.group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
   } catch (const std::exception& e) {
-    fail_join("the Gloo rendezvous", rank, world_size, timeout, first_line(e.what()));
+    fail_join("the Gloo rendezvous", rank, world_size, timeout, started, first_line(e.what()));
   }
   return ctx;
 #else
@@ -202,6 +208,7 @@ DistContext init(const DistEnv& env, const c10::Device& device, std::chrono::sec
   o.multiTenant = true;
   const std::string where = cat("MASTER_ADDR:MASTER_PORT=", env.master_addr, ":", env.master_port);
   c10::intrusive_ptr<c10d::Store> store;
+  const auto started = std::chrono::steady_clock::now();
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   } catch (const std::exception& e) {
@@ -209,7 +216,7 @@ DistContext init(const DistEnv& env, const c10::Device& device, std::chrono::sec
     if (o.isServer && (what.find("in use") != std::string::npos || what.find("bind") != std::string::npos))
       fail("distributed: rank 0 cannot host the store at ", where, ": ", what,
            " (another job on this port? under torchrun set TORCHELASTIC_USE_AGENT_STORE=True)");
-    if (o.isServer) fail_join(cat("the TCP store ", where), env.rank, env.world_size, timeout, what);
+    if (o.isServer) fail_join(cat("the TCP store ", where), env.rank, env.world_size, timeout, started, what);
     fail("distributed: rank ", env.rank, " of ", env.world_size, " could not reach the store at ", where,
          " within ", timeout.count(), " s (is rank 0 running, MASTER_ADDR reachable?): ", what);
   }
