@@ -83,9 +83,10 @@ LoadedModel load_model_weights(const std::string& path) {
   int64_t file_values = 0;
   for (const auto& [key, tensor] : file.tensors) file_values += tensor.numel();  // each below 2^63 bytes, all in memory
   {
-    // A network that matches the file needs as many values as its tensors hold: a bigger one is refused
-    // before it is allocated.
-    ParameterBudget budget(file_values);
+    // A network that matches the file needs as many values as its tensors hold. One much bigger (a config
+    // edited to width_multiple 100) is refused before it is allocated; up to twice the file's values (plus
+    // a million) it is built, so that the strict load below names the tensors missing or of other shapes.
+    ParameterBudget budget(2 * file_values + 1'000'000);
     try {
       // The source name keeps ModelConfig::name() = the original config's stem.
       const ModelConfig cfg = parse_model_config(out.info.model_yaml, out.info.model_name + ".yaml");
