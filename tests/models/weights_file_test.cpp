@@ -80,6 +80,16 @@ TEST(WeightsFile, MoreClassNamesThanTheHeadHoldsIsAnError) {
   EXPECT_NE(message.find("model.24.m.0.weight"), std::string::npos) << message;
 }
 
+// last.state.safetensors given where weights go (detect, val, export, train --weights): named as what it is.
+TEST(WeightsFile, ATrainingStateIsNamedWithTheWeightsToGiveInstead) {
+  test::TempDir dir;
+  const std::string state = dir.file("last.state.safetensors");
+  save_safetensors(state, {{"model.0.conv.weight", at::zeros({2})}}, {{"format", "kestrel-train-state-1"}});
+  const std::string message = test::error_message([&] { load_model_weights(state); });
+  EXPECT_NE(message.find(state + ": a training state"), std::string::npos) << message;
+  EXPECT_NE(message.find("weights/last.safetensors and best.safetensors"), std::string::npos) << message;
+}
+
 // A tensor missing from the file (removed by hand): the network is built and the strict load names it,
 // rather than the budget refusing a network bigger than the file by that tensor.
 TEST(WeightsFile, AMissingTensorIsNamed) {

@@ -58,6 +58,10 @@ LoadedModel load_model_weights(const std::string& path) {
   SafetensorsContents file = load_safetensors(path);
   const auto& m = file.metadata;
   const auto format = m.find("format");
+  // A training state (train/training_state.h's format) given for weights: say which file to give.
+  if (format != m.end() && format->second == "kestrel-train-state-1")
+    fail(path, ": a training state (optimiser, EMA, progress), which `train --resume` reads; the weights of the ",
+         "same run are weights/last.safetensors and best.safetensors next to it");
   if (format == m.end() || format->second != kFormat)
     fail(path, ": not a kestrel weights file (no '", kFormat, "' format tag in its metadata)");
   for (const char* key : {"model_yaml", "model_name", "names"})
