@@ -12,6 +12,7 @@
 #include <iterator>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <sys/stat.h>
 
@@ -394,6 +395,23 @@ TEST(ImageFiles, GlobPatterns) {
   EXPECT_EQ(std::count(all.begin(), all.end(), dir.file("d/a.jpg")) + std::count(all.begin(), all.end(), dir.file("d/sub/loop/a.jpg")), 1)
       << all.size() << " files";
   EXPECT_EQ(list_files({dir.file("d/**/*.jpg")}, "--source", images).size(), all.size() - 2);  // less .cache/h.jpg, b.png
+}
+
+// A file given by name that is of no supported kind (a README passed as --source) is named as such, not
+// as missing; the formats the message lists are the ones has_image_extension takes.
+TEST(ImageFiles, AFileOfAnotherKindIsNamed) {
+  test::TempDir dir;
+  test::write_file(dir.file("README.md"), "text");
+  const auto images = [](const std::string& path) { return has_image_extension(path); };
+  const std::string message = test::error_message([&] { list_files({dir.file("README.md")}, "--source", images); });
+  EXPECT_NE(message.find("--source: " + dir.file("README.md") + " is not a file of a supported format (.md; supported images: "),
+            std::string::npos) << message;
+  EXPECT_NE(test::error_message([&] { list_files({dir.file("none.jpg")}, "--source", images); }).find("does not exist"),
+            std::string::npos);
+  std::istringstream formats(std::string(kImageFormatsText).substr(std::string("images:").size()));
+  int listed = 0;
+  for (std::string ext; formats >> ext; ++listed) EXPECT_TRUE(has_image_extension("x." + ext)) << ext;
+  EXPECT_EQ(listed, 10);
 }
 
 TEST(DatasetConfig, DemoYamlAndErrors) {

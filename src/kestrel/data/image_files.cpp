@@ -109,7 +109,7 @@ std::vector<std::string> list_images(const std::vector<std::string>& entries, co
 }
 
 std::vector<std::string> list_files(const std::vector<std::string>& entries, const std::string& source,
-                                    const std::function<bool(const std::string&)>& wanted) {
+                                    const std::function<bool(const std::string&)>& wanted, const std::string& supported) {
   std::vector<std::string> images;
   for (const auto& entry : entries) {
     std::error_code ec;
@@ -139,6 +139,10 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
       }
     } else if (fs::is_regular_file(entry, ec) && wanted(entry)) {
       images.push_back(entry);
+    } else if (fs::exists(entry, ec) && !fs::is_directory(entry, ec)) {  // a file of another kind
+      const std::string ext = fs::path(entry).extension().string();
+      fail(source, ": ", entry, " is not a file of a supported format (", ext.empty() ? "no extension" : ext,
+           "; supported ", supported, "; or a folder or .txt list of them)");
     } else {
       fail(source, ": ", entry, " does not exist (expected a folder of images, a .txt list or an image)");
     }
