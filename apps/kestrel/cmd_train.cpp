@@ -1,5 +1,6 @@
 // kestrel train: YOLOv5/YOLOv7 train.py's flags (same names and defaults where kestrel has them).
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -83,11 +84,19 @@ void add_train_command(CLI::App& app) {
           ->capture_default_str());
   cmd->add_option("--freeze", o->freeze, "freeze the first N layers, or several layer indices")->capture_default_str();
   cmd->add_option("--save-period,--save_period", o->save_period, "also save weights every N epochs")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "global seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "global seed")->capture_default_str()  // numpy's seeds are >= 0 too
+      ->check(integer_where([](long long v) { return v >= 0; }, "a seed >= 0"));
   cmd->add_option("--amp", o->amp, "mixed precision: auto (fp16 on CUDA, off on CPU), fp16, bf16, off")
       ->capture_default_str()->check(CLI::IsMember({"auto", "fp16", "bf16", "off"}));
   cmd->add_option("--loss-scale", o->loss_scale, "initial dynamic loss scale for fp16")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(s.c_str(), &end);
+            return !s.empty() && *end == '\0' && std::isfinite(v) && v > 0 ? std::string()
+                                                                          : "expected a positive number, got " + s;
+          },
+          "POSITIVE"));
   cmd->add_flag("--check-nans", o->check_nans, "stop at the first non-finite loss and say where (reads the loss back every step: the GPU is drained each time)");
   cmd->add_flag("--freeze-bn", o->freeze_bn, "keep BatchNorm statistics fixed");
   cmd->add_option("--checkpoint", o->checkpoint,

@@ -300,6 +300,13 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --amp fp8");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--amp"), std::string::npos) << r.output;
+  // A negative seed (numpy refuses one upstream) did wrap to 2^64 - 1; a loss scale of 0 printed DBL_MAX.
+  r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --seed -1");
+  EXPECT_NE(r.output.find("--seed: expected a seed >= 0, got -1"), std::string::npos) << r.output;
+  for (const char* scale : {"0", "-1", "inf", "nan", "x"}) {
+    r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --loss-scale " + scale);
+    EXPECT_NE(r.output.find(std::string("--loss-scale: expected a positive number, got ") + scale), std::string::npos) << r.output;
+  }
   test::write_file(dir.file("fake.safetensors"), "not a safetensors file at all");
   r = test::run_command(test::kestrel_binary() + " val --weights " + dir.file("fake.safetensors"));
   EXPECT_EQ(r.exit_code, 1);
