@@ -305,6 +305,26 @@ TEST(Collate, ChannelsBoxesClippingAndCapacityByHand) {
   EXPECT_EQ(all.dropped_boxes, 1);
 }
 
+// A box reaching the bottom-right corner: YOLOv5 clips it to size - 1e-3 (xyxy2xywhn(clip=True, eps=1e-3)),
+// YOLOv7 keeps the size (its __getitem__ converts without a clip; its augmentations clip to [0, size]).
+TEST(Collate, EdgeMarginIsYolov5sClipOrNone) {
+  const Sample s{cv::Mat(64, 32, CV_8UC3, cv::Scalar(0, 0, 0)), {{0, 16, 32, 32, 64}}, {}};
+  std::vector<float> widths;
+  for (float margin : {1e-3f, 0.f}) {
+    BatchWriter writer(1, 2, false, 1.f, margin);
+    writer.add(s, SampleMeta{});
+    const Batch b = writer.finish();
+    const float x2 = 32 - margin, y2 = 64 - margin;  // float32, as upstream's tensors
+    EXPECT_EQ(b.targets[0][0][1].item<float>(), (16 + x2) / 2 / 32) << margin;
+    EXPECT_EQ(b.targets[0][0][2].item<float>(), (32 + y2) / 2 / 64) << margin;
+    EXPECT_EQ(b.targets[0][0][3].item<float>(), (x2 - 16) / 32) << margin;
+    EXPECT_EQ(b.targets[0][0][4].item<float>(), (y2 - 32) / 64) << margin;
+    widths.push_back(b.targets[0][0][3].item<float>());
+  }
+  EXPECT_EQ(widths[1], 0.5f);  // YOLOv7: exactly half the image
+  EXPECT_LT(widths[0], widths[1]);
+}
+
 TEST(Collate, WriterTakesSamplesOneAtATimeAndChecksTheCount) {
   Sample a{cv::Mat(8, 6, CV_8UC3, cv::Scalar(10, 20, 30)), {{1, 0, 0, 3, 4}}, {}};
   Sample b{cv::Mat(8, 6, CV_8UC3, cv::Scalar(40, 50, 60)), {}, {}};

@@ -238,7 +238,8 @@ mean_f = F.mean(axis=0)
 padded = np.concatenate([np.full(50, mean_f[0]), mean_f, np.full(50, mean_f[-1])])
 smoothed = np.array([padded[i:i + 101].mean() for i in range(1000)])
 best = int(np.argmax(smoothed if SMOOTH else mean_f))
-print('RESULT ' + json.dumps({'ap': AP.tolist(), 'p': P[:, best].tolist(), 'r': R[:, best].tolist(),
+print('RESULT ' + json.dumps({'ap': AP.tolist(), 'map50': float(AP[:, 0].mean()), 'map': float(AP.mean(1).mean()),
+                              'p': P[:, best].tolist(), 'r': R[:, best].tolist(),
                               'f1': F[:, best].tolist(), 'conf': float(grid[best]), 'classes': labels.tolist()}))
 )PY";
 
@@ -289,11 +290,14 @@ TEST(ApMetrics, ApPerClassMatchesNumpy) {
       ASSERT_EQ(r.classes.numel(), static_cast<int64_t>(expected["classes"].size()));
       EXPECT_NEAR(r.best_confidence, expected["conf"].get<double>(), 1e-12);
       for (int64_t k = 0; k < r.classes.numel(); ++k) {
-        for (int t = 0; t < 10; ++t) EXPECT_NEAR(r.ap[k][t].item<double>(), expected["ap"][k][t].get<double>(), 1e-9);
+        // AP to the last bit: numpy's interp and trapz, summation order included
+        for (int t = 0; t < 10; ++t) EXPECT_EQ(r.ap[k][t].item<double>(), expected["ap"][k][t].get<double>()) << k << " " << t;
         EXPECT_NEAR(r.precision[k].item<double>(), expected["p"][k].get<double>(), 1e-9);
         EXPECT_NEAR(r.recall[k].item<double>(), expected["r"][k].get<double>(), 1e-9);
         EXPECT_NEAR(r.f1[k].item<double>(), expected["f1"][k].get<double>(), 1e-9);
       }
+      EXPECT_EQ(r.map50, expected["map50"].get<double>());  // val.py's means, numpy's order
+      EXPECT_EQ(r.map, expected["map"].get<double>());
       EXPECT_GT(r.map50, 0.1);  // a meaningful, not degenerate, case
       EXPECT_LT(r.map50, 0.9);
     }

@@ -56,5 +56,26 @@ TEST(Detect, BuiltModelsPickThePriorByFamily) {
   }
 }
 
+// The xy decode in each upstream's own order, to the bit: YOLOv5 v7.0's Detect (xy * 2 + (grid - 0.5)) *
+// stride, YOLOv7's Detect and IDetect (xy * 2 - 0.5 + grid) * stride. Where sigmoid < 0.25, 2 s - 0.5 is
+// not exact in float32 and the two round differently; a kestrel val of a YOLOv7 model matches YOLOv7's.
+TEST(Detect, DecodeFollowsEachFamilysOrder) {
+  const std::vector<std::vector<double>> anchors{{10, 13}, {30, 61}, {116, 90}};  // one anchor a level
+  const at::Tensor logits = at::randn({1, 1, 40, 40, 7}, at::TensorOptions().dtype(at::kFloat)) * 3;
+  const auto yx = at::meshgrid({at::arange(40, at::kFloat), at::arange(40, at::kFloat)}, "ij");
+  const at::Tensor cell = at::stack({yx[1], yx[0]}, 2).view({1, 1, 40, 40, 2});
+  const at::Tensor s = logits.sigmoid().narrow(4, 0, 2);
+  const at::Tensor v5 = ((s * 2 + (cell - 0.5)) * 8.0).reshape({1, -1, 2});
+  const at::Tensor v7 = ((s * 2 - 0.5 + cell) * 8.0).reshape({1, -1, 2});
+  ASSERT_FALSE(at::equal(v5, v7)) << "the case should tell the two orders apart";
+  for (const auto& [implicit, family] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false}}) {
+    const auto head = std::make_shared<Detect>(2, anchors, std::vector<int64_t>{4, 4, 4}, implicit);
+    head->initialize({8, 16, 32}, family);
+    std::vector<at::Tensor> levels{logits, at::zeros({1, 1, 20, 20, 7}), at::zeros({1, 1, 10, 10, 7})};
+    const at::Tensor xy = head->decode(levels).narrow(1, 0, 40 * 40).narrow(2, 0, 2);
+    EXPECT_TRUE(at::equal(xy, implicit || family ? v7 : v5)) << implicit << family;
+  }
+}
+
 }  // namespace
 }  // namespace kestrel::models

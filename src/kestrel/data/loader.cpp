@@ -21,8 +21,9 @@
 
 namespace kestrel::data {
 
-BatchWriter::BatchWriter(int64_t batch_size, int max_boxes, bool pin_memory, float min_box_pixels)
-    : batch_size_(batch_size), max_boxes_(max_boxes), pin_memory_(pin_memory), min_box_pixels_(min_box_pixels) {
+BatchWriter::BatchWriter(int64_t batch_size, int max_boxes, bool pin_memory, float min_box_pixels, float edge_margin)
+    : batch_size_(batch_size), max_boxes_(max_boxes), pin_memory_(pin_memory), min_box_pixels_(min_box_pixels),
+      edge_margin_(edge_margin) {
   if (batch_size < 1) fail("collate: no samples");
   if (max_boxes < 0) fail("collate: max_boxes must be >= 0, got ", max_boxes);
   batch_.meta.reserve(static_cast<size_t>(batch_size));
@@ -55,8 +56,8 @@ void BatchWriter::add(const Sample& s, const SampleMeta& meta) {
   bool* mask = batch_.target_mask.data_ptr<bool>();
   int64_t kept = 0;
   for (const Box& box : s.boxes) {
-    const float x1 = std::clamp(box.x1, 0.f, w - 1e-3f), x2 = std::clamp(box.x2, 0.f, w - 1e-3f);
-    const float y1 = std::clamp(box.y1, 0.f, h - 1e-3f), y2 = std::clamp(box.y2, 0.f, h - 1e-3f);
+    const float x1 = std::clamp(box.x1, 0.f, w - edge_margin_), x2 = std::clamp(box.x2, 0.f, w - edge_margin_);
+    const float y1 = std::clamp(box.y1, 0.f, h - edge_margin_), y2 = std::clamp(box.y2, 0.f, h - edge_margin_);
     if (x2 - x1 < min_box_pixels_ || y2 - y1 < min_box_pixels_) continue;
     if (kept == max_boxes_) {
       ++batch_.dropped_boxes;
@@ -183,7 +184,9 @@ Batch DataLoader::build_batch(int64_t batch) const {
   const size_t start = static_cast<size_t>(batch) * b, end = std::min(order_.size(), start + b);
   // Validation keeps every label, however small (as upstream val.py: its gt count includes them).
   const float min_box_pixels = dataset_->options().augment ? 1.f : 0.f;
-  BatchWriter writer(static_cast<int64_t>(end - start), options_.max_boxes, options_.pin_memory, min_box_pixels);
+  const float edge_margin = dataset_->options().dialect == Dialect::yolov7 ? 0.f : 1e-3f;  // BatchWriter's note
+  BatchWriter writer(static_cast<int64_t>(end - start), options_.max_boxes, options_.pin_memory, min_box_pixels,
+                     edge_margin);
   // Rectangular batches: one shape for the batch, its first sample's (the padding that evens the ranks
   // wraps around to the epoch's first samples, of another shape).
   const std::optional<size_t> shape_batch =

@@ -94,11 +94,12 @@ class DataLoader {
 
 // Collates samples (same image size) into a Batch, one at a time (the loader adds each as soon as it is
 // made, while its pixels are in cache): HWC BGR -> CHW RGB bytes, boxes -> normalised cxcywh clipped to
-// the image (upstream xyxy2xywhn(clip=True, eps=1e-3)), boxes narrower or lower than min_box_pixels
-// after clipping dropped (training: 1; validation: 0, every label counts). Reusable after finish().
+// [0, size - edge_margin] (YOLOv5's xyxy2xywhn(clip=True, eps=1e-3): 1e-3; YOLOv7 converts without a clip,
+// its augmentations having clipped to [0, size]: 0), boxes narrower or lower than min_box_pixels after
+// clipping dropped (training: 1; validation: 0, every label counts). Reusable after finish().
 class BatchWriter {
  public:
-  BatchWriter(int64_t batch_size, int max_boxes, bool pin_memory, float min_box_pixels = 1.f);
+  BatchWriter(int64_t batch_size, int max_boxes, bool pin_memory, float min_box_pixels = 1.f, float edge_margin = 1e-3f);
   // The first sample sets the image size (the tensors are allocated then); the others must match.
   void add(const Sample& sample, const SampleMeta& meta);
   Batch finish();  // fails unless batch_size samples were added
@@ -107,7 +108,7 @@ class BatchWriter {
   int64_t batch_size_;
   int max_boxes_;
   bool pin_memory_;
-  float min_box_pixels_;
+  float min_box_pixels_, edge_margin_;
   int64_t added_ = 0;
   Batch batch_;
 };

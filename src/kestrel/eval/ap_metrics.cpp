@@ -59,6 +59,34 @@ double interp(double x, const std::vector<double>& xp, const std::vector<double>
   return slope * (x - xp[j]) + fp[j];
 }
 
+// numpy's sum of a contiguous float64 array (np.sum, np.mean, np.trapz's .sum()): pairwise, eight running
+// sums per block of up to 128 values, so that APs and their means equal upstream's to the last bit.
+double numpy_sum(const double* a, size_t n) {
+  if (n < 8) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) sum += a[i];
+    return sum;
+  }
+  if (n <= 128) {
+    double r[8];
+    std::copy(a, a + 8, r);
+    size_t i = 8;
+    for (; i < n - n % 8; i += 8)
+      for (size_t j = 0; j < 8; ++j) r[j] += a[i + j];
+    double sum = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) sum += a[i];
+    return sum;
+  }
+  size_t half = n / 2;
+  half -= half % 8;
+  return numpy_sum(a, half) + numpy_sum(a + half, n - half);
+}
+
+double numpy_mean(const at::Tensor& values) {  // a contiguous float64 vector
+  const at::Tensor v = values.contiguous();
+  return numpy_sum(v.data_ptr<double>(), static_cast<size_t>(v.numel())) / static_cast<double>(v.numel());
+}
+
 // YOLOv5's compute_ap: sentinels (recall 0 -> precision 1, recall 1 -> precision 0), precision envelope,
 // trapezoid rule over the envelope sampled at 101 recall points. YOLOv7's default puts the last sentinel
 // at the last recall + 0.01 instead of 1 (`v7_sentinel`): the curve drops to 0 just after the last point.
@@ -74,13 +102,15 @@ double compute_ap(const std::vector<double>& recall, const std::vector<double>& 
   if (px && envelope)
     for (size_t k = 0; k < px->size(); ++k) envelope[k] = interp((*px)[k], mrec, mpre, mpre.front(), mpre.back());
   static const std::vector<double> x = unit_linspace(101);
-  double area = 0, previous = interp(x[0], mrec, mpre, mpre.front(), mpre.back());
+  // np.trapz: (diff(x) * (y[1:] + y[:-1]) / 2.0).sum(), numpy's summation order included.
+  std::vector<double> trapezoids(x.size() - 1);
+  double previous = interp(x[0], mrec, mpre, mpre.front(), mpre.back());
   for (size_t i = 1; i < x.size(); ++i) {
     const double y = interp(x[i], mrec, mpre, mpre.front(), mpre.back());
-    area += (x[i] - x[i - 1]) * (y + previous) / 2.0;
+    trapezoids[i - 1] = (x[i] - x[i - 1]) * (y + previous) / 2.0;
     previous = y;
   }
-  return area;
+  return numpy_sum(trapezoids.data(), trapezoids.size());
 }
 
 // Box filter over fraction f of the curve, ends padded with the end values (upstream's smooth()).
@@ -274,10 +304,13 @@ ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const
   take_operating_point(p, r, counts, /*smoothed=*/style == MetricStyle::yolov5, out);
   std::copy(p.begin(), p.end(), out.precision_curve.data_ptr<double>());
   std::copy(r.begin(), r.end(), out.recall_curve.data_ptr<double>());
-  out.mp = out.precision.mean().item<double>();
-  out.mr = out.recall.mean().item<double>();
-  out.map50 = out.ap.select(1, 0).mean().item<double>();
-  out.map = out.ap.mean(1).mean().item<double>();
+  // val.py's means, in numpy's summation order: ap.mean(1) per class, then over the classes.
+  out.mp = numpy_mean(out.precision);
+  out.mr = numpy_mean(out.recall);
+  out.map50 = numpy_mean(out.ap.select(1, 0));
+  at::Tensor class_map = at::empty({nc}, f64);
+  for (int64_t c = 0; c < nc; ++c) class_map[c] = numpy_mean(out.ap[c]);
+  out.map = numpy_mean(class_map);
   return out;
 }
 

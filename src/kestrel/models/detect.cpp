@@ -110,11 +110,19 @@ at::Tensor Detect::decode(const std::vector<at::Tensor>& levels) const {
     const at::Tensor& p = levels[i];  // [b, na, ny, nx, no]
     const int64_t b = p.size(0), ny = p.size(2), nx = p.size(3);
     auto opts = p.options();
-    auto yx = at::meshgrid({at::arange(ny, opts), at::arange(nx, opts)}, "ij");
-    at::Tensor grid = at::stack({yx[1], yx[0]}, 2).view({1, 1, ny, nx, 2}) - 0.5;         // cell corner - 0.5
     at::Tensor anchor_px = (anchors_[i] * strides_[i]).to(opts).view({1, na_, 1, 1, 2});  // pixels
     at::Tensor y = p.sigmoid();
-    at::Tensor xy = (y.narrow(4, 0, 2) * 2 + grid) * strides_[i];
+    // The cell offset in each upstream's order, which rounds differently where sigmoid < 0.25: YOLOv5
+    // (2 s + (cell - 0.5)) * stride, its grid in the model's dtype; YOLOv7 (2 s - 0.5 + cell) * stride,
+    // its grid float32 (in fp16 the sum is float32, stored back as half).
+    const auto cells = [&](const at::TensorOptions& o) {
+      auto yx = at::meshgrid({at::arange(ny, o), at::arange(nx, o)}, "ij");
+      return at::stack({yx[1], yx[0]}, 2).view({1, 1, ny, nx, 2});
+    };
+    at::Tensor xy = yolov7_decode_
+                        ? (((y.narrow(4, 0, 2) * 2 - 0.5).to(at::kFloat) + cells(opts.dtype(at::kFloat))) * strides_[i])
+                              .to(p.scalar_type())
+                        : (y.narrow(4, 0, 2) * 2 + (cells(opts) - 0.5)) * strides_[i];
     at::Tensor wh = (y.narrow(4, 2, 2) * 2).pow(2) * anchor_px;
     out.push_back(at::cat({xy, wh, y.narrow(4, 4, no_ - 4)}, 4).view({b, na_ * ny * nx, no_}));
   }
@@ -124,6 +132,7 @@ at::Tensor Detect::decode(const std::vector<at::Tensor>& levels) const {
 void Detect::initialize(const std::vector<double>& strides, bool yolov7_family) {
   if (static_cast<int64_t>(strides.size()) != nl_) fail("Detect: ", strides.size(), " strides for ", nl_, " levels");
   strides_ = strides;
+  yolov7_decode_ = yolov7_family || implicit_;
   torch::NoGradGuard no_grad;
   if (anchors_in_reverse_stride_order(anchors_, strides_)) {
     anchors_.copy_(anchors_.flip(0));
