@@ -56,6 +56,20 @@ TEST(Detect, BuiltModelsPickThePriorByFamily) {
   }
 }
 
+// check_anchor_order in each upstream's form. Level 0 [1x1, 1x1, 200x200], level 1 three 100x100: the mean
+// areas fall (13,334 then 10,000), so YOLOv5 reverses the levels; the first and last anchors' areas rise
+// (1 then 10,000), so YOLOv7 keeps them.
+TEST(Detect, AnchorOrderCheckFollowsEachFamily) {
+  for (const bool family : {false, true}) {
+    const auto head = std::make_shared<Detect>(2, std::vector<std::vector<double>>{{1, 1, 1, 1, 200, 200}, {100, 100, 100, 100, 100, 100}},
+                                               std::vector<int64_t>{4, 4}, false);
+    head->initialize({8, 16}, family);
+    const at::Tensor first = head->anchor_pixels()[0][0];
+    EXPECT_FLOAT_EQ(first[0].item<float>(), family ? 1.f : 100.f) << family;
+    EXPECT_FLOAT_EQ(first[1].item<float>(), family ? 1.f : 100.f) << family;
+  }
+}
+
 // The xy decode in each upstream's own order, to the bit: YOLOv5 v7.0's Detect (xy * 2 + (grid - 0.5)) *
 // stride, YOLOv7's Detect and IDetect (xy * 2 - 0.5 + grid) * stride. Where sigmoid < 0.25, 2 s - 0.5 is
 // not exact in float32 and the two round differently; a kestrel val of a YOLOv7 model matches YOLOv7's.

@@ -24,11 +24,19 @@ class Implicit : public torch::nn::Module {
 };
 
 // Anchor order must follow stride order (small anchors on the fine level), as upstream's
-// check_anchor_order: compares the mean anchor area of the last and first level with their strides.
-bool anchors_in_reverse_stride_order(const at::Tensor& anchors, const std::vector<double>& strides) {
+// check_anchor_order, on anchors in pixels [nl, na, 2]. YOLOv5 compares the mean anchor area of the last
+// and first level, and keeps equal ones; YOLOv7 the area of the very last anchor and the very first, and
+// reverses when the signs differ, equal areas (sign 0) included.
+bool anchors_in_reverse_stride_order(const at::Tensor& anchors, const std::vector<double>& strides, bool yolov7) {
+  const auto sign = [](double v) { return (v > 0) - (v < 0); };
+  const double ds = strides.back() - strides.front();
+  if (yolov7) {
+    const at::Tensor area = anchors.prod(-1).reshape(-1);  // [nl * na]
+    return sign((area[-1] - area[0]).item<double>()) != sign(ds);
+  }
   const at::Tensor area = anchors.prod(-1).mean(-1);  // [nl]
-  const double da = (area[-1] - area[0]).item<double>(), ds = strides.back() - strides.front();
-  return da != 0 && ((da > 0) != (ds > 0));
+  const double da = (area[-1] - area[0]).item<double>();
+  return da != 0 && sign(da) != sign(ds);
 }
 
 }  // namespace
@@ -119,7 +127,7 @@ at::Tensor Detect::decode(const std::vector<at::Tensor>& levels) const {
       auto yx = at::meshgrid({at::arange(ny, o), at::arange(nx, o)}, "ij");
       return at::stack({yx[1], yx[0]}, 2).view({1, 1, ny, nx, 2});
     };
-    at::Tensor xy = yolov7_decode_
+    at::Tensor xy = yolov7_
                         ? (((y.narrow(4, 0, 2) * 2 - 0.5).to(at::kFloat) + cells(opts.dtype(at::kFloat))) * strides_[i])
                               .to(p.scalar_type())
                         : (y.narrow(4, 0, 2) * 2 + (cells(opts) - 0.5)) * strides_[i];
@@ -132,9 +140,9 @@ at::Tensor Detect::decode(const std::vector<at::Tensor>& levels) const {
 void Detect::initialize(const std::vector<double>& strides, bool yolov7_family) {
   if (static_cast<int64_t>(strides.size()) != nl_) fail("Detect: ", strides.size(), " strides for ", nl_, " levels");
   strides_ = strides;
-  yolov7_decode_ = yolov7_family || implicit_;
+  yolov7_ = yolov7_family || implicit_;
   torch::NoGradGuard no_grad;
-  if (anchors_in_reverse_stride_order(anchors_, strides_)) {
+  if (anchors_in_reverse_stride_order(anchors_, strides_, yolov7_)) {
     anchors_.copy_(anchors_.flip(0));
     if (anchor_grid_.defined()) anchor_grid_.copy_(anchor_grid_.flip(0));
   }
@@ -159,7 +167,7 @@ void Detect::set_anchors(const at::Tensor& pixels) {
     fail("Detect::set_anchors: expected anchors [", nl_, ", ", na_, ", 2], got ", pixels.sizes());
   torch::NoGradGuard no_grad;
   at::Tensor p = pixels.detach().to(at::kCPU, at::kFloat).contiguous();
-  if (anchors_in_reverse_stride_order(p, strides_)) p = p.flip(0);
+  if (anchors_in_reverse_stride_order(p, strides_, yolov7_)) p = p.flip(0);
   const at::Tensor stride = at::tensor(strides_, at::kFloat).view({nl_, 1, 1});
   anchors_.copy_(p / stride);  // copy_ keeps the buffer's device and dtype (and every alias of it)
   if (anchor_grid_.defined()) anchor_grid_.copy_(p.view({nl_, 1, na_, 1, 1, 2}));

@@ -52,7 +52,7 @@ class Detect : public Layer {
  private:
   int64_t nc_, no_, nl_, na_;
   bool implicit_;
-  bool yolov7_decode_ = false;  // YOLOv7's models/yolo.py order of the xy decode (initialize's yolov7_family)
+  bool yolov7_ = false;  // YOLOv7's xy decode order and anchor-order check (initialize's yolov7_family)
   std::vector<double> strides_;
   at::Tensor anchors_;      // buffer "anchors"
   at::Tensor anchor_grid_;  // buffer "anchor_grid" [nl, 1, na, 1, 1, 2], pixels (IDetect only)
