@@ -193,11 +193,46 @@ TEST(AutoAnchor, BprOfExactlyTheThresholdSearchesForYolov5Only) {
   const AutoAnchorResult v5 = check_anchors(v5_head, records, 640, o);
   EXPECT_DOUBLE_EQ(v5.before.bpr, 0.98);
   EXPECT_TRUE(v5.searched);
-  o.keep_at_min_bpr = true;
+  o.yolov7 = true;
   models::Detect v7_head = p3_p5_head();
   const AutoAnchorResult v7 = check_anchors(v7_head, records, 640, o);
   EXPECT_DOUBLE_EQ(v7.before.bpr, 0.98);
   EXPECT_FALSE(v7.searched);
+}
+
+// Where k-means cannot run, the dialects part: 4 labels for 9 anchors. YOLOv5 falls back to random anchors
+// refined by the search (utils/autoanchor.py's except branch); YOLOv7's kmean_anchors has no fallback, its
+// check_anchors catches scipy's error and keeps the anchors. Labels all under 2 px (nothing to fit) end
+// the check without an error in either (YOLOv5's check_anchors is @TryExcept; training goes on).
+TEST(AutoAnchor, WhereKmeansCannotRunYolov7KeepsTheAnchors) {
+  std::vector<data::ImageRecord> records;
+  for (const auto& wh : {std::array<float, 2>{6, 200}, {320, 16}, {600, 40}, {8, 300}})  // thin: no anchor fits
+    records.push_back(record(640, 640, {{wh[0] / 640, wh[1] / 640}}));
+  AutoAnchorOptions o;
+  o.generations = 50;
+  for (const bool yolov7 : {false, true}) {
+    o.yolov7 = yolov7;
+    models::Detect head = p3_p5_head();
+    const at::Tensor before = head.anchors().clone();
+    const AutoAnchorResult r = check_anchors(head, records, 640, o);
+    ASSERT_TRUE(r.searched) << r.report;  // BPR 0: a search is due
+    if (yolov7) {
+      EXPECT_NE(r.report.find("k-means cannot place 9 anchors among 4 labels"), std::string::npos) << r.report;
+      EXPECT_TRUE(at::equal(head.anchors(), before));
+    } else {
+      EXPECT_NE(r.report.find("k-means + 50 generations on 4 labels"), std::string::npos) << r.report;
+    }
+  }
+  std::vector<data::ImageRecord> tiny;
+  for (int i = 0; i < 20; ++i) tiny.push_back(record(4000, 3000, {{18.0f / 4000, 19.0f / 3000}}));  // 1.4 px at 320
+  for (const bool yolov7 : {false, true}) {
+    o.yolov7 = yolov7;
+    models::Detect head = p3_p5_head();
+    AutoAnchorResult r;
+    EXPECT_NO_THROW(r = check_anchors(head, tiny, 320, o)) << yolov7;
+    EXPECT_TRUE(r.searched);
+    EXPECT_NE(r.report.find("extremely small objects found: 20 of 20"), std::string::npos) << r.report;
+  }
 }
 
 TEST(AutoAnchor, PoorAnchorsAreReplacedInStrideOrder) {

@@ -52,8 +52,8 @@ double search_fitness(const std::vector<BoxSize>& sizes, const std::vector<BoxSi
   return std::accumulate(part.begin(), part.end(), 0.0) / static_cast<double>(sizes.size());
 }
 
-// Lloyd's iterations from `centres` until the mean distance to the nearest centre improves by no more
-// than 1e-5 (scipy's vq threshold). A centre left without points keeps its place. Returns the mean distance.
+// Lloyd's iterations from `centres` until the mean distance to the nearest centre changes by no more
+// than 1e-5 either way (scipy's _kmeans: abs of the change; a step can raise the mean distance). A centre left without points keeps its place. Returns the mean distance.
 double lloyd(const std::vector<BoxSize>& points, std::vector<BoxSize>& centres) {
   const size_t k = centres.size();
   struct Partial {
@@ -89,7 +89,7 @@ double lloyd(const std::vector<BoxSize>& points, std::vector<BoxSize>& centres) 
     distance /= static_cast<double>(points.size());
     for (size_t j = 0; j < k; ++j)
       if (counts[j]) centres[j] = {sums[j][0] / counts[j], sums[j][1] / counts[j]};
-    if (previous - distance <= 1e-5) return distance;
+    if (std::abs(previous - distance) <= 1e-5) return distance;
     previous = distance;
   }
   return previous;
@@ -121,7 +121,9 @@ void sort_by_area(std::vector<BoxSize>& anchors) {
 
 std::string format_anchors(const std::vector<BoxSize>& anchors) {
   std::string out;
-  for (const auto& a : anchors) out += cat(out.empty() ? "" : ", ", std::lround(a[0]), ",", std::lround(a[1]));
+  // upstream: '%i' % round(x) of numpy float32 values, half to even
+  const auto rounded = [](double v) { return static_cast<long>(std::nearbyint(static_cast<float>(v))); };
+  for (const auto& a : anchors) out += cat(out.empty() ? "" : ", ", rounded(a[0]), ",", rounded(a[1]));
   return out;
 }
 
@@ -177,26 +179,27 @@ std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& all_sizes, int n,
   std::vector<BoxSize> sizes;  // labels of at least min_label_px on one side
   for (const auto& s : all_sizes)
     if (s[0] >= o.min_label_px || s[1] >= o.min_label_px) sizes.push_back(s);
-  if (sizes.empty()) fail("AutoAnchor: no label of at least ", o.min_label_px, " pixels to fit anchors to");
 
+  // k-means on whitened sizes (divided by their population standard deviation per axis), scaled back. It
+  // cannot run with fewer distinct sizes than anchors (scipy samples n of them, or drops empty clusters
+  // and upstream's assert fails) or with a spread of 0 (whitening divides by it: scipy refuses infinities).
   const std::set<BoxSize> distinct(sizes.begin(), sizes.end());
+  BoxSize mean{0, 0}, sd{0, 0};
+  for (const auto& s : sizes) mean[0] += s[0], mean[1] += s[1];
+  for (double& v : mean) v /= std::max<size_t>(sizes.size(), 1);
+  for (const auto& s : sizes) sd[0] += (s[0] - mean[0]) * (s[0] - mean[0]), sd[1] += (s[1] - mean[1]) * (s[1] - mean[1]);
+  for (double& v : sd) v = std::sqrt(v / std::max<size_t>(sizes.size(), 1));
+  const bool kmeans_runs = static_cast<int>(distinct.size()) >= n && sd[0] > 0 && sd[1] > 0;
+  // YOLOv7's kmean_anchors has no fallback: the error reaches its check_anchors, which keeps the anchors.
+  if (!kmeans_runs && o.yolov7) return {};
   std::vector<BoxSize> k;
-  if (static_cast<int>(distinct.size()) >= n) {
-    // k-means on whitened sizes (divided by their population standard deviation per axis), scaled back.
-    BoxSize mean{0, 0}, sd{0, 0};
-    for (const auto& s : sizes) mean[0] += s[0], mean[1] += s[1];
-    mean[0] /= sizes.size(), mean[1] /= sizes.size();
-    for (const auto& s : sizes) sd[0] += (s[0] - mean[0]) * (s[0] - mean[0]), sd[1] += (s[1] - mean[1]) * (s[1] - mean[1]);
-    for (double& v : sd) {
-      v = std::sqrt(v / sizes.size());
-      if (v <= 0) v = 1;  // all labels equally wide (or high): nothing to whiten
-    }
+  if (kmeans_runs) {
     std::vector<BoxSize> whitened;
     for (const auto& s : sizes) whitened.push_back({s[0] / sd[0], s[1] / sd[1]});
     k = kmeans(whitened, n, o.kmeans_restarts, rng);
     for (auto& a : k) a = {a[0] * sd[0], a[1] * sd[1]};
   } else {
-    // Too few distinct sizes for n clusters: sorted random sizes up to img_size, as upstream's fallback.
+    // YOLOv5's fallback: sorted random sizes up to img_size.
     std::vector<double> v(2 * static_cast<size_t>(n));
     for (double& x : v) x = std::uniform_real_distribution<double>(0, 1)(rng);
     std::sort(v.begin(), v.end());
@@ -207,11 +210,11 @@ std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& all_sizes, int n,
   // Genetic refinement: mutate every coordinate with probability mutation_prob by a factor
   // 1 + r * N(0, sigma) (r ~ U(0, 1) per generation, factor clipped to [0.3, 3]); keep improvements.
   const double limit = 1 / o.anchor_t;
-  double f = search_fitness(sizes, k, limit);
+  double f = sizes.empty() ? 0.0 : search_fitness(sizes, k, limit);
   std::uniform_real_distribution<double> unit(0, 1);
   std::normal_distribution<double> normal(0, 1);
   std::vector<double> factor(2 * k.size());
-  for (int g = 0; g < o.generations; ++g) {
+  for (int g = 0; g < o.generations && !sizes.empty(); ++g) {  // no label: nothing to fit (upstream: NaN fitness)
     bool unchanged = true;
     while (unchanged) {
       const double r = unit(rng);
@@ -248,7 +251,9 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   result.before = result.after = anchor_fit(jittered, result.anchors, o.anchor_t);
   result.report = cat("AutoAnchor: ", format_fixed(result.before.anchors_per_target, 2), " anchors/target, ",
                       format_fixed(result.before.bpr, 3), " Best Possible Recall (BPR). ");
-  if (o.keep_at_min_bpr ? result.before.bpr >= o.min_bpr : result.before.bpr > o.min_bpr) {
+  // Upstream's BPR is a float32 mean, compared with 0.98 as float32 (bpr > 0.98 / YOLOv7's bpr < 0.98).
+  const auto f32 = [](double v) { return static_cast<float>(v); };
+  if (o.yolov7 ? f32(result.before.bpr) >= f32(o.min_bpr) : f32(result.before.bpr) > f32(o.min_bpr)) {
     result.report += "Current anchors are a good fit to dataset\n";
     return result;
   }
@@ -260,11 +265,16 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
     result.report += cat("AutoAnchor: WARNING extremely small objects found: ", tiny, " of ", sizes.size(),
                          " labels are smaller than 3 pixels\n");
   const std::vector<BoxSize> k = kmean_anchors(sizes, static_cast<int>(nl * na), img_size, o);
+  if (k.empty()) {  // YOLOv7: its k-means raised, check_anchors printed the error and kept the anchors
+    result.report += cat("AutoAnchor: k-means cannot place ", nl * na, " anchors among ", sizes.size(),
+                         " labels of at least ", o.min_label_px, " px with these sizes; original anchors kept\n");
+    return result;
+  }
   const AnchorFit found = anchor_fit(jittered, k, o.anchor_t);
   result.report += cat("AutoAnchor: k-means + ", o.generations, " generations on ", sizes.size(), " labels: ",
                        format_fixed(found.bpr, 4), " BPR, ", format_fixed(found.anchors_per_target, 2),
                        " anchors/target, fitness ", format_fixed(found.fitness, 4), "; anchors ", format_anchors(k), "\n");
-  if (!(found.bpr > result.before.bpr)) {
+  if (!(f32(found.bpr) > f32(result.before.bpr))) {
     result.report += "AutoAnchor: original anchors better than new anchors, proceeding with original anchors\n";
     return result;
   }

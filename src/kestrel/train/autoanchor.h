@@ -26,7 +26,8 @@ using BoxSize = std::array<double, 2>;  // (w, h) in pixels
 struct AutoAnchorOptions {
   double anchor_t = 4.0;          // hyp anchor_t: the loss's match limit on max(r, 1/r)
   double min_bpr = 0.98;          // YOLOv5: anchors with BPR > 0.98 are kept without a search
-  bool keep_at_min_bpr = false;   // YOLOv7 (autoanchor.py `if bpr < 0.98`): BPR = min_bpr keeps them too
+  bool yolov7 = false;            // YOLOv7's autoanchor.py: BPR = min_bpr keeps them too (`if bpr < 0.98`), and
+                                  // where k-means cannot run the anchors are kept (no random fallback)
   double scale_jitter = 0.1;      // BPR labels scaled by U(1 - j, 1 + j) per image
   int kmeans_restarts = 30;       // scipy.cluster.vq.kmeans(iter=30): best of 30 seeded runs
   int generations = 1000;         // genetic refinement
@@ -51,8 +52,9 @@ std::vector<BoxSize> label_sizes(const std::vector<data::ImageRecord>& records, 
 
 // n anchors for `sizes` (pixels, unjittered): k-means on the sizes divided by their standard deviation,
 // then `generations` mutations of all anchors at once, each kept when it raises fitness. Sorted by area.
-// Labels smaller than min_label_px on both sides are ignored. Fewer distinct sizes than n: random anchors
-// (as upstream) refined by the same search.
+// Labels smaller than min_label_px on both sides are ignored. Where k-means cannot run (fewer distinct
+// sizes than n, or all of one width or height): YOLOv5's random anchors refined by the same search, or for
+// o.yolov7 an empty result (YOLOv7 keeps its anchors).
 std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& sizes, int n, int img_size, const AutoAnchorOptions& o);
 
 struct AutoAnchorResult {

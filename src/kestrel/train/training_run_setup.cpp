@@ -243,7 +243,7 @@ void TrainingRun::run_autoanchor() {
     if (dist_ctx.is_main()) {
       AutoAnchorOptions aa;
       aa.anchor_t = hyp.loss.anchor_t;
-      aa.keep_at_min_bpr = hyp.yolov7_recipe;
+      aa.yolov7 = hyp.yolov7_recipe;
       aa.seed = o.seed;
       std::cout << check_anchors(model->head(), train_data.dataset->records(), o.img_size, aa).report;
     }
