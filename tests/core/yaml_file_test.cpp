@@ -3,6 +3,8 @@
 // a yaml-cpp lookup the first), malformed text and missing files named with file and line.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "kestrel/core/yaml_file.h"
 #include "test_support.h"
 
@@ -36,6 +38,22 @@ TEST(YamlFile, AKeyGivenTwiceIsAnErrorNamingBothLines) {
   EXPECT_NE(message.find("s.yaml:2: 'a' is given twice"), std::string::npos) << message;
   // The same key in two different mappings is fine.
   EXPECT_NO_THROW(parse_yaml_text("a: {x: 1}\nb: {x: 2}\n", "ok.yaml"));
+}
+
+// Nine nested aliases of nine entries each stand for 387 million values: the duplicate check does not
+// walk them all (it would take minutes).
+TEST(YamlFile, AnAliasBombIsReadWithoutWalkingIt) {
+  std::string bomb = "a1: &a1 [1,1,1,1,1,1,1,1,1]\n";
+  for (int level = 2; level <= 9; ++level) {
+    const std::string prev = "*a" + std::to_string(level - 1);
+    bomb += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [" + prev;
+    for (int k = 1; k < 9; ++k) bomb += "," + prev;
+    bomb += "]\n";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const YAML::Node n = parse_yaml_text(bomb, "bomb.yaml");
+  EXPECT_TRUE(n["a9"].IsSequence());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
 TEST(YamlFile, MalformedAndMissingFilesAreNamed) {

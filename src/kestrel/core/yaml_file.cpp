@@ -14,10 +14,13 @@ namespace kestrel {
 namespace {
 
 // A key given twice in one mapping: PyYAML keeps the last value, yaml-cpp's lookup finds the first, so
-// upstream and kestrel would read the file differently; it is an error here, with both lines.
-void reject_duplicate_keys(const YAML::Node& node, const std::string& source) {
+// upstream and kestrel would read the file differently; it is an error here, with both lines. Aliases
+// repeat a node wherever they stand (nine nested lists of nine make 387 million entries of a few lines):
+// the walk stops after `budget` nodes, more than any real config, hyp or dataset file holds.
+void reject_duplicate_keys(const YAML::Node& node, const std::string& source, int64_t& budget) {
+  if (--budget < 0) return;
   if (node.IsSequence())
-    for (const YAML::Node& item : node) reject_duplicate_keys(item, source);
+    for (const YAML::Node& item : node) reject_duplicate_keys(item, source, budget);
   if (!node.IsMap()) return;
   std::map<std::string, int> lines;  // scalar key -> its line (1-based)
   for (const auto& item : node) {
@@ -28,7 +31,7 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& source) {
         fail(source, ":", line, ": '", item.first.Scalar(), "' is given twice (also on line ", at->second,
              "); give each key once");
     }
-    reject_duplicate_keys(item.second, source);
+    reject_duplicate_keys(item.second, source, budget);
   }
 }
 
@@ -47,7 +50,8 @@ YAML::Node parse_yaml_text(const std::string& text, const std::string& source) {
   if (documents.size() > 1)
     fail(source, ":", documents[1].Mark().line + 1, ": a second YAML document starts here; the file must hold one ",
          "(is a line above indented unlike the lines below it? or a '---' separator?)");
-  reject_duplicate_keys(documents[0], source);
+  int64_t budget = 1'000'000;
+  reject_duplicate_keys(documents[0], source, budget);
   return documents[0];
 }
 
