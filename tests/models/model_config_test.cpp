@@ -93,6 +93,18 @@ TEST(ModelConfigErrors, WrongArgumentCount) {
   EXPECT_NE(msg.find("at least 2 arguments"), std::string::npos) << msg;
 }
 
+// A repeat count on a module that is not repeated (upstream would chain copies that fail at the first
+// forward): an error, not silently one module. 6 x depth_multiple 0.33 = 2 repeats (2 would round to 1).
+TEST(ModelConfigErrors, RepeatCountsOnlyWhereModulesRepeat) {
+  const std::string concat = replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[[-1, 2], 6, Concat, [1]],");
+  auto msg = error_of(concat);
+  EXPECT_NE(msg.find("bad.yaml:15: layer 4 (Concat): a repeat count > 1 is not supported"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[[2, 4], 1, Detect, [nc, anchors]]", "[[2, 4], 6, Detect, [nc, anchors]]"));
+  EXPECT_NE(msg.find("(Detect): a repeat count > 1 is not supported for the detection head"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[-1, 6, nn.Upsample, [None, 2, 'nearest']],"));
+  EXPECT_NE(msg.find("a repeat count > 1 is not supported"), std::string::npos) << msg;
+}
+
 TEST(ModelConfigErrors, WrongArgumentType) {
   auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, three, 2]"));
   EXPECT_NE(msg.find("layer 1 (Conv): argument 2 must be an integer, got 'three'"), std::string::npos) << msg;

@@ -449,6 +449,8 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
           built = {n > 1 ? std::make_shared<Repeat>(copies) : copies[0], c2, cat("[", c1, ", ", c2, args.rest_from(1), "]")};
         }
       } else if (spec.module == "Concat" || spec.module == "Shortcut") {
+        // upstream would chain n of them (nn.Sequential), which fails on the first one's single tensor
+        if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for this module");
         args.at_most(1, "[dimension]");
         int64_t c2 = 0;
         for (int f : row.from) c2 += channels_of(f);
@@ -462,6 +464,7 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
           fail(args.where(), ": IAuxDetect reads a lead and an auxiliary feature map per level, but 'from' lists ",
                row.from.size());
         if (i != count - 1) fail(args.where(), ": the detection head must be the last layer");
+        if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for the detection head");
         args.at_least(2, "[nc, anchors]");
         args.at_most(2, "[nc, anchors]");
         const int64_t head_nc = args.node(0).IsScalar() && args.node(0).Scalar() == "nc" ? cfg.nc : args.integer(0, cfg.nc);
