@@ -140,4 +140,15 @@ bool OpRecorder::saw(const std::string& op) const {
   return false;
 }
 
+std::string yaml_alias_bomb(int levels) {
+  std::string bomb = "a1: &a1 [1,1,1,1,1,1,1,1,1]\n";
+  for (int level = 2; level <= levels; ++level) {
+    const std::string prev = "*a" + std::to_string(level - 1);
+    bomb += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [" + prev;
+    for (int k = 1; k < 9; ++k) bomb += "," + prev;
+    bomb += "]\n";
+  }
+  return bomb;
+}
+
 }  // namespace kestrel::test

@@ -31,6 +31,10 @@ std::string error_message(const std::function<void()>& f);
 // names). Returns the YAML's path. Paths are relative to the working directory (the source tree).
 std::string demo_subset(const TempDir& dir, int images);
 
+// YAML lines a1 .. a<levels>: a1 a list of nine 1s, each next one a list of nine aliases of the one before
+// (9^levels values in a few lines).
+std::string yaml_alias_bomb(int levels);
+
 struct CommandResult {
   int exit_code;
   std::string output;  // stdout and stderr together

@@ -43,13 +43,7 @@ TEST(YamlFile, AKeyGivenTwiceIsAnErrorNamingBothLines) {
 // Nine nested aliases of nine entries each stand for 387 million values: the duplicate check does not
 // walk them all (it would take minutes).
 TEST(YamlFile, AnAliasBombIsReadWithoutWalkingIt) {
-  std::string bomb = "a1: &a1 [1,1,1,1,1,1,1,1,1]\n";
-  for (int level = 2; level <= 9; ++level) {
-    const std::string prev = "*a" + std::to_string(level - 1);
-    bomb += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [" + prev;
-    for (int k = 1; k < 9; ++k) bomb += "," + prev;
-    bomb += "]\n";
-  }
+  const std::string bomb = test::yaml_alias_bomb(9);
   const auto start = std::chrono::steady_clock::now();
   const YAML::Node n = parse_yaml_text(bomb, "bomb.yaml");
   EXPECT_TRUE(n["a9"].IsSequence());

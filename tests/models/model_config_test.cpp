@@ -247,14 +247,7 @@ TEST(ModelConfigErrors, UpsampleFactorsOutOfRange) {
 
 // YAML aliases make a few lines a value of millions of entries: the message shows its start only.
 TEST(ModelConfigErrors, HugeArgumentValuesAreShortenedInMessages) {
-  std::string bomb = "a1: &a1 [1,1,1,1,1,1,1,1,1]\n";
-  for (int level = 2; level <= 6; ++level) {
-    const std::string prev = "*a" + std::to_string(level - 1);
-    bomb += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [" + prev;
-    for (int k = 1; k < 9; ++k) bomb += "," + prev;
-    bomb += "]\n";
-  }
-  const std::string msg = error_of(bomb + replaced(kTinyHead, "[128, 3, 2]", "*a6"));
+  const std::string msg = error_of(test::yaml_alias_bomb(6) + replaced(kTinyHead, "[128, 3, 2]", "*a6"));
   EXPECT_NE(msg.find("layer 1 (Conv): argument 1 must be an integer, got '[[[[[1, 1, 1"), std::string::npos) << msg.substr(0, 300);
   EXPECT_LT(msg.size(), 400u);
   EXPECT_EQ(msg.substr(msg.size() - 4), "...'");
