@@ -482,7 +482,7 @@ void run_detect(const DetectOptions& o) {
     media = data::list_files(
         {o.source}, "--source",
         [](const std::string& path) { return data::has_image_extension(path) || data::is_video_file(path); },
-        cat(data::kImageFormatsText, "; videos: asf avi gif m4v mkv mov mp4 mpeg mpg ts wmv"));
+        cat(data::image_formats_text(), "; ", data::video_formats_text()));
     if (media.empty()) fail("--source ", o.source, ": no images or videos found");
   }
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);

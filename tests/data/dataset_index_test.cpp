@@ -408,7 +408,7 @@ TEST(ImageFiles, AFileOfAnotherKindIsNamed) {
             std::string::npos) << message;
   EXPECT_NE(test::error_message([&] { list_files({dir.file("none.jpg")}, "--source", images); }).find("does not exist"),
             std::string::npos);
-  std::istringstream formats(std::string(kImageFormatsText).substr(std::string("images:").size()));
+  std::istringstream formats(image_formats_text().substr(std::string("images:").size()));
   int listed = 0;
   for (std::string ext; formats >> ext; ++listed) EXPECT_TRUE(has_image_extension("x." + ext)) << ext;
   EXPECT_EQ(listed, 10);

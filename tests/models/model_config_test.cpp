@@ -200,7 +200,6 @@ TEST(ModelConfigErrors, AnchorCountsAndSizesAreChecked) {
   }
 }
 
-// Upsampling by 0, a negative, a huge or a NaN factor: named at its line, before the stride probe.
 // An explicit None is upstream's default only where that default is None (a Conv's padding: autopad;
 // MaxPool2d's stride: the kernel); where the module would fail on it upstream (nn.Conv2d(stride=None),
 // nn.Upsample with neither size nor scale) it is an error naming the argument. As upstream, None as an
@@ -236,6 +235,7 @@ TEST(ModelConfigErrors, FractionalStridesAreRefused) {
   EXPECT_NE(msg.find("not whole numbers"), std::string::npos) << msg;
 }
 
+// Upsampling by 0, a negative, a huge or a NaN factor: named at its line, before the stride probe.
 TEST(ModelConfigErrors, UpsampleFactorsOutOfRange) {
   const std::string yolo_head = replaced(kTinyHead, "[-1, 1, SPPF, [256, 5]],", "[-1, 1, nn.Upsample, [None, 2, 'nearest']],");
   for (const char* factor : {"0", "-2", "1e9", ".nan"}) {

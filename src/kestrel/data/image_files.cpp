@@ -16,11 +16,19 @@
 namespace kestrel::data {
 namespace fs = std::filesystem;
 
+constexpr const char* kImageExtensions[] = {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm"};
+
 bool has_image_extension(const std::string& path) {
   const std::string ext = ascii_lower(fs::path(path).extension().string());
-  for (const char* known : {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm"})
+  for (const char* known : kImageExtensions)
     if (ext == known) return true;
   return false;
+}
+
+std::string image_formats_text() {
+  std::string text = "images:";
+  for (const char* ext : kImageExtensions) text += cat(" ", ext + 1);
+  return text;
 }
 
 namespace {

@@ -8,8 +8,8 @@ namespace kestrel::data {
 
 // Lower-case extensions upstream accepts as images.
 bool has_image_extension(const std::string& path);
-// The extensions has_image_extension takes, for messages.
-inline constexpr const char* kImageFormatsText = "images: bmp dng jpeg jpg mpo png tif tiff webp pfm";
+// The extensions has_image_extension takes, for messages: "images: bmp dng ...".
+std::string image_formats_text();
 
 // Expands entries (folders searched recursively, .txt files listing one image per line, image files)
 // into a sorted list of image paths. Lines of a .txt that are relative resolve against the .txt's
@@ -22,7 +22,7 @@ std::vector<std::string> list_images(const std::vector<std::string>& entries, co
 // `wanted` refuses, with `supported` (the formats `wanted` takes) in the message.
 std::vector<std::string> list_files(const std::vector<std::string>& entries, const std::string& source,
                                     const std::function<bool(const std::string&)>& wanted,
-                                    const std::string& supported = kImageFormatsText);
+                                    const std::string& supported = image_formats_text());
 
 // Upstream's rule: the last "/images/" of the path becomes "/labels/" and the extension ".txt".
 std::string label_path_for(const std::string& image_path);

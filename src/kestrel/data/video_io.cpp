@@ -84,10 +84,17 @@ VideoBackend& backend_for(const std::string& what) {
 
 }  // namespace
 
+constexpr const char* kVideoExtensions[] = {".asf", ".avi", ".gif", ".m4v", ".mkv", ".mov", ".mp4", ".mpeg", ".mpg", ".ts", ".wmv"};
+
 bool is_video_file(const std::string& path) {
   const std::string ext = ascii_lower(fs::path(path).extension().string());
-  static const char* kFormats[] = {".asf", ".avi", ".gif", ".m4v", ".mkv", ".mov", ".mp4", ".mpeg", ".mpg", ".ts", ".wmv"};
-  return std::any_of(std::begin(kFormats), std::end(kFormats), [&](const char* f) { return ext == f; });
+  return std::any_of(std::begin(kVideoExtensions), std::end(kVideoExtensions), [&](const char* f) { return ext == f; });
+}
+
+std::string video_formats_text() {
+  std::string text = "videos:";
+  for (const char* ext : kVideoExtensions) text += cat(" ", ext + 1);
+  return text;
 }
 
 bool is_camera_source(const std::string& source) {

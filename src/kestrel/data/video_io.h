@@ -46,6 +46,8 @@ struct VideoBackend {
 
 // Upstream's VID_FORMATS by extension (asf avi gif m4v mkv mov mp4 mpeg mpg ts wmv, any case).
 bool is_video_file(const std::string& path);
+// The extensions is_video_file takes, for messages: "videos: asf avi ...".
+std::string video_formats_text();
 // A camera index as upstream's webcam source ("0", "1", ...).
 bool is_camera_source(const std::string& source);
 // A network stream or remote file as upstream's is_url sources: rtsp://, rtmp://, http://, https://
