@@ -4,7 +4,9 @@
 // error when the plugin is missing.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
+#include <utility>
 
 #include "data/data_test_support.h"
 #include "kestrel/core/error.h"
@@ -65,7 +67,7 @@ TEST(ImageFormats, BrokenFilesNameTheFile) {
 TEST(ImageFormats, WithoutThePluginOnlyJpegAndPngDecode) {
   const std::string problem = video_support_problem();
   if (problem.empty()) GTEST_SKIP() << "the plugin is available here";
-  EXPECT_EQ(error_of(kBmp3x2), "x.bmp: not a JPEG or PNG, the formats kestrel decodes without its OpenCV plugin; " + problem);
+  EXPECT_EQ(error_of(kBmp3x2), "x.bmp: not a JPEG or PNG, which kestrel decodes with its OpenCV plugin only (JPEG and PNG without it); " + problem);
 }
 
 TEST(ImageFormats, DecodingFromManyThreadsAgrees) {
@@ -132,6 +134,21 @@ exif = Image.Exif()
 exif[0x0112] = 6                                               # stored image turned 90 degrees clockwise to view
 im.save(DIR + '/rotated.tif', exif=exif)
 im.save(DIR + '/rotated.png', exif=exif)                         # an eXIf chunk (kestrel's own PNG path)
+# PNGs kestrel decodes itself, each as cv2.imread does: colours as stored whatever the transparency, the high
+# byte of 16-bit samples, no gamma correction.
+import struct
+from PIL import PngImagePlugin
+Image.fromarray(alpha(0)).save(DIR + '/rgba0.png')
+Image.fromarray(alpha(128)).save(DIR + '/rgba128.png')
+Image.fromarray(np.stack([grey, np.full((H, W), 7, np.uint8)], -1), 'LA').save(DIR + '/grey_alpha.png')
+Image.fromarray(grey.astype(np.uint16) * 256 + 255).save(DIR + '/grey16.png')  # high byte v
+pal = Image.fromarray(grey, 'P')
+pal.putpalette([c for i in range(256) for c in (i, (7 * i) % 256, 255 - i)])
+pal.save(DIR + '/palette_trns.png', transparency=bytes([0, 40] * 128))  # a tRNS chunk
+gamma = PngImagePlugin.PngInfo()
+gamma.add(b'gAMA', struct.pack('>I', 100000))                  # "linear": libpng's simplified API would re-encode
+im.save(DIR + '/gamma1.png', pnginfo=gamma)
+im.convert('CMYK').save(DIR + '/cmyk.jpg', quality=95)           # libjpeg-turbo cannot give BGR: OpenCV decodes it
 print('OK')
 )";
 
@@ -177,6 +194,47 @@ TEST_F(PillowFormats, ExifOrientationIsAppliedAsCv2Imread) {
     ASSERT_EQ(d.image.size(), cv::Size(kH, kW));
     EXPECT_EQ(mismatches(d.image, [](int x, int y) { return bgr_of(rgb_at(y, kH - 1 - x)); }), 0);
   }
+}
+
+// What OpenCV itself (the plugin's imdecode, i.e. cv2.imread) makes of a file, for comparison.
+cv::Mat opencv_decode(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file_bytes(path);
+  cv::Mat bgr;
+  std::string error;
+  EXPECT_TRUE(decode_image_with_plugin(bytes.data(), bytes.size(), path, bgr, error)) << error;
+  return bgr;
+}
+
+TEST_F(PillowFormats, PngTransparencyDepthAndGammaAsCv2Imread) {
+  const auto colour = [](int x, int y) { return bgr_of(rgb_at(x, y)); };
+  const auto grey = [](int x, int y) { return cv::Vec3b::all(grey_at(x, y)); };
+  const auto palette = [](int x, int y) {
+    const int i = grey_at(x, y);
+    return cv::Vec3b(static_cast<uint8_t>(255 - i), static_cast<uint8_t>((7 * i) % 256), static_cast<uint8_t>(i));
+  };
+  const std::vector<std::pair<const char*, std::function<cv::Vec3b(int, int)>>> cases = {
+      {"rgba0.png", colour}, {"rgba128.png", colour}, {"grey_alpha.png", grey},
+      {"grey16.png", grey},  {"palette_trns.png", palette}, {"gamma1.png", colour}};
+  for (const auto& [name, expected] : cases) {
+    SCOPED_TRACE(name);
+    // Twice, the first time after another image of the same size has been freed: transparent pixels must
+    // not take what the memory held before.
+    decode_image_file(dir.file("rgb.bmp"));
+    for (int pass = 0; pass < 2; ++pass) {
+      const DecodedImage d = decode_image_file(dir.file(name));
+      ASSERT_EQ(d.image.type(), CV_8UC3);
+      ASSERT_EQ(d.image.size(), cv::Size(kW, kH));
+      EXPECT_EQ(mismatches(d.image, expected), 0);
+      EXPECT_EQ(cv::norm(d.image, opencv_decode(dir.file(name)), cv::NORM_INF), 0.0);
+    }
+  }
+}
+
+TEST_F(PillowFormats, CmykJpegDecodesAsOpenCvDoes) {
+  const DecodedImage d = decode_image_file(dir.file("cmyk.jpg"));
+  ASSERT_EQ(d.image.type(), CV_8UC3);
+  ASSERT_EQ(d.image.size(), cv::Size(kW, kH));
+  EXPECT_EQ(cv::norm(d.image, opencv_decode(dir.file("cmyk.jpg")), cv::NORM_INF), 0.0);
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ TEST(ImageIoErrors, BrokenFilesAreReported) {
   const std::string other = error_of({'B', 'M', 1, 2, 3});
   EXPECT_EQ(other, video_support_problem().empty()
                        ? "img.jpg: corrupt or unsupported image (OpenCV could not decode it)"
-                       : "img.jpg: not a JPEG or PNG, the formats kestrel decodes without its OpenCV plugin; " + video_support_problem());
+                       : "img.jpg: not a JPEG or PNG, which kestrel decodes with its OpenCV plugin only (JPEG and PNG without it); " + video_support_problem());
   // cut inside the entropy-coded data of a larger image: the decoder runs out of data mid-scan
   auto big = test::encode_jpeg(test::coordinate_image(128, 128));
   auto truncated = std::vector<uint8_t>(big.begin(), big.begin() + static_cast<long>(big.size() * 2 / 3));
@@ -75,7 +75,18 @@ TEST(ImageIoErrors, BrokenFilesAreReported) {
   auto header_only = std::vector<uint8_t>(jpeg.begin(), jpeg.begin() + 20);
   EXPECT_NE(error_of(header_only).find("img.jpg: corrupt or truncated JPEG"), std::string::npos) << error_of(header_only);
   std::vector<uint8_t> png_garbage = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 1, 2, 3, 4, 5};
-  EXPECT_NE(error_of(png_garbage).find("img.jpg: corrupt PNG"), std::string::npos) << error_of(png_garbage);
+  EXPECT_EQ(error_of(png_garbage), "img.jpg: corrupt or truncated PNG (the file ends before the image data does)");
+  // a PNG cut in its image data, one without its end chunk (cv2.imread refuses both), one with a damaged CRC
+  test::TempDir dir;
+  write_png(dir.file("x.png"), test::coordinate_image(64, 48));
+  const std::vector<uint8_t> png = read_file_bytes(dir.file("x.png"));
+  EXPECT_EQ(error_of(std::vector<uint8_t>(png.begin(), png.begin() + static_cast<long>(png.size() / 2))),
+            "img.jpg: corrupt or truncated PNG (the file ends before the image data does)");
+  EXPECT_EQ(error_of(std::vector<uint8_t>(png.begin(), png.end() - 12)),
+            "img.jpg: corrupt or truncated PNG (the file ends before the image data does)");
+  std::vector<uint8_t> bad_crc = png;
+  bad_crc[bad_crc.size() - 16] ^= 0xFF;  // the last byte of the last IDAT's CRC (IEND is the final 12 bytes)
+  EXPECT_EQ(error_of(bad_crc), "img.jpg: corrupt or truncated PNG (IDAT: CRC error)");
   EXPECT_THROW(decode_image_file("/nonexistent/x.jpg"), Error);
 }
 

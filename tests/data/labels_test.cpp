@@ -44,6 +44,39 @@ TEST(Labels, DuplicatesRemovedAndCounted) {
   EXPECT_EQ(p.duplicates_removed, 2);
 }
 
+// upstream: np.unique(rows, axis=0, return_index=True) where any row repeats: sorted, first of each kept.
+TEST(Labels, DuplicatesSortTheRowsAsNumpyUnique) {
+  auto p = parse_labels("2 0.5 0.5 0.1 0.1\n1 0.7 0.5 0.1 0.1\n2 0.5 0.5 0.1 0.1\n1 0.5 0.9 0.1 0.1\n", "l.txt", 80);
+  ASSERT_EQ(p.rows.size(), 3u);
+  EXPECT_EQ(p.rows[0].box, (std::array<float, 5>{1, 0.5f, 0.9f, 0.1f, 0.1f}));
+  EXPECT_EQ(p.rows[1].box, (std::array<float, 5>{1, 0.7f, 0.5f, 0.1f, 0.1f}));
+  EXPECT_EQ(p.rows[2].box, (std::array<float, 5>{2, 0.5f, 0.5f, 0.1f, 0.1f}));
+  // no repeat: file order
+  auto q = parse_labels("2 0.5 0.5 0.1 0.1\n1 0.7 0.5 0.1 0.1\n", "l.txt", 80);
+  EXPECT_EQ(q.rows[0].box[0], 2);
+  EXPECT_EQ(q.duplicates_removed, 0);
+  // two outlines with the same bounds are one object upstream (it compares boxes)
+  auto r = parse_labels("0 0.1 0.1 0.5 0.1 0.5 0.5\n0 0.1 0.1 0.1 0.5 0.5 0.5\n", "l.txt", 80);
+  EXPECT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.duplicates_removed, 1);
+  EXPECT_EQ(r.rows[0].polygon, (std::vector<float>{0.1f, 0.1f, 0.5f, 0.1f, 0.5f, 0.5f}));
+}
+
+// A polygon is checked through its box (upstream: segments2boxes, then the range check): an outline a
+// little past the border passes; its box is computed in float32 from the points as they are.
+TEST(Labels, PolygonPointsPastTheBorderPassWhenTheirBoxIsInside) {
+  auto p = parse_labels("0 0.1 0.1 1.00001 0.1 0.5 0.9\n0 -0.002 0.2 0.5 0.2 0.3 0.6\n", "l.txt", 80);
+  ASSERT_EQ(p.rows.size(), 2u);
+  EXPECT_EQ(p.rows[0].box[1], (0.1f + 1.00001f) / 2);
+  EXPECT_EQ(p.rows[0].box[3], 1.00001f - 0.1f);
+  EXPECT_EQ(p.rows[1].box[1], (-0.002f + 0.5f) / 2);
+  EXPECT_EQ(p.rows[1].polygon[0], -0.002f);  // the points are kept as written
+  // x from -0.5 to 0.1: centre -0.2
+  EXPECT_EQ(error_of("0 -0.5 0.1 0.1 0.1 0.1 0.5\n"), "l.txt:1: the polygon's box has cx -0.2, outside 0..1 (labels must be normalised)");
+  // x from 0 to 1.5: width 1.5 (centre 0.75)
+  EXPECT_EQ(error_of("0 0 0.1 1.5 0.1 0.5 0.5\n"), "l.txt:1: the polygon's box has w 1.5, outside 0..1 (labels must be normalised)");
+}
+
 TEST(LabelErrors, EachProblemNamesFileAndLine) {
   EXPECT_EQ(error_of("0 0.5 0.5 0.2 nan\n"), "l.txt:1: non-finite value 'nan'");
   EXPECT_EQ(error_of("0 0.5 0.5 0.2 0.1\n0 -0.1 0.5 0.2 0.1\n"), "l.txt:2: coordinate -0.1 is outside 0..1 (labels must be normalised)");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
+#include "data/data_test_support.h"
 #include "test_support.h"
 
 namespace kestrel::data {
@@ -323,6 +325,38 @@ TEST(Collate, EdgeMarginIsYolov5sClipOrNone) {
   }
   EXPECT_EQ(widths[1], 0.5f);  // YOLOv7: exactly half the image
   EXPECT_LT(widths[0], widths[1]);
+}
+
+// The loader picks the margin by recipe: a label covering a whole (unaugmented) image ends at 1 - 1e-3/64
+// under YOLOv5's rule and exactly at 1 under YOLOv7's.
+TEST(Loader, EdgeMarginFollowsTheRecipe) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("images"));
+  std::filesystem::create_directories(dir.file("labels"));
+  test::write_png(dir.file("images/a.png"), cv::Mat(64, 64, CV_8UC3, cv::Scalar(90, 90, 90)));
+  test::write_file(dir.file("labels/a.txt"), "3 0.5 0.5 1 1\n");
+  const auto images = list_images({dir.file("images")}, "");
+  std::vector<float> right_edges;
+  for (Dialect dialect : {Dialect::yolov5, Dialect::yolov7}) {
+    DatasetOptions d;
+    d.img_size = 64;
+    d.augment = false;
+    d.dialect = dialect;
+    auto ds = std::make_shared<const YoloDataset>(index_split(images, IndexOptions{80, 1, false}), d);
+    LoaderOptions o;
+    o.batch_size = 1;
+    o.workers = 1;
+    o.shuffle = false;
+    const auto batches = epoch(ds, o, 0);
+    ASSERT_EQ(batches.size(), 1u);
+    const at::Tensor t = batches[0].targets.index({batches[0].target_mask});  // [1, 5]
+    ASSERT_EQ(t.size(0), 1);
+    right_edges.push_back((t[0][1] + t[0][3] / 2).item<float>());
+  }
+  const float x2 = 64 - 1e-3f;  // float32, as upstream's clip
+  EXPECT_EQ(right_edges[0], (0 + x2) / 2 / 64 + (x2 - 0) / 64 / 2);
+  EXPECT_LT(right_edges[0], 1.f);
+  EXPECT_EQ(right_edges[1], 1.f);
 }
 
 TEST(Collate, WriterTakesSamplesOneAtATimeAndChecksTheCount) {

@@ -64,6 +64,20 @@ TEST(ConfusionMatrix, UpstreamEdgeCases) {
   EXPECT_NE(test::error_message([&] { two.process_batch(at::Tensor(), rows({3, 0, 0, 1, 1}, 5)); }).find("class 3"), std::string::npos);
 }
 
+// Equal IoUs (val's multi-label NMS gives one box per class above the threshold): upstream's
+// argsort()[::-1] puts the later candidate first. Label class 0; d0 class 0 conf 0.6 and d1 class 2 conf 0.4
+// on the same box: candidates (gt 0, d0), (gt 0, d1) -> reversed: d1 first -> per detection: d0, d1 ->
+// reversed again: d1 first -> the label goes to d1 (class 2), d0 is a background false positive.
+// (Upstream v7.0's ConfusionMatrix gives the same: M[2, 0] = 1, M[0, 3] = 1.)
+TEST(ConfusionMatrix, EqualIousGoToTheLaterCandidateAsUpstream) {
+  ConfusionMatrix cm(3);
+  cm.process_batch(rows({12, 12, 108, 112, 0.6, 0, 12, 12, 108, 112, 0.4, 2}, 6), rows({0, 10, 10, 110, 110}, 5));
+  EXPECT_EQ(cm.count(2, 0), 1);
+  EXPECT_EQ(cm.count(0, 3), 1);
+  EXPECT_EQ(cm.count(0, 0), 0);
+  EXPECT_EQ(cm.matrix().sum().item<int64_t>(), 2);
+}
+
 // One class, one target, one correct prediction at confidence 0.9: P = 1 everywhere (left of the first
 // prediction upstream's interp gives 1), R = 1 up to 0.9 and 0 above, the PR envelope 1 up to recall 1.
 TEST(ApMetrics, CurvesForASingleCorrectPrediction) {

@@ -66,6 +66,13 @@ data::ImageRecord record(int w, int h, std::vector<std::array<float, 2>> box_wh)
   return r;
 }
 
+// Python's '%i' % round(np.float32(x)): halves go to the even neighbour (std::round would give 3,4, 1,2).
+TEST(AutoAnchor, AnchorsPrintRoundedHalfToEven) {
+  EXPECT_EQ(anchors_text({{2.5, 3.5}, {0.5, 1.5}, {10.49, 10.51}}), "2,4, 0,2, 10,11");
+  // 2.5000001 is 2.5 as a float32 (upstream rounds the float32 value): even too.
+  EXPECT_EQ(anchors_text({{2.5000001, 116.5}}), "2,116");
+}
+
 TEST(AutoAnchor, LabelSizesAreInTrainingPixels) {
   // A 200 x 100 image at --img 640 is 640 x 320: a (0.5, 0.25) box is 320 x 80 pixels.
   const std::vector<data::ImageRecord> records{record(200, 100, {{0.5f, 0.25f}}), record(100, 400, {{0.5f, 0.5f}, {1.f, 0.1f}})};

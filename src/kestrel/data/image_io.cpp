@@ -76,6 +76,9 @@ std::string size_problem(int64_t width, int64_t height) {
   return cat("image of ", width, "x", height, " pixels is too large (at most 2^30 pixels, as OpenCV's imread)");
 }
 
+// `kind` says why the image needs the plugin, for the error where it is not available.
+DecodedImage decode_with_plugin(const std::vector<uint8_t>& bytes, const std::string& path, const char* kind);
+
 DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& path) {
   // One decompressor per thread: creating one costs more than decoding a small image's header.
   thread_local std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitDecompress(), tjDestroy);
@@ -87,6 +90,8 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& p
   // A file cut before its frame header parses as "tables only": no size, nothing to decode.
   if (width <= 0 || height <= 0) fail(path, ": corrupt or truncated JPEG (no frame header)");
   if (const std::string problem = size_problem(width, height); !problem.empty()) fail(path, ": ", problem);
+  // libjpeg-turbo cannot convert CMYK/YCCK to BGR; OpenCV (cv2.imread) converts them itself.
+  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) return decode_with_plugin(bytes, path, "a CMYK JPEG");
   DecodedImage out;
   out.image.create(height, width, CV_8UC3);
   if (tjDecompress2(handle.get(), data, bytes.size(), out.image.data, width, static_cast<int>(out.image.step), height, TJPF_BGR,
@@ -101,25 +106,78 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& p
   return out;
 }
 
+// libpng reports errors by longjmp: the reader keeps its state in plain C structures and no C++ object is
+// created between the setjmp and libpng's calls, so a longjmp skips no destructor.
+struct PngSource {
+  const uint8_t* data;
+  size_t size;
+  size_t at;
+  char error[256];
+  char warning[256];
+};
+
+void png_read_from_memory(png_structp png, png_bytep out, png_size_t n) {
+  auto* source = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > source->size - source->at) png_error(png, "the file ends before the image data does");
+  std::memcpy(out, source->data + source->at, n);
+  source->at += n;
+}
+void png_on_error(png_structp png, png_const_charp message) {
+  auto* source = static_cast<PngSource*>(png_get_error_ptr(png));
+  std::snprintf(source->error, sizeof source->error, "%s", message);
+  png_longjmp(png, 1);
+}
+void png_on_warning(png_structp png, png_const_charp message) {
+  auto* source = static_cast<PngSource*>(png_get_error_ptr(png));
+  if (!source->warning[0]) std::snprintf(source->warning, sizeof source->warning, "%s", message);
+}
+
+// Decodes as OpenCV's PNG decoder does for cv2.imread(path) (8-bit, 3 channels): 16-bit samples keep their
+// high byte, alpha and tRNS transparency are dropped (the stored colours stay), palettes and grey expand to
+// BGR, and no gamma correction whatever the file's gAMA/sRGB/iCCP chunks say. Returns false with
+// source.error set on a corrupt file; `too_large` is set (and false returned) before allocating an image
+// over imread's limits.
+bool read_png(PngSource& source, png_structp png, png_infop info, cv::Mat& out, std::string& too_large) {
+  if (setjmp(png_jmpbuf(png))) return false;
+  png_set_read_fn(png, &source, png_read_from_memory);
+  png_read_info(png, info);
+  const png_uint_32 width = png_get_image_width(png, info), height = png_get_image_height(png, info);
+  const int color_type = png_get_color_type(png, info), bit_depth = png_get_bit_depth(png, info);
+  too_large = size_problem(width, height);
+  if (!too_large.empty()) return false;
+  if (bit_depth == 16) png_set_strip_16(png);
+  png_set_strip_alpha(png);
+  if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if ((color_type & PNG_COLOR_MASK_COLOR) == 0 && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (color_type & PNG_COLOR_MASK_COLOR) png_set_bgr(png);
+  else png_set_gray_to_rgb(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  if (png_get_rowbytes(png, info) != static_cast<size_t>(width) * 3) png_error(png, "unexpected row layout after conversion");
+  out.create(static_cast<int>(height), static_cast<int>(width), CV_8UC3);
+  std::vector<png_bytep> rows(height);
+  for (png_uint_32 y = 0; y < height; ++y) rows[y] = out.ptr<png_byte>(static_cast<int>(y));
+  png_read_image(png, rows.data());
+  png_read_end(png, nullptr);
+  return true;
+}
+
 DecodedImage decode_png(const std::vector<uint8_t>& bytes, const std::string& path) {
-  png_image png;
-  std::memset(&png, 0, sizeof png);
-  png.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size()))
-    fail(path, ": corrupt PNG (", png.message, ")");
-  if (const std::string problem = size_problem(png.width, png.height); !problem.empty()) {
-    png_image_free(&png);
-    fail(path, ": ", problem);
+  PngSource source{bytes.data(), bytes.size(), 8, {0}, {0}};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &source, png_on_error, png_on_warning);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  if (!info) {
+    png_destroy_read_struct(png ? &png : nullptr, nullptr, nullptr);
+    fail(path, ": cannot initialise the PNG decoder");
   }
-  png.format = PNG_FORMAT_BGR;  // gray, palette, 16-bit and alpha (composited on black) converted by libpng
+  png_set_sig_bytes(png, 8);  // decode_image checked the signature
   DecodedImage out;
-  out.image.create(static_cast<int>(png.height), static_cast<int>(png.width), CV_8UC3);
-  if (!png_image_finish_read(&png, nullptr, out.image.data, static_cast<png_int_32>(out.image.step), nullptr)) {
-    const std::string message = png.message;
-    png_image_free(&png);
-    fail(path, ": corrupt or truncated PNG (", message, ")");
-  }
-  if (PNG_IMAGE_FAILED(png)) out.warning = png.message;
+  std::string too_large;
+  const bool ok = read_png(source, png, info, out.image, too_large);
+  png_destroy_read_struct(&png, &info, nullptr);
+  if (!too_large.empty()) fail(path, ": ", too_large);
+  if (!ok) fail(path, ": corrupt or truncated PNG (", source.error, ")");
+  out.warning = source.warning;
   // cv2.imread applies a PNG's eXIf orientation too (and upstream's exif_size reads it through PIL).
   out.image = apply_orientation(out.image, png_exif_orientation(bytes.data(), bytes.size()));
   return out;
@@ -129,9 +187,9 @@ DecodedImage decode_png(const std::vector<uint8_t>& bytes, const std::string& pa
 // the OpenCV plugin (video_io.h), which also applies the EXIF orientation OpenCV reads (TIFF, not WebP).
 // imdecode refuses sizes over imread's limits before allocating; the same limit is checked again here, as
 // OpenCV's can be raised through the environment (OPENCV_IO_MAX_IMAGE_PIXELS).
-DecodedImage decode_with_plugin(const std::vector<uint8_t>& bytes, const std::string& path) {
+DecodedImage decode_with_plugin(const std::vector<uint8_t>& bytes, const std::string& path, const char* kind) {
   if (const std::string problem = video_support_problem(); !problem.empty())
-    fail(path, ": not a JPEG or PNG, the formats kestrel decodes without its OpenCV plugin; ", problem);
+    fail(path, ": ", kind, ", which kestrel decodes with its OpenCV plugin only (JPEG and PNG without it); ", problem);
   DecodedImage out;
   std::string error;
   if (!decode_image_with_plugin(bytes.data(), bytes.size(), path, out.image, error))
@@ -191,7 +249,7 @@ DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& 
   if (bytes.empty()) fail(path, ": empty file");
   if (is_jpeg(bytes)) return decode_jpeg(bytes, path);
   if (is_png(bytes)) return decode_png(bytes, path);
-  return decode_with_plugin(bytes, path);
+  return decode_with_plugin(bytes, path, "not a JPEG or PNG");
 }
 
 DecodedImage decode_image_file(const std::string& path) { return decode_image(read_file_bytes(path), path); }

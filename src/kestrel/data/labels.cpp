@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
 
 #include "kestrel/core/error.h"
 
@@ -49,15 +48,17 @@ LabelRow make_row(const std::vector<float>& v, const std::string& where, int nc)
     std::snprintf(shown, sizeof shown, "%.0f", cls);
     fail(where, ": class ", shown, " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
   }
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] < 0 || v[i] > 1) fail(where, ": coordinate ", v[i], " is outside 0..1 (labels must be normalised)");
   LabelRow row;
   if (is_box) {
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] < 0 || v[i] > 1) fail(where, ": coordinate ", v[i], " is outside 0..1 (labels must be normalised)");
     row.box = {cls, v[1], v[2], v[3], v[4]};
     return row;
   }
+  // A polygon is checked through its box, as upstream (segments2boxes, then the box's range check): points a
+  // little outside the image (outlines touching its border) are kept; the augmentations clip them.
   row.polygon.assign(v.begin() + 1, v.end());
-  float x1 = 1, y1 = 1, x2 = 0, y2 = 0;
+  float x1 = row.polygon[0], y1 = row.polygon[1], x2 = x1, y2 = y1;
   for (size_t i = 0; i < row.polygon.size(); i += 2) {
     x1 = std::min(x1, row.polygon[i]);
     x2 = std::max(x2, row.polygon[i]);
@@ -65,6 +66,10 @@ LabelRow make_row(const std::vector<float>& v, const std::string& where, int nc)
     y2 = std::max(y2, row.polygon[i + 1]);
   }
   row.box = {cls, (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1};
+  static const char* const kNames[] = {"cx", "cy", "w", "h"};
+  for (int i = 1; i < 5; ++i)
+    if (row.box[i] < 0 || row.box[i] > 1)
+      fail(where, ": the polygon's box has ", kNames[i - 1], " ", row.box[i], ", outside 0..1 (labels must be normalised)");
   return row;
 }
 
@@ -76,7 +81,6 @@ bool ParsedLabels::all_polygons() const {
 
 ParsedLabels parse_labels(const std::string& text, const std::string& source, int nc) {
   ParsedLabels out;
-  std::set<std::vector<float>> seen;
   // Lines end at \n, \r\n, \r, \v or \f, as upstream's splitlines() ends them: a file with old-Mac \r
   // line ends is several rows, not one long row that could pass for a polygon.
   size_t at = 0;
@@ -89,13 +93,18 @@ ParsedLabels parse_labels(const std::string& text, const std::string& source, in
     const std::string where = cat(source, ":", line_no);
     std::vector<float> values = parse_numbers(line, where);
     if (values.empty()) continue;
-    LabelRow row = make_row(values, where, nc);
-    if (!seen.insert(values).second) {
-      ++out.duplicates_removed;
-      continue;
-    }
-    out.rows.push_back(std::move(row));
+    out.rows.push_back(make_row(values, where, nc));
   }
+  // Rows with the same box (class, cx, cy, w, h; polygons by their box) are one object: upstream's
+  // np.unique(labels, axis=0, return_index=True), which also sorts the rows by box when it drops any.
+  std::vector<size_t> order(out.rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out.rows[a].box < out.rows[b].box; });
+  std::vector<LabelRow> unique;
+  for (size_t k = 0; k < order.size(); ++k)
+    if (k == 0 || out.rows[order[k]].box != out.rows[order[k - 1]].box) unique.push_back(out.rows[order[k]]);
+  out.duplicates_removed = static_cast<int>(out.rows.size() - unique.size());
+  if (out.duplicates_removed) out.rows = std::move(unique);
   return out;
 }
 

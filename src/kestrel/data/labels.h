@@ -14,13 +14,15 @@ struct LabelRow {
 
 struct ParsedLabels {
   std::vector<LabelRow> rows;
-  int duplicates_removed = 0;    // identical rows dropped, as upstream does (with a warning)
+  int duplicates_removed = 0;    // rows with the same box dropped, as upstream does (with a warning)
   bool all_polygons() const;     // polygons are kept as segments only when every row has one
 };
 
 // The reference rules: every value a finite number, class a non-negative integer below nc (nc > 0),
-// coordinates within 0..1, rows of 5 values or polygons of at least 3 points. Violations throw
-// kestrel::Error "<source>:<line>: <problem>"; the caller skips the sample and reports it.
+// rows of 5 values or polygons of at least 3 points, a box's values (a polygon's: its box's) within 0..1.
+// Violations throw kestrel::Error "<source>:<line>: <problem>"; the caller skips the sample and reports it.
+// Where rows repeat a box, the rows come back sorted by box (class, cx, cy, w, h) with one of each, as
+// upstream's np.unique; otherwise in file order.
 ParsedLabels parse_labels(const std::string& text, const std::string& source, int nc);
 
 }  // namespace kestrel::data

@@ -90,26 +90,36 @@ void ConfusionMatrix::process_batch(const at::Tensor& detections, const at::Tens
   std::vector<Box> gts, dets;
   for (int64_t i = 0; i < M; ++i)
     gts.push_back({lab[i * 5 + 1], lab[i * 5 + 2], lab[i * 5 + 3], lab[i * 5 + 4], in_range(lab[i * 5], "label")});
-  for (size_t i = 0; i + 6 <= det.size(); i += 6)
-    if (det[i + 4] > conf_) dets.push_back({det[i], det[i + 1], det[i + 2], det[i + 3], in_range(det[i + 5], "detection")});
+  for (size_t i = 0; i + 6 <= det.size(); i += 6)  // float32 comparisons, as upstream's tensors
+    if (static_cast<float>(det[i + 4]) > static_cast<float>(conf_))
+      dets.push_back({det[i], det[i + 1], det[i + 2], det[i + 3], in_range(det[i + 5], "detection")});
 
-  // Candidates in torch.where's order (gt-major), then upstream's two de-duplications by descending IoU.
-  struct Match { int64_t gt, det; double iou; };
+  // Candidates in torch.where's order (gt-major), IoU as upstream's float32 box_iou, then its two
+  // de-duplications: matches[iou.argsort()[::-1]] (an ascending sort reversed: among equal IoUs the later
+  // candidate first; numpy's sort of such short arrays is stable) and np.unique(key, return_index=True)
+  // (the first of each key, ordered by key).
+  struct Match { int64_t gt, det; float iou; };
   std::vector<Match> matches;
   for (int64_t g = 0; g < M; ++g)
     for (size_t d = 0; d < dets.size(); ++d) {
       const Box &a = gts[g], &b = dets[d];
-      const double inter = std::max(0.0, std::min(a.x2, b.x2) - std::max(a.x1, b.x1)) *
-                           std::max(0.0, std::min(a.y2, b.y2) - std::max(a.y1, b.y1));
-      const double iou = inter / ((a.x2 - a.x1) * (a.y2 - a.y1) + (b.x2 - b.x1) * (b.y2 - b.y1) - inter + 1e-7);
-      if (iou > iou_thres_) matches.push_back({g, static_cast<int64_t>(d), iou});
+      const auto f = [](double v) { return static_cast<float>(v); };
+      const float w = std::max(0.f, std::min(f(a.x2), f(b.x2)) - std::max(f(a.x1), f(b.x1)));
+      const float h = std::max(0.f, std::min(f(a.y2), f(b.y2)) - std::max(f(a.y1), f(b.y1)));
+      const float inter = w * h;
+      const float area_a = (f(a.x2) - f(a.x1)) * (f(a.y2) - f(a.y1)), area_b = (f(b.x2) - f(b.x1)) * (f(b.y2) - f(b.y1));
+      const float iou = inter / (area_a + area_b - inter + 1e-7f);
+      if (iou > static_cast<float>(iou_thres_)) matches.push_back({g, static_cast<int64_t>(d), iou});
     }
   const auto keep_best = [&](bool per_detection) {
-    std::stable_sort(matches.begin(), matches.end(), [](const Match& a, const Match& b) { return a.iou > b.iou; });
+    if (matches.size() < 2) return;  // upstream de-duplicates only from two candidates on
+    const auto key = [&](const Match& m) { return per_detection ? m.det : m.gt; };
+    std::stable_sort(matches.begin(), matches.end(), [](const Match& a, const Match& b) { return a.iou < b.iou; });
+    std::reverse(matches.begin(), matches.end());
     std::vector<Match> kept;
     for (const Match& m : matches)
-      if (std::none_of(kept.begin(), kept.end(), [&](const Match& k) { return per_detection ? k.det == m.det : k.gt == m.gt; }))
-        kept.push_back(m);
+      if (std::none_of(kept.begin(), kept.end(), [&](const Match& k) { return key(k) == key(m); })) kept.push_back(m);
+    std::sort(kept.begin(), kept.end(), [&](const Match& a, const Match& b) { return key(a) < key(b); });
     matches = kept;
   };
   keep_best(true);

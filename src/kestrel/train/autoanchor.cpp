@@ -119,14 +119,6 @@ void sort_by_area(std::vector<BoxSize>& anchors) {
                    [](const BoxSize& a, const BoxSize& b) { return a[0] * a[1] < b[0] * b[1]; });
 }
 
-std::string format_anchors(const std::vector<BoxSize>& anchors) {
-  std::string out;
-  // upstream: '%i' % round(x) of numpy float32 values, half to even
-  const auto rounded = [](double v) { return static_cast<long>(std::nearbyint(static_cast<float>(v))); };
-  for (const auto& a : anchors) out += cat(out.empty() ? "" : ", ", rounded(a[0]), ",", rounded(a[1]));
-  return out;
-}
-
 std::string format_fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
@@ -134,6 +126,14 @@ std::string format_fixed(double v, int digits) {
 }
 
 }  // namespace
+
+std::string anchors_text(const std::vector<BoxSize>& anchors) {
+  std::string out;
+  // upstream: '%i' % round(x) of numpy float32 values, half to even
+  const auto rounded = [](double v) { return static_cast<long>(std::nearbyint(static_cast<float>(v))); };
+  for (const auto& a : anchors) out += cat(out.empty() ? "" : ", ", rounded(a[0]), ",", rounded(a[1]));
+  return out;
+}
 
 AnchorFit anchor_fit(const std::vector<BoxSize>& sizes, const std::vector<BoxSize>& anchors, double anchor_t) {
   AnchorFit f;
@@ -273,7 +273,7 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   const AnchorFit found = anchor_fit(jittered, k, o.anchor_t);
   result.report += cat("AutoAnchor: k-means + ", o.generations, " generations on ", sizes.size(), " labels: ",
                        format_fixed(found.bpr, 4), " BPR, ", format_fixed(found.anchors_per_target, 2),
-                       " anchors/target, fitness ", format_fixed(found.fitness, 4), "; anchors ", format_anchors(k), "\n");
+                       " anchors/target, fitness ", format_fixed(found.fitness, 4), "; anchors ", anchors_text(k), "\n");
   if (!(f32(found.bpr) > f32(result.before.bpr))) {
     result.report += "AutoAnchor: original anchors better than new anchors, proceeding with original anchors\n";
     return result;

@@ -46,6 +46,9 @@ struct AnchorFit {
 };
 AnchorFit anchor_fit(const std::vector<BoxSize>& sizes, const std::vector<BoxSize>& anchors, double anchor_t);
 
+// "w,h, w,h, ..." as upstream prints anchors: each rounded as a float32, halves to even (Python's round).
+std::string anchors_text(const std::vector<BoxSize>& anchors);
+
 // Label sizes in pixels at img_size (see above); scale_jitter 0 = no random scale.
 std::vector<BoxSize> label_sizes(const std::vector<data::ImageRecord>& records, int img_size, double scale_jitter,
                                  uint64_t seed);
