@@ -50,11 +50,23 @@ struct DetectOptions {
   bool hide_labels = false, hide_conf = false, half = false, augment = false, save_crop = false, visualize = false;
 };
 
-// Annotated images are written as JPEG (kestrel's one encoder): under the source's file name when that
-// is a JPEG, with ".jpg" in place of the extension otherwise.
+// Annotated images keep the source's file name and format where kestrel encodes it (JPEG at cv2.imwrite's
+// quality 95, PNG); other formats (BMP, TIFF, WebP ...) are written as JPEG with ".jpg" in place of the
+// extension (upstream: the source's format).
 std::string annotated_name(const fs::path& source) {
   const std::string ext = ascii_lower(source.extension().string());
-  return ext == ".jpg" || ext == ".jpeg" ? source.filename().string() : source.stem().string() + ".jpg";
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png" ? source.filename().string() : source.stem().string() + ".jpg";
+}
+void write_annotated(const fs::path& path, const cv::Mat& image) {
+  if (ascii_lower(path.extension().string()) == ".png") data::write_png(path.string(), image);
+  else data::write_jpeg(path.string(), image, 95);
+}
+
+// Paths as detect.py prints them (LoadImages resolves every file: absolute, links followed).
+std::string shown_path(const std::string& path) {
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(path, ec);
+  return ec ? path : resolved.string();
 }
 
 // Where each image's outputs go, relative to the run folder: upstream's names (the annotated image under
@@ -235,14 +247,16 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
 }
 
 // A video file (detect.py's LoadImages; cameras and streams go to detect_streams): every frame (every
-// --vid-stride-th: frames stride, 2 stride, ...) detected and written to <run>/<video stem>.mp4 (mp4v, the
-// source's frame rate, as detect.py), labels per frame in labels/<stem>_<n>.txt (n counts the frames
-// detected, from 1, as upstream; the total shown is frames / stride).
+// --vid-stride-th) detected and written to <run>/<video stem>.mp4 (mp4v, the source's frame rate, as
+// detect.py), labels per frame in labels/<stem>_<n>.txt (n counts the frames detected, from 1, as upstream;
+// the total shown is frames / stride). With a stride s, the source's first video gives frames s - 1, 2s - 1,
+// ... and every later one 0, s, 2s, ..., as LoadImages (it reads a newly opened video's first frame
+// without skipping).
 // `position`: "video i/n", its place among the source's files; `file_stem`: the output stem (video_stems),
 // empty for a single --source video.
 void detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const std::string& position,
                   const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir, JsonPredictions& json,
-                  const std::string& file_stem = "") {
+                  bool first_video, const std::string& file_stem = "") {
   // A URL's file name names the outputs as the downloaded file's would (upstream downloads it first).
   std::string stem = !file_stem.empty() ? file_stem : fs::path(source).stem().string();
   if (stem.empty()) stem = "video";
@@ -251,15 +265,17 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   const int64_t frames = video.frame_count() / o.vid_stride;
   std::unique_ptr<data::VideoWriter> writer;
   cv::Mat frame;
+  int64_t f = 0, read = 0;
   const auto next = [&] {  // upstream grabs vid_stride frames and keeps the last
-    for (int s = 0; s < o.vid_stride; ++s)
+    for (int s = 0; s < (f == 0 && !first_video ? 1 : o.vid_stride); ++s) {
       if (!video.read(frame)) return false;
+      ++read;
+    }
     return true;
   };
-  int64_t f = 0;
   while (!StopSignal::requested() && next()) {
     ++f;
-    const std::string prefix = cat(position, " (", f, "/", frames, ") ", source, ": ");
+    const std::string prefix = cat(position, " (", f, "/", frames, ") ", data::is_stream_url(source) ? source : shown_path(source), ": ");
     // Label files count a video's frames from 1 (upstream's LoadImages counter).
     detect_one(detector, frame, o, names,
                {save_dir / "labels" / cat(stem, "_", f, ".txt"), stem, csv_name, json.next_frame_id++}, save_dir, prefix, json);
@@ -267,7 +283,12 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     write_video_frame(writer, out, video.fps() <= 0 ? 30.0 : video.fps(), frame, source, f);
   }
   if (StopSignal::requested()) return;
-  if (f == 0) fail(source, ": no frame could be read from the video");
+  if (read == 0) fail(source, ": no frame could be read from the video");
+  if (f == 0) {  // upstream yields nothing either
+    std::cout << "WARNING: " << source << ": " << read << " frames, fewer than --vid-stride " << o.vid_stride
+              << ": none detected" << std::endl;
+    return;
+  }
   // A frame that does not decode ends the video (upstream goes on to the next file). The container's count
   // can also be an estimate (duration x fps), so this says what happened rather than what was lost.
   if (frames > 0 && f < frames)
@@ -361,7 +382,8 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
     if (data::is_video_file(media[i])) {
       try {  // like an unreadable image, reported and skipped (upstream's loader goes on to the next file)
         std::unique_ptr<data::VideoReader> clip = data::open_video(media[i]);
-        detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir, json, stems[i - images.size()]);
+        detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir, json,
+                     /*first_video=*/i == images.size(), stems[i - images.size()]);
       } catch (const Error& e) {
         std::cout << "video " << i + 1 << "/" << n << " " << media[i] << ": skipped (" << e.what() << ")" << std::endl;
         ++skipped;
@@ -372,7 +394,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
     const int64_t image_id = image_ids[image];
     const OutputNames& out = outputs[image++];
     const fs::path path = media[i];
-    const std::string prefix = cat("image ", i + 1, "/", n, " ", path.string(), ": ");
+    const std::string prefix = cat("image ", i + 1, "/", n, " ", shown_path(path.string()), ": ");
     data::DecodedImage decoded;
     try {
       decoded = data::decode_image_file(path.string());
@@ -386,7 +408,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
     if (!o.nosave) {
       const fs::path annotated = save_dir / out.annotated;
       fs::create_directories(annotated.parent_path());
-      data::write_jpeg(annotated.string(), decoded.image);
+      write_annotated(annotated, decoded.image);
     }
   }
   const char* what = images.size() == n ? "images" : "files";
@@ -513,7 +535,7 @@ void run_detect(const DetectOptions& o) {
     }
     detect_streams(detector, streams, stream_sources, o, names, save_dir, json);
   } else if (video) {
-    detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json);
+    detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json, /*first_video=*/true);
   } else {
     detect_files(detector, media, o, names, save_dir, json);
   }
@@ -576,8 +598,9 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
   cmd->add_option("--name", o->name, "run name")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");
-  cmd->add_option("--line-thickness", o->line_thickness, "bounding box thickness (pixels)")->capture_default_str()
-      ->check(CLI::Range(1, 100));
+  cmd->add_option("--line-thickness", o->line_thickness, "bounding box thickness (pixels; 0: 0.3 % of the image's mean side, at least 2)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 32767));  // OpenCV's limit on a line's thickness
   cmd->add_flag("--hide-labels", o->hide_labels, "hide labels");
   cmd->add_flag("--hide-conf", o->hide_conf, "hide confidences");
   cmd->add_flag("--half", o->half, "fp16 inference (CUDA; YOLOv7 models use it there anyway, as YOLOv7's detect.py)");

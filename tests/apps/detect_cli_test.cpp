@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 
+#include "kestrel/data/image_io.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/models/yolo_model.h"
@@ -127,11 +128,16 @@ TEST(DetectCli, ImagesOfTheSameNameKeepTheirOwnOutputs) {
     for (std::string line; std::getline(in, line);) ++n;
     return n;
   };
-  // x.png is annotated as a JPEG and listed after x.jpg; x2 is x2.jpg's own name: x.png's outputs are x3.
+  // x.png keeps its name and format (a PNG) and is listed after x.jpg; x2 is x2.jpg's own name: x.png's label
+  // file is x3.txt.
   for (const char* label : {"x.txt", "x2.txt", "x3.txt", "a/x.txt", "b/x.txt"}) EXPECT_EQ(lines(label), 7) << label;
-  for (const char* annotated : {"x.jpg", "x2.jpg", "x3.jpg", "a/x.jpg", "b/x.jpg"})
+  for (const char* annotated : {"x.jpg", "x2.jpg", "x.png", "a/x.jpg", "b/x.jpg"})
     EXPECT_TRUE(std::filesystem::exists(dir.file(std::string("runs/exp/") + annotated))) << annotated;
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/x22.jpg")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/x3.jpg")));
+  const std::vector<uint8_t> png = data::read_file_bytes(dir.file("runs/exp/x.png"));
+  ASSERT_GE(png.size(), 8u);
+  EXPECT_EQ(std::string(png.begin() + 1, png.begin() + 4), "PNG");
   EXPECT_NE(r.output.find("5 labels saved to"), std::string::npos) << r.output;
   r = test::run_command(detect);
   ASSERT_EQ(r.exit_code, 0) << r.output;

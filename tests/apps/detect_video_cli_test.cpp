@@ -117,6 +117,33 @@ TEST(DetectVideoCli, WritesAnAnnotatedVideoAndLabelsPerFrame) {
   EXPECT_FALSE(fs::exists(run.project + "/stride/labels/clip_3.txt"));
 }
 
+// --vid-stride 2 over a folder of two videos, as LoadImages: the first video gives frames 2 and 4 (1-based),
+// the second 1, 3 and 5 (a newly opened video's first frame is read without skipping). Each label file equals
+// the stride-1 run's file of that frame. A stride longer than a lone video: nothing detected, no error.
+TEST(DetectVideoCli, StrideOverSeveralVideosAsLoadImages) {
+  if (const std::string problem = data::video_support_problem(); !problem.empty()) GTEST_SKIP() << problem;
+  VideoRun run;
+  const std::string clip = make_clip(run.dir, cv::Size(192, 128));
+  fs::create_directories(run.dir.file("media"));
+  fs::copy_file(clip, run.dir.file("media/a.avi"));
+  fs::copy_file(clip, run.dir.file("media/b.avi"));
+  const std::string args = "--conf-thres 0.0001 --max-det 20 --save-txt --save-conf --nosave ";
+  ASSERT_EQ(run.detect(run.dir.file("media"), args + "--name every").exit_code, 0);
+  const auto r = run.detect(run.dir.file("media"), args + "--vid-stride 2 --name stride");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string every = run.project + "/every/labels/", stride = run.project + "/stride/labels/";
+  for (const auto& [kept, frame] : std::vector<std::pair<std::string, std::string>>{
+           {"a_1", "a_2"}, {"a_2", "a_4"}, {"b_1", "b_1"}, {"b_2", "b_3"}, {"b_3", "b_5"}}) {
+    ASSERT_TRUE(fs::exists(stride + kept + ".txt")) << kept << "\n" << r.output;
+    EXPECT_EQ(file_text(stride + kept + ".txt"), file_text(every + frame + ".txt")) << kept;
+  }
+  EXPECT_FALSE(fs::exists(stride + "a_3.txt"));
+  EXPECT_FALSE(fs::exists(stride + "b_4.txt"));
+  const auto lone = run.detect(clip, args + "--vid-stride 7 --name long");
+  ASSERT_EQ(lone.exit_code, 0) << lone.output;
+  EXPECT_NE(lone.output.find("5 frames, fewer than --vid-stride 7: none detected"), std::string::npos) << lone.output;
+}
+
 // A stream URL goes to OpenCV's videoio as it is: the clip served over HTTP by Python's http.server on a
 // free local port gives the same frames (and labels) as the file.
 TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
