@@ -222,6 +222,36 @@ TEST(SafetensorsErrors, EmptyTensorWhereTheNextStartsIsNoOverlap) {
   EXPECT_EQ(c.tensors[1].second.numel(), 2);
 }
 
+// The format's rules the Rust library enforces: no tensor named twice (nlohmann kept the last one silently),
+// and data bytes no tensor owns (a hole, or trailing bytes) are a damaged file.
+TEST(SafetensorsErrors, RepeatedNamesAndHolesAreRefused) {
+  test::TempDir dir;
+  auto with_header = [&](const std::string& name, const std::string& json, size_t data_bytes) {
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+    test::write_file(dir.file(name), len + json + std::string(data_bytes, '\0'));
+    return dir.file(name);
+  };
+  const std::string twice = with_header("twice.safetensors",
+      R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
+  EXPECT_EQ(error_of_loading(twice), twice + ": corrupt safetensors header: 'w' is given twice");
+  const std::string hole = with_header("hole.safetensors",
+      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12);
+  EXPECT_EQ(error_of_loading(hole), hole + ": corrupt safetensors file: bytes 4..8 of the data belong to no tensor");
+  const std::string tail = with_header("tail.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6);
+  EXPECT_EQ(error_of_loading(tail), tail + ": corrupt safetensors file: bytes 4..6 of the data belong to no tensor");
+  const std::string late = with_header("late.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", 6);
+  EXPECT_EQ(error_of_loading(late), late + ": corrupt safetensors file: bytes 0..2 of the data belong to no tensor");
+}
+
+// Metadata that is not UTF-8 (a path in a folder named in Latin-1): saved with U+FFFD in its place, not a
+// failed save (nlohmann's dump throws on such bytes).
+TEST(Safetensors, MetadataThatIsNotUtf8IsSavedWithReplacementCharacters) {
+  test::TempDir dir;
+  save_safetensors(dir.file("m.safetensors"), {{"w", at::ones({1})}}, {{"path", "/data/caf\xe9/x"}});
+  EXPECT_EQ(load_safetensors(dir.file("m.safetensors")).metadata.at("path"), "/data/caf\xef\xbf\xbd/x");
+}
+
 // Found in the second fuzzing campaign (fuzz/README.md): a BOOL tensor's bytes were taken as they
 // came. A byte other than 0 or 1 is not a bool (undefined behaviour where ATen reads it): refused.
 TEST(SafetensorsErrors, BoolBytesOtherThanZeroAndOneAreRefused) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -65,6 +66,24 @@ TEST(TrainingState, WhatIsWrittenIsReadBack) {
   const SafetensorsContents raw = load_safetensors(path);
   EXPECT_EQ(raw.tensors.size(), 4u);
   EXPECT_EQ(raw.metadata.at("format"), "kestrel-train-state-1");
+}
+
+// A loss sum made infinite or NaN by an fp16 overflow (a step the scaler skipped) and saved by Ctrl-C:
+// JSON has no such numbers (written as null); the file must still resume, with the values as they were.
+TEST(TrainingState, NonFiniteLossSumsResume) {
+  test::TempDir dir;
+  const std::string path = dir.file("last.state.safetensors");
+  TrainingState a = sample_state();
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  a.progression.loss_sum = {inf, 2.5, nan};
+  a.progression.maps = {nan, 0.2};
+  write_training_state(path, a);
+  const TrainingState b = read_training_state(path);
+  EXPECT_TRUE(std::isnan(b.progression.loss_sum[0]));  // NaN either way: the epoch's mean loss is lost, not the run
+  EXPECT_EQ(b.progression.loss_sum[1], 2.5);
+  EXPECT_TRUE(std::isnan(b.progression.loss_sum[2]));
+  EXPECT_TRUE(std::isnan(b.progression.maps[0]));
+  EXPECT_EQ(b.progression.maps[1], 0.2);
 }
 
 TEST(TrainingState, ARunFolderMeansItsLastState) {

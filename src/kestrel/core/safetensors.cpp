@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -60,7 +61,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     offset += bytes;
     blobs.push_back(t);
   }
-  std::string json = header.dump();
+  std::string json = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // U+FFFD for stray bytes (a path that is not UTF-8)
   json.append((8 - json.size() % 8) % 8, ' ');  // the spec allows space padding; keeps the data 8-byte aligned
 
   namespace fs = std::filesystem;
@@ -99,11 +100,21 @@ SafetensorsContents load_safetensors(const std::string& path) {
   std::string json(n, '\0');
   in.read(json.data(), static_cast<std::streamsize>(n));
   nlohmann::json header;
+  // A tensor named twice: nlohmann keeps the last, silently; the format forbids it (as the Rust library).
+  std::set<std::string> top_keys;
+  std::string repeated;
+  const nlohmann::json::parser_callback_t note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !top_keys.insert(parsed.get<std::string>()).second &&
+        repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(json);
+    header = nlohmann::json::parse(json, note_keys);
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": corrupt safetensors header: ", e.what());
   }
+  if (!repeated.empty()) fail(path, ": corrupt safetensors header: '", repeated, "' is given twice");
   if (!header.is_object()) fail(path, ": corrupt safetensors header: not a JSON object");
 
   const uint64_t data_size = file_size - 8 - n;
@@ -153,6 +164,14 @@ SafetensorsContents load_safetensors(const std::string& path) {
             [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   for (size_t i = 1; i < entries.size(); ++i)
     if (entries[i].begin < entries[i - 1].end) fail(path, ": tensors '", entries[i - 1].key, "' and '", entries[i].key, "' overlap");
+  // The data must be covered exactly, without holes (the format's rule: bytes no tensor owns are a damaged
+  // or tampered file).
+  uint64_t covered = 0;
+  for (const Entry& e : entries) {
+    if (e.begin != covered) fail(path, ": corrupt safetensors file: bytes ", covered, "..", e.begin, " of the data belong to no tensor");
+    covered = e.end;
+  }
+  if (covered != data_size) fail(path, ": corrupt safetensors file: bytes ", covered, "..", data_size, " of the data belong to no tensor");
 
   for (const auto& e : entries) {
     at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.type));

@@ -1,13 +1,16 @@
 #include "kestrel/core/yaml_file.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <vector>
 
 #include "kestrel/core/error.h"
 #include "kestrel/core/regular_file.h"
+#include "kestrel/core/utf8.h"
 
 namespace kestrel {
 
@@ -37,7 +40,14 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& source, in
 
 }  // namespace
 
-YAML::Node parse_yaml_text(const std::string& text, const std::string& source) {
+YAML::Node parse_yaml_text(const std::string& raw, const std::string& source) {
+  // Upstream reads its YAML files with errors='ignore': bytes that are not UTF-8 (a Latin-1 comment or
+  // name) are dropped, said here. Kept, they would stop the run at its first save (JSON metadata).
+  const Utf8Text utf8 = drop_invalid_utf8(raw);
+  const std::string& text = utf8.text;
+  if (utf8.dropped)
+    std::cerr << "warning: " << source << ":" << 1 + std::count(raw.begin(), raw.begin() + static_cast<long>(utf8.first_invalid), '\n')
+              << ": " << utf8.dropped << " byte(s) that are not UTF-8 ignored, as upstream reads the file\n";
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(text);

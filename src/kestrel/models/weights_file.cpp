@@ -10,6 +10,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/core/regular_file.h"
 #include "kestrel/core/safetensors.h"
+#include "kestrel/core/utf8.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/parameter_budget.h"
 #include "kestrel/models/state_dict.h"
@@ -35,7 +36,7 @@ std::string read_text(const std::string& path) {
 WeightsInfo describe_config(const std::string& cfg_name_or_path, std::vector<std::string> names) {
   const std::string path = resolve_model_config_path(cfg_name_or_path);
   WeightsInfo info;
-  info.model_yaml = read_text(path);
+  info.model_yaml = drop_invalid_utf8(read_text(path)).text;  // as the YAML is read (core/yaml_file.h)
   info.model_name = std::filesystem::path(path).stem().string();
   info.names = std::move(names);
   return info;
@@ -50,7 +51,7 @@ void save_model_weights(const std::string& path, const YoloModel& model, const W
   metadata["model_yaml"] = info.model_yaml;
   metadata["model_name"] = info.model_name;
   metadata["nc"] = std::to_string(info.names.size());
-  metadata["names"] = nlohmann::json(info.names).dump();
+  metadata["names"] = nlohmann::json(info.names).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   save_safetensors(path, tensors, metadata);
 }
 

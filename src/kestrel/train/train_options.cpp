@@ -143,7 +143,7 @@ std::string options_yaml(const TrainOptions& o) {
   std::string out;
   // In the table's order (nlohmann::json sorts its keys).
   for_each_saved_option(o, [&](const char* key, const auto& field, bool) {
-    out += std::string(key) + ": " + nlohmann::json(field).dump() + "\n";
+    out += std::string(key) + ": " + nlohmann::json(field).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   });
   return out;
 }

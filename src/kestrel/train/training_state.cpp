@@ -16,6 +16,8 @@ namespace kestrel::train {
 namespace {
 
 constexpr const char* kStateFormat = "kestrel-train-state-1";
+// Paths that are not UTF-8 (JSON cannot hold them) get U+FFFD rather than failing the save.
+constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
 
 // The file's tensor groups, in file order.
 struct Group {
@@ -38,6 +40,20 @@ T whole(const nlohmann::json& p, const char* key, int64_t min) {
     throw std::out_of_range(cat("'", key, "' must be a whole number from ", min, " to ", max, ", not ",
                                 v.is_number() ? v.dump() : std::string(v.type_name())));
   return static_cast<T>(*x);
+}
+
+// A real number of the progress: JSON has no NaN or infinity (nlohmann writes them as null), and a loss sum
+// that an fp16 overflow made infinite (a step the loss scaler skipped) must still resume.
+double real(const nlohmann::json& v) {
+  if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
+  return v.get<double>();
+}
+template <size_t N>
+std::array<double, N> reals(const nlohmann::json& v) {
+  if (!v.is_array() || v.size() != N) throw std::out_of_range(cat("expected a list of ", N, " numbers, not ", v.dump()));
+  std::array<double, N> out;
+  for (size_t i = 0; i < N; ++i) out[i] = real(v[i]);
+  return out;
 }
 
 }  // namespace
@@ -93,11 +109,13 @@ TrainingState read_training_state(const std::string& path) {
     g.epoch = whole<int>(p, "epoch", 0);
     g.next_batch = whole<int64_t>(p, "next_batch", 0);
     g.last_opt_step = whole<int64_t>(p, "last_opt_step", -1);
-    g.best_fitness = p.at("best_fitness");
+    g.best_fitness = real(p.at("best_fitness"));
     g.best_epoch = whole<int>(p, "best_epoch", 0);
-    g.loss_sum = p.at("loss_sum").get<std::array<double, 3>>();
+    g.loss_sum = reals<3>(p.at("loss_sum"));
     g.loss_count = whole<int64_t>(p, "loss_count", 0);
-    g.maps = p.value("maps", std::vector<double>{});
+    g.maps.clear();
+    if (p.contains("maps"))
+      for (const nlohmann::json& v : p.at("maps")) g.maps.push_back(real(v));
     s.ema_updates = whole<int64_t>(p, "ema_updates", 0);
     s.world_size = p.contains("world_size") ? whole<int>(p, "world_size", 1) : 1;
   } catch (const std::exception& e) {
@@ -117,7 +135,7 @@ void write_training_state(const std::string& path, const TrainingState& s) {
                                    {"loss_count", p.loss_count}, {"ema_updates", s.ema_updates}, {"maps", p.maps},
                                    {"world_size", s.world_size}};
   save_safetensors(path, tensors,
-                   {{"format", kStateFormat}, {"options", options_json(s.options).dump()}, {"progress", progress.dump()}});
+                   {{"format", kStateFormat}, {"options", options_json(s.options).dump(-1, ' ', false, kReplace)}, {"progress", progress.dump()}});
 }
 
 }  // namespace kestrel::train
