@@ -152,6 +152,12 @@ void add_train_command(CLI::App& app) {
       throw CLI::ValidationError("--local_rank", std::to_string(*local_rank) + ", but the environment makes this process " +
                                  "local rank " + std::to_string(dist::read_env().local_rank) +
                                  " (kestrel takes the rank from LOCAL_RANK, as train.py)");
+    // --evolve with --resume: upstream continues the evolution in its folder (exist_ok = resume).
+    if (*generations > 0 && !o->resume.empty()) {
+      std::cout << "--evolve --resume: continuing the evolution in its run folder (as --exist-ok)\n";
+      o->exist_ok = true;
+      o->resume.clear();
+    }
     // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
     // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options).
     // Say which given flags are ignored.
@@ -199,8 +205,11 @@ void add_train_command(CLI::App& app) {
     }
     if (o->batch_size == -1 && o->resume.empty() && *nproc > 1)  // refused once here, not by every rank
       throw CLI::ValidationError("--batch-size", train::kAutoBatchNotDataParallel);
-    if (o->image_weights && o->rect)
-      throw CLI::ValidationError("--image-weights", "draws images at random, which --rect's fixed batch order does not allow");
+    if (o->image_weights && o->rect && o->resume.empty()) {  // upstream's dataset: rect = False if image_weights
+      std::cerr << "WARNING: --rect is incompatible with --image-weights (random draws, not --rect's fixed batches): "
+                   "training without --rect\n";
+      o->rect = false;
+    }
     if (yolov7_flags->second) o->cache = "ram";
     if (o->resume.empty() && !o->hyp.empty() && train::load_hyperparameters(o->hyp).yolov7_recipe) {
       const std::vector<CLI::Option*>& given = *recipe_defaults;  // --epochs, --patience, --max-grad-norm

@@ -293,10 +293,12 @@ void run_val(const ValOptions& options) {
   if (!o.noplots) {
     const auto file = [&](const char* name) { return (std::filesystem::path(dir) / name).string(); };
     eval::plot_confusion_matrix(confusion, m.names, file("confusion_matrix.png"));
-    eval::plot_pr_curve(r.metrics, m.names, file("PR_curve.png"));
-    eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, m.names, file("F1_curve.png"));
-    eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, m.names, file("P_curve.png"));
-    eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, m.names, file("R_curve.png"));
+    if (r.metrics.scored) {  // as val.py: the curves only where some prediction was correct
+      eval::plot_pr_curve(r.metrics, m.names, file("PR_curve.png"));
+      eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, m.names, file("F1_curve.png"));
+      eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, m.names, file("P_curve.png"));
+      eval::plot_confidence_curve(r.metrics, eval::CurveKind::recall, m.names, file("R_curve.png"));
+    }
   }
   if (save_json)
     save_coco_predictions(coco, o, r,

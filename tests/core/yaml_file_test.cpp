@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "kestrel/core/yaml_file.h"
 #include "test_support.h"
@@ -48,6 +49,27 @@ TEST(YamlFile, AnAliasBombIsReadWithoutWalkingIt) {
   const YAML::Node n = parse_yaml_text(bomb, "bomb.yaml");
   EXPECT_TRUE(n["a9"].IsSequence());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+// Expected texts: Python 3's yaml.safe_dump({'k': v}) for each v (PyYAML 6).
+TEST(YamlFile, FloatsAsPyYamlWritesThem) {
+  EXPECT_EQ(yaml_float(0.01), "0.01");
+  EXPECT_EQ(yaml_float(5e-05), "5.0e-05");
+  EXPECT_EQ(yaml_float(1.5e-05), "1.5e-05");
+  EXPECT_EQ(yaml_float(0.0001), "0.0001");
+  EXPECT_EQ(yaml_float(0.00012), "0.00012");
+  EXPECT_EQ(yaml_float(3.0), "3.0");
+  EXPECT_EQ(yaml_float(0.0), "0.0");
+  EXPECT_EQ(yaml_float(-0.5), "-0.5");
+  EXPECT_EQ(yaml_float(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(yaml_float(1e16), "1.0e+16");
+  EXPECT_EQ(yaml_float(123456789012345678.0), "1.2345678901234568e+17");
+  EXPECT_EQ(yaml_float(1234567890123456.0), "1234567890123456.0");
+  EXPECT_EQ(yaml_float(std::nan("")), ".nan");
+  EXPECT_EQ(yaml_float(-HUGE_VAL), "-.inf");
+  // and each reads back as the same number
+  for (double v : {0.01, 5e-05, 0.1 + 0.2, 1e16, 0.98765432109876})
+    EXPECT_EQ(parse_yaml_text("k: " + yaml_float(v) + "\n", "x.yaml")["k"].as<double>(), v);
 }
 
 TEST(YamlFile, MalformedAndMissingFilesAreNamed) {

@@ -323,7 +323,7 @@ TEST(EvolvePopulation, TwoGenerationsThenAResume) {
   small.size = 2;
   const std::string message = test::error_message([&] { evolve_population(o, 1, small); });
   EXPECT_NE(message.find("3 individuals, the population holds 2"), std::string::npos) << message;
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.file("runs/evolve")), fs::directory_iterator()), 2);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.file("runs/train")), fs::directory_iterator()), 2);
 }
 
 // An evolve.csv of an earlier run (--exist-ok) whose columns order the same keys otherwise: each new row

@@ -95,15 +95,38 @@ TEST(Evolve, MalformedEvolveCsvNamesTheFile) {
   test::write_file(dir.file("evolve.csv"), "a,b\n1,2\n");
   EXPECT_THROW(read_evolve_csv(dir.file("evolve.csv")), Error);
   EXPECT_TRUE(read_evolve_csv(dir.file("missing.csv")).empty());
-  // nan or inf in a row would make it the "best" (fitness nan) or a gene nobody can train with
+  // A gene of nan or inf cannot be trained with; results may be (a diverged generation's val losses, as
+  // upstream writes them), and a mAP that is not a number counts as fitness 0.
   const std::string header = "metrics/precision,metrics/recall,metrics/mAP_0.5,metrics/mAP_0.5:0.95,val/box_loss,"
                              "val/obj_loss,val/cls_loss,lr0\n";
-  for (const char* row : {"0.1,0.2,nan,0.4,0.1,0.1,0.1,0.01\n", "0.1,0.2,0.3,0.4,0.1,0.1,0.1,inf\n"}) {
+  for (const char* row : {"0.1,0.2,0.3,0.4,0.1,0.1,0.1,inf\n", "0.1,0.2,0.3,0.4,0.1,0.1,0.1,nan\n"}) {
     test::write_file(dir.file("evolve.csv"), header + row);
     const std::string message = test::error_message([&] { read_evolve_csv(dir.file("evolve.csv")); });
     EXPECT_NE(message.find(dir.file("evolve.csv") + ":2: \""), std::string::npos) << message;
     EXPECT_NE(message.find("\" is not a finite number"), std::string::npos) << message;
   }
+  test::write_file(dir.file("evolve.csv"), header + "0.1,0.2,0.3,0.4,nan,-nan,inf,0.01\n0.1,0.2,nan,nan,0.1,0.1,0.1,0.02\n");
+  const std::vector<EvolveRow> rows = read_evolve_csv(dir.file("evolve.csv"));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(std::isnan(rows[0].results[4]) && std::isinf(rows[0].results[6]));
+  EXPECT_DOUBLE_EQ(row_fitness(rows[0]), 0.1 * 0.3 + 0.9 * 0.4);
+  EXPECT_EQ(row_fitness(rows[1]), 0.0);
+  EXPECT_EQ(&fittest(rows), &rows[0]);
+}
+
+// Upstream's "Constrain to limits" runs for every generation, the first included, and rounds with Python's
+// round(v, 5): values from Python (round(0.021845, 5) = 0.02184; round(0.000015, 5) = 2e-05).
+TEST(Evolve, ConstraintClipsAndRoundsAsPython) {
+  HypValues hyp = {{"lrf", 0.005}, {"weight_decay", 0.005}, {"momentum", 0.5}, {"warmup_epochs", 10},
+                   {"lr0", 0.021845}, {"hsv_h", 0.000015}, {"loss_ota", 7.123456789}};
+  constrain_hyperparameters(hyp);
+  EXPECT_EQ(hyp[0].second, 0.01);
+  EXPECT_EQ(hyp[1].second, 0.001);
+  EXPECT_EQ(hyp[2].second, 0.6);
+  EXPECT_EQ(hyp[3].second, 5.0);
+  EXPECT_EQ(hyp[4].second, 0.02184);  // std::round(v * 1e5) / 1e5 gives 0.02185
+  EXPECT_EQ(hyp[5].second, 2e-05);
+  EXPECT_EQ(hyp[6].second, 7.123456789);  // no gene: kept
 }
 
 
@@ -149,13 +172,14 @@ TEST(Evolve, ThreeGenerationsEndToEnd) {
   TrainOptions o = test_evolve::tiny_evolve_options("configs/hyps/hyp.scratch-low.yaml", dir.file("runs/train"));
   const EvolveResult r = evolve(o, 3);
   EXPECT_EQ(r.generations, 3);
-  EXPECT_EQ(fs::path(r.save_dir).parent_path(), fs::path(dir.file("runs/evolve")));
+  // A --project given is kept (upstream renames only its default runs/train to runs/evolve).
+  EXPECT_EQ(fs::path(r.save_dir).parent_path(), fs::path(dir.file("runs/train")));
   const auto rows = read_evolve_csv((fs::path(r.save_dir) / "evolve.csv").string());
   ASSERT_EQ(rows.size(), 3u);
   const HypValues start = load_hyperparameters(o.hyp).values;
   for (size_t k = 0; k < start.size(); ++k) {
     EXPECT_EQ(rows[0].hyp[k].first, start[k].first);
-    EXPECT_NEAR(rows[0].hyp[k].second, start[k].second, 1e-9) << "generation 1 trains the given hyperparameters";
+    EXPECT_NEAR(rows[0].hyp[k].second, start[k].second, 1e-9) << "generation 1 trains the given hyperparameters (in bounds)";
   }
   EXPECT_NE(rows[1].hyp, rows[0].hyp);
   for (const auto& row : rows) {
@@ -168,6 +192,16 @@ TEST(Evolve, ThreeGenerationsEndToEnd) {
   for (size_t i = 1; i < rows.size(); ++i)
     if (fitness(rows[i].results[2], rows[i].results[3]) > fitness(rows[best].results[2], rows[best].results[3])) best = i;
   const auto evolved = yaml_values((fs::path(r.save_dir) / "hyp_evolve.yaml").string());
+  {  // upstream's header: print_mutation's five comment lines, then a blank one
+    std::ifstream in((fs::path(r.save_dir) / "hyp_evolve.yaml").string());
+    std::vector<std::string> head(6);
+    for (auto& line : head) std::getline(in, line);
+    EXPECT_EQ(head[0], "# YOLOv5 Hyperparameter Evolution Results");
+    EXPECT_EQ(head[1], "# Best generation: " + std::to_string(best));
+    EXPECT_EQ(head[2], "# Last generation: 2");
+    EXPECT_EQ(head[3].rfind("#    metrics/precision,       metrics/recall,", 0), 0u) << head[3];
+    EXPECT_EQ(head[5], "");
+  }
   for (const auto& [k, v] : rows[best].hyp) EXPECT_NEAR(evolved.at(k), v, 1e-4 * std::max(1.0, std::fabs(v))) << k;
   // As upstream (evolve implies --nosave and skips the final save): no generation writes weights.
   const fs::path generation = fs::path(r.save_dir) / "generation";

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "kestrel/train/run_files.h"
@@ -20,6 +21,13 @@ TEST(RunFiles, RunFoldersIncrementLikeUpstream) {
   EXPECT_EQ(make_run_dir(project.string(), "exp", false), (project / "exp3").string());
   EXPECT_EQ(make_run_dir(project.string(), "exp", true), (project / "exp").string());
   EXPECT_TRUE(fs::is_directory(project / "exp2" / "weights"));
+  // upstream's increment_path on Path(project) / name: a nested name, a trailing slash, an empty name
+  EXPECT_EQ(make_run_dir(project.string(), "sub/run", false), (project / "sub" / "run").string());
+  EXPECT_EQ(make_run_dir(project.string(), "sub/run", false), (project / "sub" / "run2").string());
+  EXPECT_EQ(make_run_dir(project.string(), "mine/", false), (project / "mine").string());
+  EXPECT_EQ(make_run_dir(project.string(), "mine/", false), (project / "mine2").string());
+  EXPECT_EQ(make_run_dir((project / "p").string(), "", false), (project / "p").string());
+  EXPECT_EQ(make_run_dir((project / "p").string(), "", false), (project / "p2").string());
   fs::remove_all(project);
 }
 
@@ -42,6 +50,12 @@ TEST(RunFiles, ResultsCsvHasUpstreamColumnsAndFormat) {
   EXPECT_EQ(row1.substr(21, 20), "             0.12346");
   EXPECT_EQ(std::count(row0.begin(), row0.end(), ','), 13);
   EXPECT_THROW(csv.append(2, {1.0}), std::exception);
+  // nan as Python's '%20.5g' writes it (glibc gives "-nan" for x86's default NaN, whose sign bit is set)
+  csv.append(2, std::vector<double>(13, -std::numeric_limits<double>::quiet_NaN()));
+  std::ifstream again(path);
+  std::string row2;
+  for (int line = 0; line < 4; ++line) std::getline(again, row2);
+  EXPECT_EQ(row2.substr(20, 22), ",                 nan,") << row2;
   fs::remove(path);
 }
 

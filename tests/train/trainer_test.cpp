@@ -338,6 +338,33 @@ TEST(Trainer, ResumeNeedsNotThePretrainedFile) {
   EXPECT_EQ(second.epochs_completed, 2);
 }
 
+// A resumed run trains on with the hyperparameters it started with (upstream: those saved in opt.yaml), not
+// with what its --hyp file says now; the file may even be gone.
+TEST(Trainer, ResumeKeepsTheRunsOwnHyperparameters) {
+  test::TempDir dir;
+  const std::string hyp = dir.file("my_hyp.yaml");
+  fs::copy_file("configs/hyps/hyp.scratch-low.yaml", hyp);
+  TrainOptions o = short_run(dir, 2);
+  o.hyp = hyp;
+  const TrainResult first = interrupted_run(o);
+  const auto lr0_in = [](const std::string& file) {
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("lr0:", 0) == 0) return line;
+    return std::string("(none)");
+  };
+  const std::string run_hyp = (fs::path(first.save_dir) / "hyp.yaml").string();
+  EXPECT_EQ(lr0_in(run_hyp), "lr0: 0.01");
+  test::write_file(hyp, "lr0: 0.5\n");  // changed since: every other key would fall back to defaults
+  TrainResult second = train(resume_options(first));
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_EQ(lr0_in(run_hyp), "lr0: 0.01");
+  fs::remove(hyp);  // and gone: the run folder still holds what the run needs
+  edit_state(first, [](TrainingState& state) { state.progression.epoch = 1, state.progression.next_batch = 0; });
+  EXPECT_EQ(test::error_message([&] { second = train(resume_options(first)); }), "");
+  EXPECT_EQ(lr0_in(run_hyp), "lr0: 0.01");
+}
+
 // A fresh yolov5n for the classes of the run's dataset.
 std::shared_ptr<models::YoloModel> yolov5n_for(const TrainOptions& o) {
   const int nc = static_cast<int>(data::load_dataset_config(o.data).names.size());

@@ -1,6 +1,9 @@
 #include "kestrel/core/yaml_file.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -63,6 +66,33 @@ YAML::Node parse_yaml_text(const std::string& raw, const std::string& source) {
   int64_t budget = 1'000'000;
   reject_duplicate_keys(documents[0], source, budget);
   return documents[0];
+}
+
+std::string yaml_float(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  char buf[64];
+  int digits = 1;  // significant digits of the shortest round trip
+  for (; digits < 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+  const std::string sci = buf;  // [-]d.ddde[+-]XX
+  const size_t e = sci.find('e');
+  const int exponent = std::atoi(sci.c_str() + e + 1);
+  std::string out;
+  if (exponent >= -4 && exponent < 16) {  // repr's fixed notation
+    std::snprintf(buf, sizeof buf, "%.*f", std::max(0, digits - 1 - exponent), v);
+    out = buf;
+    if (out.find('.') == std::string::npos) out += ".0";
+  } else {  // repr's exponent: mantissa without trailing zeros, exponent of at least two digits
+    std::string mantissa = sci.substr(0, e);
+    if (mantissa.find('.') == std::string::npos) mantissa += ".0";  // PyYAML's fix-up
+    std::snprintf(buf, sizeof buf, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    out = mantissa + buf;
+  }
+  return out;
 }
 
 YAML::Node load_yaml_file(const std::string& path, const std::string& what) {

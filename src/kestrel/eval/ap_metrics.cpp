@@ -276,6 +276,7 @@ ApPerClass ap_per_class(const at::Tensor& correct, const at::Tensor& conf, const
   const int64_t nc = static_cast<int64_t>(classes.size());
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   ApPerClass out;
+  out.style = style;
   out.classes = at::tensor(classes, at::kLong);
   out.ap = at::zeros({nc, T}, f64);
   for (at::Tensor* t : {&out.precision, &out.recall, &out.f1, &out.true_positives, &out.false_positives})

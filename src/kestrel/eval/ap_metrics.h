@@ -56,6 +56,7 @@ struct ApPerClass {
   double mp = 0, mr = 0;       // mean P and R over classes
   double map50 = 0, map = 0;   // mean AP at the first threshold, and over all thresholds
   bool scored = false;         // some prediction was correct (upstream computes per-class values only then)
+  MetricStyle style = MetricStyle::yolov5;  // the rule it was computed with (the charts follow it too)
   // The curves upstream plots (utils/metrics.py plot_pr_curve / plot_mc_curve), rows in `classes` order;
   // always defined (zeros where a class has no prediction, or nothing was correct at all).
   at::Tensor px;               // [1000] double: linspace(0, 1, 1000), the confidence (P/R/F1) or recall (PR) axis

@@ -66,8 +66,14 @@ std::vector<double> ticks(double lo, double hi) {
       step = m * power;
       break;
     }
+  // By index, not by adding steps: where hi - lo is a few ulps, t + step == t and the sum never gets there.
+  const double first = std::ceil(lo / step - 1e-9), last = std::floor(hi / step + 1e-9);
+  if (!(last - first >= 0 && last - first <= 50)) return {lo, hi};
   std::vector<double> out;
-  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + step * 1e-9; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
+  for (int i = 0; i <= static_cast<int>(last - first); ++i) {
+    const double t = (first + i) * step;
+    out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
+  }
   return out;
 }
 

@@ -265,7 +265,9 @@ void plot_confidence_curve(const ApPerClass& m, CurveKind kind, const std::vecto
     return class_name(names, static_cast<int64_t>(classes[c]));
   }, entries);
   if (nc > 0) {
-    const std::vector<double> smoothed = smooth(mean, 0.05);  // upstream plot_mc_curve: smooth(py.mean(0), 0.05)
+    // YOLOv5's plot_mc_curve: smooth(py.mean(0), 0.05); YOLOv7's plots and labels py.mean(0) as it is (the
+    // mean its metric takes the operating point from).
+    const std::vector<double> smoothed = m.style == MetricStyle::yolov5 ? smooth(mean, 0.05) : mean;
     const size_t best = std::max_element(smoothed.begin(), smoothed.end()) - smoothed.begin();
     curve(img, ax, px, smoothed, kMeanBlue, 8);
     entries.push_back({"all classes " + format("%.2f", smoothed[best]) + " at " + format("%.3f", px[best]), kMeanBlue, 8});

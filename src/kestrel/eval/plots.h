@@ -57,7 +57,9 @@ void plot_pr_curve(const ApPerClass& m, const std::vector<std::string>& names, c
 
 enum class CurveKind { f1, precision, recall };
 // F1_curve.png / P_curve.png / R_curve.png: the metric against confidence per class and the mean,
-// labelled "all classes 0.xx at 0.xxx" (the smoothed mean's maximum and where it is, as upstream).
+// labelled "all classes 0.xx at 0.xxx" (the smoothed mean's maximum and where it is, as upstream; for
+// YOLOv7's metric the unsmoothed mean, as YOLOv7). Drawn only where some prediction was correct (m.scored):
+// val.py and test.py call ap_per_class(plot=True) only then.
 void plot_confidence_curve(const ApPerClass& m, CurveKind kind, const std::vector<std::string>& names,
                            const std::string& path);
 

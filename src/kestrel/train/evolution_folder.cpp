@@ -12,6 +12,7 @@
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/yaml_file.h"
 #include "kestrel/core/regular_file.h"
 #include "kestrel/core/stop_signal.h"
 #include "kestrel/eval/plots.h"
@@ -41,14 +42,16 @@ std::vector<std::string> split_csv(const std::string& line) {
   return out;
 }
 
-double parse_number(const std::string& text, const std::string& path, size_t line) {
+// A number of evolve.csv or results.csv. Results may be nan or inf (a generation that diverged: its val
+// losses; upstream writes and reads them, and its fitness needs only the mAPs); genes must be finite.
+double parse_number(const std::string& text, const std::string& path, size_t line, bool finite) {
   try {
     size_t used = 0;
     const double v = std::stod(text, &used);
-    if (used == text.size() && std::isfinite(v)) return v;  // nan or inf: a damaged row, never a result or gene
+    if (used == text.size() && (!finite || std::isfinite(v))) return v;
   } catch (const std::exception&) {
   }
-  fail(path, ":", line, ": \"", text, "\" is not a finite number");
+  fail(path, ":", line, ": \"", text, finite ? "\" is not a finite number" : "\" is not a number");
 }
 
 // The last row of a run's results.csv: P, R, mAP50, mAP50-95, val box/obj/cls (columns 4-10).
@@ -63,7 +66,7 @@ std::vector<double> final_results(const std::string& results_csv) {
   const auto cells = split_csv(last);
   if (cells.size() < 11) fail(results_csv, ":", n, ": expected at least 11 columns");
   std::vector<double> r;
-  for (size_t c = 4; c <= 10; ++c) r.push_back(parse_number(cells[c], results_csv, n));
+  for (size_t c = 4; c <= 10; ++c) r.push_back(parse_number(cells[c], results_csv, n, /*finite=*/false));
   return r;
 }
 
@@ -78,8 +81,10 @@ std::string format_row(const std::vector<std::string>& cells) {
   return out + "\n";
 }
 
-// evolve.csv holds upstream's %.5g.
+// evolve.csv holds upstream's %.5g (Python's: nan and inf without a sign bit's "-nan").
 std::string csv_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.5g", v);
   return buf;
@@ -87,18 +92,17 @@ std::string csv_number(double v) {
 
 }  // namespace
 
-double row_fitness(const EvolveRow& row) { return fitness(row.results[2], row.results[3]); }
+// A mAP that is not a number (never written by a validation; a hand-edited row) counts as 0.
+double row_fitness(const EvolveRow& row) {
+  const auto finite = [](double v) { return std::isfinite(v) ? v : 0.0; };
+  return fitness(finite(row.results[2]), finite(row.results[3]));
+}
 
 const EvolveRow& fittest(const std::vector<EvolveRow>& rows) {
   if (rows.empty()) fail("evolution: no row to choose the fittest from");
   return *std::max_element(rows.begin(), rows.end(), [](const EvolveRow& a, const EvolveRow& b) { return row_fitness(a) < row_fitness(b); });
 }
 
-std::string yaml_number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
-}
 
 std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
   std::vector<EvolveRow> rows;
@@ -120,7 +124,7 @@ std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
     if (cells.size() != header.size()) fail(path, ":", n, ": ", cells.size(), " columns, the header has ", header.size());
     EvolveRow row;
     for (size_t c = 0; c < cells.size(); ++c) {
-      const double v = parse_number(cells[c], path, n);
+      const double v = parse_number(cells[c], path, n, /*finite=*/c >= kResultColumns.size());
       if (c < kResultColumns.size()) row.results.push_back(v);
       else row.hyp.emplace_back(header[c], v);
     }
@@ -131,15 +135,14 @@ std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
 
 Hyperparameters evolution_start(const TrainOptions& base, int generations) {
   if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
-  if (!base.resume.empty()) fail("--evolve cannot be combined with --resume");
+  if (!base.resume.empty()) fail("--evolve continues an evolution with --exist-ok, not --resume");
   return base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
 }
 
 EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& start)
     : base_(base), stop_(kStopEvolutionNote) {
-  // runs/train -> runs/evolve (upstream's project for evolution), other projects keep their folder.
-  const fs::path project = fs::path(base.project).filename() == "train" ? fs::path(base.project).parent_path() / "evolve"
-                                                                         : fs::path(base.project);
+  // The default project runs/train -> runs/evolve (upstream's), a project given keeps its folder.
+  const fs::path project = base.project == TrainOptions().project ? fs::path("runs/evolve") : fs::path(base.project);
   dir_ = make_run_dir(project.string(), base.name, base.exist_ok, /*with_weights=*/false);
   csv_ = (fs::path(dir_) / "evolve.csv").string();
   hyp_file_ = (fs::path(dir_) / "hyp_generation.yaml").string();
@@ -166,7 +169,7 @@ EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& star
 std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp, const std::string& progress) {
   if (StopSignal::requested()) return std::nullopt;  // Ctrl-C after the last training's final step, or between two
   std::string yaml;
-  for (const auto& [k, v] : hyp) yaml += k + ": " + yaml_number(v) + "\n";
+  for (const auto& [k, v] : hyp) yaml += k + ": " + yaml_float(v) + "\n";
   write_file_atomic(hyp_file_, {yaml}, Durability::kFlushed);
   TrainOptions o = base_;
   o.hyp = hyp_file_;
@@ -209,11 +212,20 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
   out.close();
   if (!out) fail(csv_, ": cannot append the generation's row");
   rows_.push_back(std::move(recorded));
-  // hyp_evolve.yaml: the fittest row so far.
+  // hyp_evolve.yaml: the fittest row so far, under upstream's header (print_mutation's).
   const EvolveRow& best = fittest(rows_);
-  std::string best_yaml = "# kestrel --evolve: best of " + std::to_string(rows_.size()) + " rows of evolve.csv, fitness " +
-                          csv_number(row_fitness(best)) + " (0.1 mAP50 + 0.9 mAP50-95)\n";
-  for (const auto& [k, v] : best.hyp) best_yaml += k + ": " + yaml_number(v) + "\n";
+  const size_t best_row = static_cast<size_t>(&best - rows_.data());
+  std::string names, values;
+  for (size_t c = 0; c < kResultColumns.size(); ++c) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%20s", c ? ", " : "", kResultColumns[c].c_str());
+    names += buf;
+    std::snprintf(buf, sizeof buf, "%s%20s", c ? ", " : "", csv_number(best.results[c]).c_str());
+    values += buf;
+  }
+  std::string best_yaml = "# YOLOv5 Hyperparameter Evolution Results\n# Best generation: " + std::to_string(best_row) +
+                          "\n# Last generation: " + std::to_string(rows_.size() - 1) + "\n# " + names + "\n# " + values + "\n\n";
+  for (const auto& [k, v] : best.hyp) best_yaml += k + ": " + yaml_float(v) + "\n";
   write_file_atomic((fs::path(dir_) / "hyp_evolve.yaml").string(), {best_yaml}, Durability::kFlushed);
   return row;
 }

@@ -24,8 +24,6 @@ std::vector<EvolveRow> read_evolve_csv(const std::string& path);
 // Upstream's fitness of a row, 0.1 mAP50 + 0.9 mAP50-95, and the first row of the greatest (rows not empty).
 double row_fitness(const EvolveRow& row);
 const EvolveRow& fittest(const std::vector<EvolveRow>& rows);
-// A hyperparameter value as the generation's hyp file and hyp_evolve.yaml hold it (%.10g).
-std::string yaml_number(double v);
 
 struct EvolveResult {
   std::string save_dir;       // runs/evolve/<name>

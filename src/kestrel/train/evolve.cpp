@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "kestrel/core/error.h"
 #include "kestrel/train/hyperparameters.h"
@@ -22,6 +24,18 @@ const std::vector<Gene>& evolution_genes() {
       {"flipud", 1, 0.0, 1.0, true},     {"fliplr", 0, 0.0, 1.0, true},      {"mosaic", 1, 0.0, 1.0, true},
       {"mixup", 1, 0.0, 1.0, true},      {"copy_paste", 1, 0.0, 1.0, true},  {"paste_in", 1, 0.0, 1.0, true}};
   return genes;
+}
+
+void constrain_hyperparameters(HypValues& hyp) {
+  for (auto& [key, value] : hyp)
+    for (const auto& g : evolution_genes())
+      if (g.key == key) {
+        // Python's round(v, 5): the decimal nearest to the exact binary value, as printf's %.5f
+        // (std::round(v * 1e5) / 1e5 rounds the product, which differs on near-ties such as 0.021845).
+        char text[64];
+        std::snprintf(text, sizeof text, "%.5f", std::clamp(value, g.lower, g.upper));
+        value = std::strtod(text, nullptr);
+      }
 }
 
 HypValues mutate_hyperparameters(const HypValues& parent, std::mt19937_64& rng) {
@@ -45,11 +59,8 @@ HypValues mutate_hyperparameters(const HypValues& parent, std::mt19937_64& rng) 
     }
   }
   HypValues child = parent;
-  for (size_t i = 0; i < child.size(); ++i) {
-    if (!gene[i]) continue;
-    const double v = std::clamp(child[i].second * factor[i], gene[i]->lower, gene[i]->upper);
-    child[i].second = std::round(v * 1e5) / 1e5;
-  }
+  for (size_t i = 0; i < child.size(); ++i) child[i].second *= factor[i];
+  constrain_hyperparameters(child);
   return child;
 }
 
@@ -75,9 +86,14 @@ EvolveResult evolve(const TrainOptions& base, int generations) {
     const std::vector<EvolveRow>& rows = folder.rows();
     HypValues hyp = start.values;
     if (!rows.empty()) {
-      std::mt19937_64 rng(base.seed * 1000003ull + static_cast<uint64_t>(gen));
+      // Seeded by --seed and the rows so far: a continued evolution (--exist-ok) draws anew rather than
+      // repeating the draws, and children, of its first run (upstream seeds with the clock).
+      std::seed_seq seeds{static_cast<uint32_t>(base.seed), static_cast<uint32_t>(base.seed >> 32),
+                          static_cast<uint32_t>(rows.size()), static_cast<uint32_t>(gen)};
+      std::mt19937_64 rng(seeds);
       hyp = mutate_hyperparameters(select_parent(rows, rng), rng);
     }
+    constrain_hyperparameters(hyp);  // every generation, the first too (upstream's "Constrain to limits")
     if (!folder.train_and_record(hyp, cat("generation ", gen + 1, "/", generations))) {
       result.interrupted = true;
       break;

@@ -3,10 +3,10 @@
 // clip(1 + gain x [U < 0.8] x N(0,1) x U' x 0.2, 0.3, 3), clips it to its bounds, rounds to 5 digits,
 // trains with validation only after the final epoch and no checkpoints, and appends the final P, R,
 // mAP50, mAP50-95, val losses and the hyperparameters to evolve.csv; hyp_evolve.yaml holds the best row.
-// The first generation trains the given hyperparameters unchanged.
+// The first generation trains the given hyperparameters clipped and rounded alike.
 //
-// Difference: kestrel seeds the mutations with --seed (and the generation), so an evolution is
-// reproducible; upstream seeds with the clock.
+// Difference: kestrel seeds the mutations with --seed (and the generation and the rows so far), so an
+// evolution is reproducible; upstream seeds with the clock.
 #pragma once
 #include <random>
 #include <string>
@@ -25,14 +25,18 @@ struct Gene {
 // Upstream's meta table (lr0 ... copy_paste, and YOLOv7's paste_in, which HEAD's table lacks).
 const std::vector<Gene>& evolution_genes();
 
+// Upstream's "Constrain to limits": each gene's value clipped to its bounds and rounded to 5 decimals as
+// Python's round(v, 5); keys without a gene are kept.
+void constrain_hyperparameters(HypValues& hyp);
+
 // One mutation of `parent`'s genes (keys without a gene are kept); retried until a gene changes.
 HypValues mutate_hyperparameters(const HypValues& parent, std::mt19937_64& rng);
 
 // The parent: one of the top min(5, rows) by fitness, drawn with weights fitness - min + 1e-6.
 HypValues select_parent(const std::vector<EvolveRow>& rows, std::mt19937_64& rng);
 
-// `generations` trainings of `base` (its --hyp, or the defaults) under <project>/../evolve: the
-// project "runs/train" becomes "runs/evolve", as upstream.
+// `generations` trainings of `base` (its --hyp, or the defaults) under <project>/<name>, the default
+// project runs/train becoming runs/evolve, as upstream (a --project given is kept).
 EvolveResult evolve(const TrainOptions& base, int generations);
 
 }  // namespace kestrel::train

@@ -183,7 +183,7 @@ void write_population_file(const std::string& path, int generation, const std::v
   std::string yaml;
   for (size_t i = 0; i < population.size(); ++i) {
     yaml += "gen" + std::to_string(generation) + "number" + std::to_string(i) + ":\n";
-    for (size_t j = 0; j < genes.size(); ++j) yaml += "  " + genes[j].key + ": " + yaml_number(population[i][j]) + "\n";
+    for (size_t j = 0; j < genes.size(); ++j) yaml += "  " + genes[j].key + ": " + yaml_float(population[i][j]) + "\n";
   }
   write_file_atomic(path, {yaml}, Durability::kFlushed);
 }
@@ -227,8 +227,8 @@ EvolveResult evolve_population(const TrainOptions& base, int generations, const 
     write_population_file(population_file, gen + 1, population, genes);
   }
   if (!best.empty()) {
-    std::cout << "Best solution found (mAP50 " << yaml_number(best_map50) << "):";
-    for (size_t j = 0; j < genes.size(); ++j) std::cout << " " << genes[j].key << "=" << yaml_number(best[j]);
+    std::cout << "Best solution found (mAP50 " << yaml_float(best_map50) << "):";
+    for (size_t j = 0; j < genes.size(); ++j) std::cout << " " << genes[j].key << "=" << yaml_float(best[j]);
     std::cout << "\n";
   }
   folder.finish(result);

@@ -118,10 +118,9 @@ Hyperparameters load_hyperparameters(const std::string& path) {
 }
 
 std::string hyperparameters_yaml(const Hyperparameters& h) {
-  std::ostringstream out;
-  out.precision(10);
-  for (const auto& [key, value] : h.values) out << key << ": " << value << "\n";
-  return out.str();
+  std::string out;  // as yaml.safe_dump writes upstream's hyp.yaml: readable by upstream's train.py too
+  for (const auto& [key, value] : h.values) out += key + ": " + yaml_float(value) + "\n";
+  return out;
 }
 
 }  // namespace kestrel::train

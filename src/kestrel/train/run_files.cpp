@@ -1,6 +1,7 @@
 #include "kestrel/train/run_files.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,14 +18,18 @@ namespace fs = std::filesystem;
 
 std::string make_run_dir(const std::string& project, const std::string& name, bool exist_ok, bool with_weights) {
   std::error_code ec;
-  fs::path dir = fs::path(project) / name;
+  // As upstream's increment_path(Path(project) / name): the path normalised first, so "sub/exp" nests,
+  // "exp/" increments to exp2 (not exp/2), and an empty name increments the project itself.
+  fs::path dir = (fs::path(project) / name).lexically_normal();
+  if (!dir.has_filename() && dir.has_parent_path()) dir = dir.parent_path();
+  const std::string base = dir.string();
   if (!exist_ok) {
     // Claimed by creating it: create_directory fails on a folder that exists, so two runs started at once
     // cannot both take expN (checking first and creating after could).
-    fs::create_directories(project, ec);
+    if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
     for (int n = 2; !fs::create_directory(dir, ec); ++n) {
       if (ec && !fs::exists(dir)) fail(dir.string(), ": cannot create the run folder (", ec.message(), ")");
-      dir = fs::path(project) / (name + std::to_string(n));
+      dir = base + std::to_string(n);
     }
   }
   fs::create_directories(with_weights ? dir / "weights" : dir, ec);
@@ -58,7 +63,9 @@ void ResultsCsv::append(int epoch, const std::vector<double>& values) const {
   std::snprintf(cell, sizeof cell, "%20.5g", static_cast<double>(epoch));
   line += cell;
   for (double v : values) {
-    std::snprintf(cell, sizeof cell, "%20.5g", v);
+    // Python's '%20.5g' writes nan and inf without the sign bit's "-nan" of glibc
+    if (std::isnan(v)) std::snprintf(cell, sizeof cell, "%20s", "nan");
+    else std::snprintf(cell, sizeof cell, "%20.5g", v);
     line += "," + std::string(cell);
   }
   out << line << "\n";

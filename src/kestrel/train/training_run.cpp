@@ -410,6 +410,7 @@ void TrainingRun::validate_best() {
   if (o.noplots) return;
   const fs::path dir(save_dir);
   eval::plot_confusion_matrix(confusion, names, (dir / "confusion_matrix.png").string());
+  if (!r.metrics.scored) return;  // as val.py: the curves only where some prediction was correct
   eval::plot_pr_curve(r.metrics, names, (dir / "PR_curve.png").string());
   eval::plot_confidence_curve(r.metrics, eval::CurveKind::f1, names, (dir / "F1_curve.png").string());
   eval::plot_confidence_curve(r.metrics, eval::CurveKind::precision, names, (dir / "P_curve.png").string());

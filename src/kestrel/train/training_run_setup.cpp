@@ -101,6 +101,13 @@ void TrainingRun::join_ranks() {
 }
 
 void TrainingRun::load_recipe() {
+  // A resumed run trains on with the hyperparameters it started with, its own hyp.yaml (upstream: the values
+  // saved in opt.yaml), not with what the --hyp file holds now, if it still exists.
+  if (resuming()) {
+    const std::string own = (fs::path(save_dir) / "hyp.yaml").string();
+    if (fs::exists(own)) o.hyp = own;
+    else std::cout << "warning: " << own << " is missing: resuming with " << (o.hyp.empty() ? "the default hyperparameters" : o.hyp) << "\n";
+  }
   hyp = o.hyp.empty() ? default_hyperparameters() : load_hyperparameters(o.hyp);
   if (!hyp.unknown_keys.empty()) {
     std::string keys;
