@@ -394,7 +394,26 @@ TEST(ImageFiles, GlobPatterns) {
   const auto all = list_files({dir.file("d")}, "--source", images);
   EXPECT_EQ(std::count(all.begin(), all.end(), dir.file("d/a.jpg")) + std::count(all.begin(), all.end(), dir.file("d/sub/loop/a.jpg")), 1)
       << all.size() << " files";
-  EXPECT_EQ(list_files({dir.file("d/**/*.jpg")}, "--source", images).size(), all.size() - 2);  // less .cache/h.jpg, b.png
+  EXPECT_EQ(list_files({dir.file("d/**/*.jpg")}, "--source", images).size(), all.size() - 1);  // less b.png
+  // A folder's listing leaves hidden files and folders out, as Python's glob of upstream's listings does
+  // (macOS's ._x.jpg beside x.jpg, a .thumbs folder).
+  test::write_bytes(dir.file("d/._a.jpg"), {1});
+  EXPECT_EQ(std::count(all.begin(), all.end(), dir.file("d/.cache/h.jpg")), 0);
+  const auto again = list_files({dir.file("d")}, "--source", images);
+  EXPECT_EQ(std::count(again.begin(), again.end(), dir.file("d/._a.jpg")), 0);
+  EXPECT_EQ(again, all);
+}
+
+// Lines of a .txt list: "./x" is the list's folder (upstream's replace), other relative lines the working
+// folder's where they exist there (upstream), else the list's (kestrel's: lists travel with their files).
+TEST(ImageFiles, TxtListLinesAsUpstreamResolvesThem) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("images"));
+  test::write_bytes(dir.file("images/a.jpg"), {1});
+  const std::string from_here = "data/demo/images/val/000000000139.jpg";  // tests run from the source tree
+  ASSERT_TRUE(fs::exists(from_here));
+  test::write_file(dir.file("list.txt"), "./images/a.jpg\n" + from_here + "\n");
+  EXPECT_EQ(list_images({dir.file("list.txt")}, "d.yaml"), (std::vector<std::string>{dir.file("images/a.jpg"), from_here}));
 }
 
 // A file given by name that is of no supported kind (a README passed as --source) is named as such, not
@@ -454,6 +473,15 @@ TEST(DatasetConfig, DemoYamlAndErrors) {
   EXPECT_EQ(names.nc, 2);
   EXPECT_EQ(names.train, std::vector<std::string>{dir.file("sub/t")});
   EXPECT_EQ(names.val, (std::vector<std::string>{dir.file("sub/v1"), "/abs/v2"}));
+  // A single path "../x" that does not exist is tried as "x" (upstream's check_dataset; Roboflow's exports),
+  // a list's entries are not.
+  std::filesystem::create_directories(dir.file("valid/images"));
+  const DatasetConfig roboflow = load_dataset_config(
+      (error_of("train: ../valid/images\nval: ../valid/images\nnames: [a]\n"), dir.file("d.yaml")));
+  EXPECT_EQ(roboflow.train, std::vector<std::string>{dir.file("valid/images")});
+  const DatasetConfig listed = load_dataset_config(
+      (error_of("train: [../valid/images]\nval: ../valid/images\nnames: [a]\n"), dir.file("d.yaml")));
+  EXPECT_EQ(listed.train, std::vector<std::string>{fs::path(dir.file("../valid/images")).lexically_normal().string()});
   // A missing split with upstream's `download:` (a URL or a script) names what upstream would fetch.
   const std::string url_error =
       error_of("path: ../datasets/coco128\ntrain: images/train2017\nval: images/train2017\nnames: [a]\n"

@@ -16,16 +16,23 @@ namespace {
 std::vector<std::string> resolve_entries(const YAML::Node& node, const fs::path& root, const std::string& source,
                                          const char* key) {
   std::vector<std::string> out;
-  auto add = [&](const YAML::Node& n) {
+  auto add = [&](const YAML::Node& n, bool single) {
     if (!n.IsScalar() || n.Scalar().empty()) fail(source, ": '", key, "' must be a path or a list of paths");
-    fs::path p(n.Scalar());
-    out.push_back((p.is_absolute() ? p : root / p).lexically_normal().string());
+    const std::string text = n.Scalar();
+    fs::path p(text);
+    fs::path resolved = (p.is_absolute() ? p : root / p).lexically_normal();
+    // Upstream's check_dataset: a single path "../x" that does not exist is tried as "x" (Roboflow's
+    // exports name their splits ../train/images from a data.yaml inside the dataset folder).
+    std::error_code ec;
+    if (single && !fs::exists(resolved, ec) && text.rfind("../", 0) == 0)
+      resolved = (root / text.substr(3)).lexically_normal();
+    out.push_back(resolved.string());
   };
   if (!node || node.IsNull()) return out;
   if (node.IsSequence()) {
-    for (const auto& n : node) add(n);
+    for (const auto& n : node) add(n, false);
   } else {
-    add(node);
+    add(node, true);
   }
   return out;
 }

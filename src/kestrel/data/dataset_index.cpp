@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -34,13 +36,19 @@ SampleCheck verify_sample(const std::string& image, int nc) {
   v.record.image = image;
   v.record.label = label_path_for(image);
   try {
+    // A file that cannot be read now (permissions, a flaky mount) may be readable next time: said, not cached.
+    std::error_code ec;
+    for (const std::string& file : {image, v.record.label})
+      if (::access(file.c_str(), R_OK) != 0 && (errno == EACCES || errno == EPERM || errno == EIO)) {
+        v.passing = true;
+        fail(file, ": cannot be read (", std::strerror(errno), ")");
+      }
     const DecodedImage decoded = decode_image_file(image);
     v.record.width = decoded.image.cols;
     v.record.height = decoded.image.rows;
     if (v.record.width < kMinImageSide || v.record.height < kMinImageSide)
       fail(image, ": image size ", v.record.width, "x", v.record.height, " is below 10 pixels");
     if (!decoded.warning.empty()) v.warning = cat(image, ": decoded with a warning: ", decoded.warning);
-    std::error_code ec;
     if (fs::exists(v.record.label, ec)) {
       const auto bytes = read_file_bytes(v.record.label);
       ParsedLabels parsed = parse_labels(std::string(bytes.begin(), bytes.end()), v.record.label, nc);
@@ -57,8 +65,10 @@ SampleCheck verify_sample(const std::string& image, int nc) {
     v.problem = e.what();
   } catch (const std::exception& e) {  // e.g. bad_alloc for a header that claims a huge image under a memory limit
     v.problem = cat(image, ": ", e.what());
+    v.passing = true;
   } catch (...) {
     v.problem = cat(image, ": unreadable (unknown error)");
+    v.passing = true;
   }
   return v;
 }
@@ -158,7 +168,8 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
       if (entry.image == stamp_of(image) && entry.label == stamp_of(label_path_for(image)) &&
           (is_jpeg_or_png_name(image) || cache.plugin == plugin))  // the file's plugin state becomes this one's
         out.entries.emplace(image, std::move(entry));
-    for (const auto& [image, i] : first_listed) out.entries[image] = CacheEntry{image_stamps[i], label_stamps[i], results[i]};
+    for (const auto& [image, i] : first_listed)
+      if (!results[i].passing) out.entries[image] = CacheEntry{image_stamps[i], label_stamps[i], results[i]};
     try {
       write_file_atomic(index.cache_path, {encode_label_cache(out)}, Durability::kRename);
     } catch (const Error& e) {

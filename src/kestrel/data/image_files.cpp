@@ -36,8 +36,11 @@ namespace {
 bool is_pattern(const std::string& entry) { return entry.find_first_of("*?[") != std::string::npos; }
 
 // Every entry below `root` that is not a folder, following folder links; a folder met again (a link loop) is not entered twice.
+// Hidden files and folders (names starting with '.', such as macOS's ._x.jpg) are left out unless
+// `with_hidden` (a glob pattern decides for itself), as Python's glob leaves them out of upstream's listings.
 // A folder that cannot be listed is an error naming `source`: files must not go missing in silence.
-void walk(const std::string& root, const std::string& source, const std::function<void(const fs::path&)>& file) {
+void walk(const std::string& root, const std::string& source, const std::function<void(const fs::path&)>& file,
+          bool with_hidden = false) {
   std::set<std::pair<dev_t, ino_t>> visited;
   const auto first_visit = [&](const fs::path& dir) {
     struct stat st {};
@@ -49,6 +52,12 @@ void walk(const std::string& root, const std::string& source, const std::functio
   for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);; it.increment(ec)) {
     if (ec) fail(source, ": cannot list ", root, " (", ec.message(), ")");
     if (it == end) break;
+    const std::string name = it->path().filename().string();
+    if (!with_hidden && !name.empty() && name[0] == '.') {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      ec.clear();
+      continue;
+    }
     if (it->is_directory(ec)) {
       if (!first_visit(it->path())) it.disable_recursion_pending();
     } else {
@@ -103,7 +112,7 @@ std::vector<std::string> expand_pattern(const std::string& pattern, const std::s
       std::string path = file.string();
       if (slash == std::string::npos && path.rfind("./", 0) == 0) path.erase(0, 2);
       if (match_parts(wanted, 0, split_path(path), 0)) out.push_back(path);
-    });
+    }, /*with_hidden=*/true);
   }
   if (out.empty()) fail(source, ": no file matches ", pattern);
   std::sort(out.begin(), out.end());
@@ -135,8 +144,11 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
       while (std::getline(in, line)) {
         while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();  // \r, tabs
         if (line.empty()) continue;
+        // Upstream turns a leading "./" into the list's folder and leaves other relative lines relative to the
+        // working folder; kestrel takes those relative to the list where they do not exist from here.
         fs::path p(line);
-        if (!p.is_absolute()) p = parent / p;
+        if (line.rfind("./", 0) == 0) p = parent / line.substr(2);
+        else if (!p.is_absolute() && !fs::exists(p, ec)) p = parent / p;
         if (fs::is_directory(p, ec)) {  // a folder in the list: its files, as a folder source (detect.py's lists)
           walk(p.string(), source, [&](const fs::path& file) {
             if (wanted(file.string())) images.push_back(file.string());

@@ -27,6 +27,8 @@ struct SampleCheck {
   std::string problem, warning;
   int duplicates = 0;
   bool label_missing = false;
+  bool passing = false;         // skipped for a passing cause (a file that could not be read: permissions, I/O;
+                                // memory): not cached, verified again next time; never stored in the cache file
 };
 
 struct CacheEntry {
