@@ -1,4 +1,4 @@
-// kestrel export --weights W [--format onnx] [--img 640] [--batch-size 1] [--opset 17] [--dynamic | --dynamic-batch]
+// kestrel export --weights W [--format onnx] [--img 640] [--batch-size 1] [--opset 12] [--dynamic | --dynamic-batch]
 // [--half] [--end2end [--topk-all 100] [--iou-thres 0.45] [--conf-thres 0.25] [--max-wh N]] [--out PATH]: writes
 // the fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]), or also NMS: with
 // --max-wh for onnxruntime ([K, 7]), without it for TensorRT (EfficientNMS_TRT), as YOLOv7's export.py.
@@ -51,6 +51,34 @@ const std::map<std::string, std::string>& other_formats() {
   return formats;
 }
 
+// Python's repr of a str: single quotes unless the text holds one and no double quote; backslashes, the
+// quote and control characters escaped; other characters (UTF-8 included) as they are.
+std::string python_repr(const std::string& s) {
+  const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, quote);
+  for (unsigned char c : s) {
+    if (c == '\\' || c == static_cast<unsigned char>(quote)) out += '\\', out += static_cast<char>(c);
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + quote;
+}
+
+// {0: 'person', 1: 'bicycle'}: Python's str() of YOLOv5's names dict, the metadata export.py writes.
+std::string python_dict_text(const std::vector<std::string>& names) {
+  std::string out = "{";
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + std::to_string(i) + ": " + python_repr(names[i]);
+  return out + "}";
+}
+
 void run_export(const ExportOptions& o) {
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
   // export.py lowercases --include, refuses unknown formats, and writes each format asked for; kestrel
@@ -80,6 +108,13 @@ void run_export(const ExportOptions& o) {
     onnx.img = o.img_sizes[0];
   }
   if (o.max_wh_option->count() > 0) onnx.nms.max_wh = o.max_wh;
+  if (onnx.dynamic_batch) onnx.dynamic = false;  // YOLOv7's export.py: --dynamic-batch wins over --dynamic
+  // check_img_size: a size that is not a multiple of the largest stride is rounded up, with upstream's warning.
+  if (const int64_t s = loaded.model->max_stride(); onnx.img % s != 0) {
+    const int64_t rounded = (onnx.img + s - 1) / s * s;
+    std::cout << "WARNING: --img-size " << onnx.img << " must be multiple of max stride " << s << ", updating to " << rounded << "\n";
+    onnx.img = rounded;
+  }
   onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
   std::string out = o.out;
   if (out.empty()) out = std::filesystem::path(o.weights).replace_extension(".onnx").string();
@@ -87,7 +122,7 @@ void run_export(const ExportOptions& o) {
   if (std::filesystem::equivalent(out, o.weights, same_error))
     fail(out, ": is the weights file being exported; the ONNX file would replace it (give another name with -o)");
   std::map<std::string, std::string> metadata;
-  metadata["names"] = nlohmann::json(loaded.info.names).dump();
+  metadata["names"] = python_dict_text(loaded.info.names);  // export.py's str(model.names)
   metadata["imgsz"] = nlohmann::json({onnx.img, onnx.img}).dump();
   metadata["batch"] = std::to_string(onnx.batch);
   if (onnx.end2end || onnx.include_nms) {
@@ -152,7 +187,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--img,--img-size,--imgsz", opts->img_sizes,
                   "square input size (multiple of the largest stride; export.py's two sizes if equal); with --dynamic "
                   "the nominal size (metadata); default 640")
-      ->expected(1, 2)->check(CLI::Range(32, 8192));
+      ->expected(1, 2)->check(CLI::Range(1, 8192));
   cmd->add_flag("--grid", opts->grid, "YOLOv7's flag, accepted: kestrel's graph always includes the decode (grid)");
   // export.py's --simplify runs onnx-simplifier; kestrel writes its graph in that form (constant shapes
   // folded, equal constants shared), and the tests check that onnx-simplifier leaves it unchanged.

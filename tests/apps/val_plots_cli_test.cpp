@@ -35,14 +35,14 @@ TEST(ValPlotsCli, WritesChartsUnlessNoplots) {
                           " --project " + dir.file("val");
   r = test::run_command(val);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* name : {"confusion_matrix.png", "PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png"}) {
-    const std::string path = dir.file(std::string("val/exp/") + name);
-    ASSERT_TRUE(std::filesystem::exists(path)) << path << "\n" << r.output;
-    const cv::Mat img = data::decode_image_file(path).image;
-    const bool confusion = std::string(name) == "confusion_matrix.png";
-    EXPECT_EQ(img.cols, confusion ? eval::kConfusionWidth : eval::kCurveWidth) << name;
-    EXPECT_EQ(img.rows, confusion ? eval::kConfusionHeight : eval::kCurveHeight) << name;
-  }
+  // The confusion matrix always; the four curves only where some prediction was correct (val.py calls
+  // ap_per_class(plot=True) only then), which one epoch at 64 px does not reach (the charts of a model that
+  // scores: tests/train/trainer_test.cpp, Yolov5nMemorisesFourImages).
+  const cv::Mat confusion = data::decode_image_file(dir.file("val/exp/confusion_matrix.png")).image;
+  EXPECT_EQ(confusion.size(), cv::Size(eval::kConfusionWidth, eval::kConfusionHeight));
+  ASSERT_NE(r.output.find("all         16        115          0          0          0          0"), std::string::npos) << r.output;
+  for (const char* name : {"PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png"})
+    EXPECT_FALSE(std::filesystem::exists(dir.file(std::string("val/exp/") + name))) << name;
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/exp/weights")));
   // The 16 validation images in batches of 32 (the default): val_batch0 only, a 4 x 4 grid of letterboxed
   // images whose long side is val.py's rect shape with 0.5 stride padding: ceil(64 / 32 + 0.5) x 32 = 96.

@@ -151,11 +151,12 @@ TEST(YoloToCoco, FolderOfRealImages) {
   EXPECT_EQ(coco["images"][0]["id"], 1);
   EXPECT_EQ(coco["images"][0]["width"], 200);
   EXPECT_EQ(coco["images"][0]["height"], 100);
+  // The repeated row is dropped and the rows then come sorted by box (class first), as upstream's np.unique.
   ASSERT_EQ(coco["annotations"].size(), 2u);
-  EXPECT_EQ(coco["annotations"][0]["category_id"], 3);
-  expect_bbox(coco["annotations"][0], {75, 25, 50, 50}, 1e-9);
-  EXPECT_EQ(coco["annotations"][1]["category_id"], 1);
-  expect_bbox(coco["annotations"][1], {25, 25, 50, 25}, 1e-9);
+  EXPECT_EQ(coco["annotations"][0]["category_id"], 1);
+  expect_bbox(coco["annotations"][0], {25, 25, 50, 25}, 1e-9);
+  EXPECT_EQ(coco["annotations"][1]["category_id"], 3);
+  expect_bbox(coco["annotations"][1], {75, 25, 50, 50}, 1e-9);
   ASSERT_EQ(coco["categories"].size(), 4u);
 }
 

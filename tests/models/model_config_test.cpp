@@ -181,11 +181,17 @@ TEST(ModelConfigErrors, MalformedRows) {
 }
 
 // A config (no weights file to bound it) builds under a cap of 1e9 parameter values, charged before each
-// allocation: a layer of 500 M output channels x 16 inputs (8e9 values) is refused before it allocates.
+// allocation: a layer 65536 wide (262144 x width_multiple 0.25) of 64 x 64 kernels on 16 inputs (4.3e9 values)
+// is refused before it allocates.
+// A width above 65536 channels is refused by itself: 2e9 output channels of a 1 x 1 kernel fit the
+// budget after a 3-channel input, but not the stride probe's feature map.
 TEST(ModelConfigErrors, HugeNetworksAreRefusedBeforeAllocating) {
-  const std::string msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[2000000000, 1, 1]"));
+  std::string msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[262144, 64, 2]"));
   EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): the network needs more than 1000000000 parameter values"), std::string::npos)
       << msg;
+  msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[2000000000, 1, 1]"));
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): output width "), std::string::npos) << msg;
+  EXPECT_NE(msg.find(" exceeds 65536 channels"), std::string::npos) << msg;
 }
 
 // Anchors: a count per level is bounded (2^62 overflowed 2 k and crashed), sizes are finite and positive.

@@ -16,7 +16,7 @@ namespace kestrel::exporting {
 struct OnnxExportOptions {
   int64_t img = 640;     // square input size; a multiple of the model's largest stride
   int64_t batch = 1;     // batch size of a static graph
-  int opset = 17;        // ONNX opset (11 ... 21)
+  int opset = 12;        // ONNX opset (11 ... 21); 12 as YOLOv5's export.py default and YOLOv7's fixed one
   bool dynamic = false;  // symbolic axes: images [batch, ch, height, width], output [batch, anchors, no];
                          // the decode builds its grids from Shape ops (upstream's --dynamic)
   bool dynamic_batch = false;  // only the batch axis symbolic (YOLOv7's --dynamic-batch): grids stay fixed

@@ -20,7 +20,10 @@ std::string OnnxLayers::activation(const Activation& act, const std::string& x) 
     case Activation::Kind::LeakyReLU: return g_.node("LeakyRelu", {x}, {{"alpha", static_cast<float>(act.slope)}});
     case Activation::Kind::ReLU: return g_.node("Relu", {x});
     case Activation::Kind::Hardswish:
-      if (g_.opset() < 14) fail("nn.Hardswish needs --opset 14 or newer (HardSwish is an opset-14 operator)");
+      // HardSwish is an opset-14 operator; before it x * HardSigmoid(x) with alpha 1/6, beta 0.5 (what
+      // torch.onnx writes for nn.Hardswish there).
+      if (g_.opset() < 14)
+        return g_.node("Mul", {x, g_.node("HardSigmoid", {x}, {{"alpha", 1.0f / 6.0f}, {"beta", 0.5f}})});
       return g_.node("HardSwish", {x});
     case Activation::Kind::Sigmoid: return g_.node("Sigmoid", {x});
     case Activation::Kind::Identity: return x;

@@ -438,6 +438,13 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
         int64_t c2 = args.integer(0, 0);
         if (c2 < 1) fail(args.where(), ": the output width must be >= 1");
         if (c2 != na * (cfg.nc + 5)) c2 = make_divisible(c2 * cfg.width_multiple, cfg.channel_multiple);
+        // Upstream's widest layer has 1,280 channels (yolov7-e6e). A width in the millions (a typo in the width
+        // or width_multiple) stays under the parameter budget after a 3-channel input, but its 128 x 128 map in
+        // the 256 x 256 stride probe needs hundreds of gigabytes, or minutes of computing.
+        constexpr int64_t kMaxWidth = 65536;
+        if (c2 > kMaxWidth)
+          fail(args.where(), ": output width ", c2, " (after width_multiple ", cfg.width_multiple, ") exceeds ", kMaxWidth,
+               " channels");
         const auto& [factory, takes_repeats] = it->second;
         if (takes_repeats) {
           built = factory(args, c1, c2, n, default_act);
