@@ -24,11 +24,11 @@ torch_flags() {
          -L "$TORCH_DIR/lib" -Wl,-rpath,"$TORCH_DIR/lib" -ltorch_cpu -lc10)
 }
 
-build() {  # name, then sources and libraries
+build() {  # name, then sources and libraries; core/regular_file.cpp (every file reader's check) always
   local name=$1
   shift
   echo "building $out/${name}_fuzz"
-  "$CXX" "${flags[@]}" "fuzz/${name}_fuzz.cpp" "$@" -o "$out/${name}_fuzz"
+  "$CXX" "${flags[@]}" "fuzz/${name}_fuzz.cpp" src/kestrel/core/regular_file.cpp "$@" -o "$out/${name}_fuzz"
 }
 
 targets=("$@")
@@ -39,9 +39,11 @@ for t in "${targets[@]}"; do
     image_io)
       # video_io.cpp: image_io hands other formats to the OpenCV plugin, which a harness does not find (it
       # looks next to the binary and at $KESTREL_VIDEO_PLUGIN): those inputs end in kestrel's error.
-      build image_io src/kestrel/data/image_io.cpp src/kestrel/data/video_io.cpp -lopencv_core -lturbojpeg -lpng
+      build image_io src/kestrel/data/image_io.cpp src/kestrel/data/video_io.cpp src/kestrel/core/atomic_file.cpp \
+        -lopencv_core -lturbojpeg -lpng
       "$CXX" -std=c++17 -O1 -g -I src -I /usr/include/opencv4 fuzz/make_image_seeds.cpp src/kestrel/data/image_io.cpp \
-        src/kestrel/data/video_io.cpp -lopencv_core -lopencv_imgproc -lturbojpeg -lpng -o "$out/make_image_seeds" ;;
+        src/kestrel/data/video_io.cpp src/kestrel/core/atomic_file.cpp src/kestrel/core/regular_file.cpp -lopencv_core -lopencv_imgproc -lturbojpeg -lpng \
+        -o "$out/make_image_seeds" ;;
     disk_cache)
       build disk_cache src/kestrel/data/disk_cache.cpp src/kestrel/core/atomic_file.cpp src/kestrel/core/file_stamp.cpp -lopencv_core
       # seed maker: no fuzzer, same sources

@@ -62,9 +62,16 @@ void write_annotated(const fs::path& path, const cv::Mat& image) {
   else data::write_jpeg(path.string(), image, 95);
 }
 
-// Paths as detect.py prints them (LoadImages resolves every file: absolute, links followed).
-std::string shown_path(const std::string& path) {
+// Paths as detect.py prints them: LoadImages resolves its source (absolute, links followed) and lists a
+// folder's files below that, unresolved; a file given by itself or in a list is resolved.
+std::string shown_path(const std::string& path, const std::string& source) {
   std::error_code ec;
+  if (fs::is_directory(source, ec)) {
+    const fs::path relative =
+        fs::absolute(path, ec).lexically_normal().lexically_relative(fs::absolute(source, ec).lexically_normal());
+    const fs::path root = fs::weakly_canonical(source, ec);
+    if (!ec && !relative.empty() && *relative.begin() != "..") return (root / relative).string();
+  }
   const fs::path resolved = fs::weakly_canonical(path, ec);
   return ec ? path : resolved.string();
 }
@@ -275,7 +282,8 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   };
   while (!StopSignal::requested() && next()) {
     ++f;
-    const std::string prefix = cat(position, " (", f, "/", frames, ") ", data::is_stream_url(source) ? source : shown_path(source), ": ");
+    const std::string prefix =
+        cat(position, " (", f, "/", frames, ") ", data::is_stream_url(source) ? source : shown_path(source, o.source), ": ");
     // Label files count a video's frames from 1 (upstream's LoadImages counter).
     detect_one(detector, frame, o, names,
                {save_dir / "labels" / cat(stem, "_", f, ".txt"), stem, csv_name, json.next_frame_id++}, save_dir, prefix, json);
@@ -394,7 +402,7 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
     const int64_t image_id = image_ids[image];
     const OutputNames& out = outputs[image++];
     const fs::path path = media[i];
-    const std::string prefix = cat("image ", i + 1, "/", n, " ", shown_path(path.string()), ": ");
+    const std::string prefix = cat("image ", i + 1, "/", n, " ", shown_path(path.string(), o.source), ": ");
     data::DecodedImage decoded;
     try {
       decoded = data::decode_image_file(path.string());

@@ -152,10 +152,11 @@ void add_train_command(CLI::App& app) {
       throw CLI::ValidationError("--local_rank", std::to_string(*local_rank) + ", but the environment makes this process " +
                                  "local rank " + std::to_string(dist::read_env().local_rank) +
                                  " (kestrel takes the rank from LOCAL_RANK, as train.py)");
-    // --evolve with --resume: upstream continues the evolution in its folder (exist_ok = resume).
-    if (*generations > 0 && !o->resume.empty()) {
-      std::cout << "--evolve --resume: continuing the evolution in its run folder (as --exist-ok)\n";
-      o->exist_ok = true;
+    // --evolve as train.py: its default project runs/train becomes runs/evolve, and `opt.exist_ok, opt.resume =
+    // opt.resume, False`: --resume continues the evolution in its folder, --exist-ok alone does not.
+    if (*generations > 0) {
+      if (cmd->get_option("--project")->count() == 0) o->project = "runs/evolve";
+      o->exist_ok = !o->resume.empty();
       o->resume.clear();
     }
     // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,

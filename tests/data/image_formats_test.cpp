@@ -149,6 +149,12 @@ gamma = PngImagePlugin.PngInfo()
 gamma.add(b'gAMA', struct.pack('>I', 100000))                  # "linear": libpng's simplified API would re-encode
 im.save(DIR + '/gamma1.png', pnginfo=gamma)
 im.convert('CMYK').save(DIR + '/cmyk.jpg', quality=95)           # libjpeg-turbo cannot give BGR: OpenCV decodes it
+big = Image.fromarray(np.stack([(x * 9 + y * 3) % 256 for _ in range(3)], -1).astype(np.uint8)).resize((96, 64))
+big.convert('CMYK').save(DIR + '/cmyk_big.jpg', quality=95)
+data = open(DIR + '/cmyk_big.jpg', 'rb').read()
+open(DIR + '/cmyk_cut.jpg', 'wb').write(data[:len(data) * 2 // 3])      # cut inside the scan
+im.resize((70, 50)).save(DIR + '/pil_q95.jpg', quality=95, subsampling=0)  # PIL's encoder, as detect.py's crops
+im.resize((70, 50)).save(DIR + '/source.png')
 print('OK')
 )";
 
@@ -228,6 +234,22 @@ TEST_F(PillowFormats, PngTransparencyDepthAndGammaAsCv2Imread) {
       EXPECT_EQ(cv::norm(d.image, opencv_decode(dir.file(name)), cv::NORM_INF), 0.0);
     }
   }
+}
+
+// A truncated CMYK JPEG is refused as a truncated RGB one is (OpenCV would fill the rest with grey).
+TEST_F(PillowFormats, TruncatedCmykJpegIsRefused) {
+  EXPECT_NO_THROW(decode_image_file(dir.file("cmyk_big.jpg")));
+  const std::string error = test::error_message([&] { decode_image_file(dir.file("cmyk_cut.jpg")); });
+  EXPECT_NE(error.find("cmyk_cut.jpg: truncated JPEG"), std::string::npos) << error;
+}
+
+// kestrel's JPEG encoder is libjpeg's accurate DCT, as PIL's (and cv2.imwrite's): the same image at quality 95,
+// 4:4:4, decodes to the same pixels (TurboJPEG's default fast DCT was up to 13 levels apart).
+TEST_F(PillowFormats, JpegEncoderMatchesPillowsAtTheSameSettings) {
+  const cv::Mat source = decode_image_file(dir.file("source.png")).image;
+  write_jpeg(dir.file("kestrel_q95.jpg"), source, 95, /*full_chroma=*/true);
+  const cv::Mat ours = decode_image_file(dir.file("kestrel_q95.jpg")).image, pil = decode_image_file(dir.file("pil_q95.jpg")).image;
+  EXPECT_EQ(cv::norm(ours, pil, cv::NORM_INF), 0.0);
 }
 
 TEST_F(PillowFormats, CmykJpegDecodesAsOpenCvDoes) {

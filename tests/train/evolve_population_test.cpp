@@ -326,7 +326,7 @@ TEST(EvolvePopulation, TwoGenerationsThenAResume) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.file("runs/train")), fs::directory_iterator()), 2);
 }
 
-// An evolve.csv of an earlier run (--exist-ok) whose columns order the same keys otherwise: each new row
+// An evolve.csv of an earlier run (continued with --resume) whose columns order the same keys otherwise: each new row
 // goes under the file's columns, not in --hyp's order (which put each value under another key's name).
 TEST(EvolvePopulation, RowsFollowTheColumnsOfAnEarlierEvolveCsv) {
   test::TempDir dir;

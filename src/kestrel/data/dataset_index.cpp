@@ -43,15 +43,17 @@ SampleCheck verify_sample(const std::string& image, int nc) {
         v.passing = true;
         fail(file, ": cannot be read (", std::strerror(errno), ")");
       }
-    const DecodedImage decoded = decode_image_file(image);
+    const std::vector<uint8_t> bytes = read_file_bytes(image);
+    v.needs_plugin = decoded_by_plugin(bytes);
+    const DecodedImage decoded = decode_image(bytes, image);
     v.record.width = decoded.image.cols;
     v.record.height = decoded.image.rows;
     if (v.record.width < kMinImageSide || v.record.height < kMinImageSide)
       fail(image, ": image size ", v.record.width, "x", v.record.height, " is below 10 pixels");
     if (!decoded.warning.empty()) v.warning = cat(image, ": decoded with a warning: ", decoded.warning);
     if (fs::exists(v.record.label, ec)) {
-      const auto bytes = read_file_bytes(v.record.label);
-      ParsedLabels parsed = parse_labels(std::string(bytes.begin(), bytes.end()), v.record.label, nc);
+      const auto text = read_file_bytes(v.record.label);
+      ParsedLabels parsed = parse_labels(std::string(text.begin(), text.end()), v.record.label, nc);
       v.duplicates = parsed.duplicates_removed;
       if (!parsed.all_polygons())
         for (auto& r : parsed.rows) r.polygon.clear();
@@ -101,10 +103,16 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
   DatasetIndex index;
   index.cache_path = options.use_cache ? cache_path_for(images) : "";
   const bool other_formats = !std::all_of(images.begin(), images.end(), is_jpeg_or_png_name);
-  // Loading the plugin takes time: only asked when some image needs it.
-  const PluginState plugin =
-      other_formats ? (video_support_problem().empty() ? PluginState::kLoaded : PluginState::kMissing) : PluginState::kUnknown;
+  // Loading the plugin takes time: only asked when some image needs it (by its name, or a cached CMYK JPEG).
+  const auto plugin_state = [] { return video_support_problem().empty() ? PluginState::kLoaded : PluginState::kMissing; };
+  PluginState plugin = other_formats ? plugin_state() : PluginState::kUnknown;
   LabelCache cache = read_cache(index.cache_path, options.nc, index.cache_note);
+  const auto needs_plugin = [](const std::string& image, const SampleCheck& check) {
+    return !is_jpeg_or_png_name(image) || check.needs_plugin;
+  };
+  if (plugin == PluginState::kUnknown &&
+      std::any_of(cache.entries.begin(), cache.entries.end(), [](const auto& e) { return e.second.check.needs_plugin; }))
+    plugin = plugin_state();
 
   // Each image's outcome from the cache while its image and label file are unchanged; the others (and
   // images of other formats checked under another plugin state) verified again. Stamps are taken before
@@ -124,7 +132,7 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     const auto it = cache.entries.find(images[i]);
     const bool reusable = it != cache.entries.end() && it->second.image == image_stamps[i] &&
                           it->second.label == label_stamps[i] &&
-                          (is_jpeg_or_png_name(images[i]) || cache.plugin == plugin);
+                          (!needs_plugin(images[i], it->second.check) || cache.plugin == plugin);
     if (reusable) results[i] = std::move(it->second.check);
     else to_verify.push_back(i);
     if (it != cache.entries.end()) cache.entries.erase(it);  // what is left: entries of images not listed
@@ -158,7 +166,11 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
   }
   index.from_cache = !images.empty() && to_verify.empty();
 
-  if (!index.cache_path.empty() && (!index.from_cache || (other_formats && cache.plugin != plugin))) {
+  // A CMYK JPEG verified just now loaded the plugin: the state its entry holds under.
+  if (plugin == PluginState::kUnknown &&
+      std::any_of(results.begin(), results.end(), [](const SampleCheck& c) { return c.needs_plugin; }))
+    plugin = plugin_state();
+  if (!index.cache_path.empty() && (!index.from_cache || cache.plugin != plugin)) {
     // Entries of images not in this listing (another list file of the same label folder) are kept while
     // their files are unchanged.
     LabelCache out;
@@ -166,7 +178,7 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     out.plugin = plugin;
     for (auto& [image, entry] : cache.entries)
       if (entry.image == stamp_of(image) && entry.label == stamp_of(label_path_for(image)) &&
-          (is_jpeg_or_png_name(image) || cache.plugin == plugin))  // the file's plugin state becomes this one's
+          (!needs_plugin(image, entry.check) || cache.plugin == plugin))  // the file's plugin state becomes this one's
         out.entries.emplace(image, std::move(entry));
     for (const auto& [image, i] : first_listed)
       if (!results[i].passing) out.entries[image] = CacheEntry{image_stamps[i], label_stamps[i], results[i]};

@@ -90,8 +90,21 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& p
   // A file cut before its frame header parses as "tables only": no size, nothing to decode.
   if (width <= 0 || height <= 0) fail(path, ": corrupt or truncated JPEG (no frame header)");
   if (const std::string problem = size_problem(width, height); !problem.empty()) fail(path, ": ", problem);
-  // libjpeg-turbo cannot convert CMYK/YCCK to BGR; OpenCV (cv2.imread) converts them itself.
-  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) return decode_with_plugin(bytes, path, "a CMYK JPEG");
+  // libjpeg-turbo cannot convert CMYK/YCCK to BGR; OpenCV (cv2.imread) converts them itself. The file is
+  // decoded here to CMYK first, only to refuse a truncated one as below (OpenCV would fill the rest with grey).
+  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
+    std::vector<unsigned char> cmyk(static_cast<size_t>(width) * static_cast<size_t>(height) * 4);
+    std::string warning;
+    if (tjDecompress2(handle.get(), data, bytes.size(), cmyk.data(), width, width * 4, height, TJPF_CMYK, TJFLAG_ACCURATEDCT) != 0) {
+      const std::string message = tjGetErrorStr2(handle.get());
+      if (tjGetErrorCode(handle.get()) != TJERR_WARNING) fail(path, ": corrupt JPEG (", message, ")");
+      if (message.find("Premature end") != std::string::npos) fail(path, ": truncated JPEG (", message, ")");
+      warning = message;
+    }
+    DecodedImage out = decode_with_plugin(bytes, path, "a CMYK JPEG");
+    if (out.warning.empty()) out.warning = warning;
+    return out;
+  }
   DecodedImage out;
   out.image.create(height, width, CV_8UC3);
   if (tjDecompress2(handle.get(), data, bytes.size(), out.image.data, width, static_cast<int>(out.image.step), height, TJPF_BGR,
@@ -137,7 +150,9 @@ void png_on_warning(png_structp png, png_const_charp message) {
 // BGR, and no gamma correction whatever the file's gAMA/sRGB/iCCP chunks say. Returns false with
 // source.error set on a corrupt file; `too_large` is set (and false returned) before allocating an image
 // over imread's limits.
-bool read_png(PngSource& source, png_structp png, png_infop info, cv::Mat& out, std::string& too_large) {
+// `rows` and `out` belong to the caller: a longjmp out of libpng must not skip a destructor here.
+bool read_png(PngSource& source, png_structp png, png_infop info, cv::Mat& out, std::vector<png_bytep>& rows,
+              std::string& too_large) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_read_fn(png, &source, png_read_from_memory);
   png_read_info(png, info);
@@ -155,7 +170,7 @@ bool read_png(PngSource& source, png_structp png, png_infop info, cv::Mat& out, 
   png_read_update_info(png, info);
   if (png_get_rowbytes(png, info) != static_cast<size_t>(width) * 3) png_error(png, "unexpected row layout after conversion");
   out.create(static_cast<int>(height), static_cast<int>(width), CV_8UC3);
-  std::vector<png_bytep> rows(height);
+  rows.resize(height);
   for (png_uint_32 y = 0; y < height; ++y) rows[y] = out.ptr<png_byte>(static_cast<int>(y));
   png_read_image(png, rows.data());
   png_read_end(png, nullptr);
@@ -173,7 +188,8 @@ DecodedImage decode_png(const std::vector<uint8_t>& bytes, const std::string& pa
   png_set_sig_bytes(png, 8);  // decode_image checked the signature
   DecodedImage out;
   std::string too_large;
-  const bool ok = read_png(source, png, info, out.image, too_large);
+  std::vector<png_bytep> rows;
+  const bool ok = read_png(source, png, info, out.image, rows, too_large);
   png_destroy_read_struct(&png, &info, nullptr);
   if (!too_large.empty()) fail(path, ": ", too_large);
   if (!ok) fail(path, ": corrupt or truncated PNG (", source.error, ")");
@@ -254,14 +270,27 @@ DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& 
 
 DecodedImage decode_image_file(const std::string& path) { return decode_image(read_file_bytes(path), path); }
 
+bool decoded_by_plugin(const std::vector<uint8_t>& bytes) {
+  if (is_png(bytes)) return false;
+  if (!is_jpeg(bytes)) return !bytes.empty();
+  thread_local std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitDecompress(), tjDestroy);
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+  if (!handle || tjDecompressHeader3(handle.get(), const_cast<unsigned char*>(bytes.data()), bytes.size(), &width, &height,
+                                     &subsampling, &colorspace) != 0)
+    return false;  // a corrupt JPEG fails in libjpeg-turbo, with or without the plugin
+  return colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+}
+
 void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality, bool full_chroma) {
   if (bgr.type() != CV_8UC3 || bgr.empty()) fail(path, ": write_jpeg needs a non-empty 8-bit BGR image");
   cv::Mat img = bgr.isContinuous() ? bgr : bgr.clone();
   std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitCompress(), tjDestroy);
   unsigned char* jpeg = nullptr;
   unsigned long size = 0;
+  // The accurate DCT, as libjpeg's default that cv2.imwrite and PIL use (TurboJPEG's own default is the fast one:
+  // pixels up to 13 levels apart at quality 95).
   if (tjCompress2(handle.get(), img.data, img.cols, static_cast<int>(img.step), img.rows, TJPF_BGR, &jpeg, &size, full_chroma ? TJSAMP_444 : TJSAMP_420,
-                  quality, 0) != 0)
+                  quality, TJFLAG_ACCURATEDCT) != 0)
     fail(path, ": JPEG encoding failed (", tjGetErrorStr2(handle.get()), ")");
   std::unique_ptr<unsigned char, void (*)(unsigned char*)> owned(jpeg, tjFree);
   write_file_atomic(path, {{reinterpret_cast<const char*>(jpeg), size}}, Durability::kRename);

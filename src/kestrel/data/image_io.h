@@ -23,6 +23,10 @@ struct DecodedImage {
 DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path);
 DecodedImage decode_image_file(const std::string& path);
 
+// Whether decode_image hands these bytes to the OpenCV plugin: neither JPEG nor PNG, or a CMYK/YCCK JPEG
+// (libjpeg-turbo gives no BGR for those). What is decoded then depends on the plugin being available.
+bool decoded_by_plugin(const std::vector<uint8_t>& bytes);
+
 // Encodes 8-bit BGR as JPEG (libjpeg-turbo) and writes it atomically; chroma at half resolution (4:2:0,
 // as cv2.imwrite) unless full_chroma (4:4:4, as PIL's subsampling=0 for detect.py's crops).
 void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality = 90, bool full_chroma = false);

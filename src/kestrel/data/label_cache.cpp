@@ -14,8 +14,10 @@ namespace kestrel::data {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'S', 'T', 'L', 'I', 'D', 'X', '\0'};
-// 4: binary, one entry per image with its files' stamps (3 and before: one JSON document for the split).
-constexpr uint32_t kVersion = 4;
+// 5: an entry's flags say whether its image needed the OpenCV plugin (CMYK JPEGs), and its verdicts are those
+// of polygon labels checked through their box and duplicates found by box; 4: binary, one entry per image with
+// its files' stamps (3 and before: one JSON document for the split).
+constexpr uint32_t kVersion = 5;
 constexpr uint32_t kByteOrderMark = 0x01020304;
 
 class Writer {
@@ -122,7 +124,7 @@ std::string encode_label_cache(const LabelCache& cache) {
     put_stamp(w, e.image);
     put_stamp(w, e.label);
     const SampleCheck& c = e.check;
-    w.put(static_cast<uint8_t>(c.ok));
+    w.put(static_cast<uint8_t>((c.ok ? 1 : 0) | (c.needs_plugin ? 2 : 0)));
     if (!c.ok) {
       w.put_string(c.problem);
       continue;
@@ -168,9 +170,10 @@ LabelCache decode_label_cache(const std::string& bytes) {
     e.image = get_stamp(r);
     e.label = get_stamp(r);
     SampleCheck& c = e.check;
-    const uint8_t kept = r.get<uint8_t>();
-    if (kept > 1) fail("corrupt entry");
-    c.ok = kept == 1;
+    const uint8_t flags = r.get<uint8_t>();
+    if (flags > 3) fail("corrupt entry");
+    c.ok = (flags & 1) != 0;
+    c.needs_plugin = (flags & 2) != 0;
     c.record.image = image;
     c.record.label = label_path_for(image);
     if (!c.ok) {

@@ -27,6 +27,8 @@ struct SampleCheck {
   std::string problem, warning;
   int duplicates = 0;
   bool label_missing = false;
+  bool needs_plugin = false;    // the image is decoded by the OpenCV plugin (not JPEG or PNG, or a CMYK JPEG): the
+                                // outcome holds only under the same plugin state
   bool passing = false;         // skipped for a passing cause (a file that could not be read: permissions, I/O;
                                 // memory): not cached, verified again next time; never stored in the cache file
 };

@@ -135,15 +135,14 @@ std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
 
 Hyperparameters evolution_start(const TrainOptions& base, int generations) {
   if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
-  if (!base.resume.empty()) fail("--evolve continues an evolution with --exist-ok, not --resume");
+  if (!base.resume.empty()) fail("--evolve: the command line turns --resume into continuing the folder (exist_ok); a training state cannot be resumed here");
   return base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
 }
 
 EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& start)
     : base_(base), stop_(kStopEvolutionNote) {
-  // The default project runs/train -> runs/evolve (upstream's), a project given keeps its folder.
-  const fs::path project = base.project == TrainOptions().project ? fs::path("runs/evolve") : fs::path(base.project);
-  dir_ = make_run_dir(project.string(), base.name, base.exist_ok, /*with_weights=*/false);
+  // <project>/<name> as given (the command line turns train.py's default project into runs/evolve).
+  dir_ = make_run_dir(base.project, base.name, base.exist_ok, /*with_weights=*/false);
   csv_ = (fs::path(dir_) / "evolve.csv").string();
   hyp_file_ = (fs::path(dir_) / "hyp_generation.yaml").string();
   // An evolve.csv already there (--exist-ok) supplies the parents: it must evolve the same hyperparameters,

@@ -36,7 +36,7 @@ struct EvolveResult {
 struct Hyperparameters;
 Hyperparameters evolution_start(const TrainOptions& base, int generations);
 
-// The folder <project>/<name>, project runs/train becoming runs/evolve as upstream; trains one hyperparameter
+// The folder <project>/<name> (the command line makes train.py's default project runs/evolve); trains one hyperparameter
 // set at a time. While it lives, Ctrl-C stops the evolution after the training in hand (StopSignal).
 class EvolutionFolder {
  public:

@@ -35,8 +35,9 @@ HypValues mutate_hyperparameters(const HypValues& parent, std::mt19937_64& rng);
 // The parent: one of the top min(5, rows) by fitness, drawn with weights fitness - min + 1e-6.
 HypValues select_parent(const std::vector<EvolveRow>& rows, std::mt19937_64& rng);
 
-// `generations` trainings of `base` (its --hyp, or the defaults) under <project>/<name>, the default
-// project runs/train becoming runs/evolve, as upstream (a --project given is kept).
+// `generations` trainings of `base` (its --hyp, or the defaults) under <project>/<name>; with exist_ok an
+// evolve.csv there is continued (the command line: --resume, as train.py; and without --project it
+// evolves into runs/evolve).
 EvolveResult evolve(const TrainOptions& base, int generations);
 
 }  // namespace kestrel::train
