@@ -24,11 +24,11 @@ torch_flags() {
          -L "$TORCH_DIR/lib" -Wl,-rpath,"$TORCH_DIR/lib" -ltorch_cpu -lc10)
 }
 
-build() {  # name, then sources and libraries; core/regular_file.cpp (every file reader's check) always
+build() {  # name, then sources and libraries; core/regular_file.cpp and python_repr.cpp always
   local name=$1
   shift
   echo "building $out/${name}_fuzz"
-  "$CXX" "${flags[@]}" "fuzz/${name}_fuzz.cpp" src/kestrel/core/regular_file.cpp "$@" -o "$out/${name}_fuzz"
+  "$CXX" "${flags[@]}" "fuzz/${name}_fuzz.cpp" src/kestrel/core/regular_file.cpp src/kestrel/core/python_repr.cpp "$@" -o "$out/${name}_fuzz"
 }
 
 targets=("$@")
@@ -61,17 +61,17 @@ for t in "${targets[@]}"; do
         src/kestrel/data/image_files.cpp src/kestrel/core/file_stamp.cpp -o "$out/make_index_seeds" ;;
     safetensors|training_state)
       torch_flags
-      if [ "$t" = safetensors ]; then build safetensors src/kestrel/core/safetensors.cpp "${torch[@]}"
+      if [ "$t" = safetensors ]; then build safetensors src/kestrel/core/safetensors.cpp src/kestrel/core/atomic_file.cpp "${torch[@]}"
       else build training_state src/kestrel/train/training_state.cpp src/kestrel/train/train_options.cpp \
-             src/kestrel/core/safetensors.cpp "${torch[@]}"; fi
+             src/kestrel/core/safetensors.cpp src/kestrel/core/atomic_file.cpp "${torch[@]}"; fi
       # seed maker for both (no fuzzer, no sanitizers; built once: delete it to rebuild)
       [ -x "$out/make_safetensors_seeds" ] || "$CXX" -std=c++17 -O1 -g -I src fuzz/make_safetensors_seeds.cpp \
         src/kestrel/core/safetensors.cpp src/kestrel/train/training_state.cpp src/kestrel/train/train_options.cpp \
-        "${torch[@]}" -o "$out/make_safetensors_seeds" ;;
+        src/kestrel/core/atomic_file.cpp src/kestrel/core/regular_file.cpp "${torch[@]}" -o "$out/make_safetensors_seeds" ;;
     weights_file)
       torch_flags
       build weights_file src/kestrel/models/weights_file.cpp src/kestrel/models/model_config.cpp src/kestrel/core/yaml_file.cpp \
-        src/kestrel/core/safetensors.cpp "${torch[@]}" -lyaml-cpp ;;
+        src/kestrel/core/safetensors.cpp src/kestrel/core/atomic_file.cpp "${torch[@]}" -lyaml-cpp ;;
     *) echo "unknown target '$t' (labels image_io disk_cache coco_eval yaml dataset_index safetensors training_state weights_file)" >&2; exit 2 ;;
   esac
 done

@@ -81,7 +81,10 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   const bool square = kind == PassKind::speed && !m.yolov7;
   const int stride = static_cast<int>(std::max<int64_t>(m.loaded.model->max_stride(), 32));
   train::ValLoaderOptions l;
-  l.img_size = (img_size + stride - 1) / stride * stride;  // val.py's check_img_size
+  l.img_size = (img_size + stride - 1) / stride * stride;  // val.py's check_img_size, and its warning
+  if (l.img_size != img_size)
+    std::cout << "WARNING: --img-size " << img_size << " must be multiple of max stride " << stride << ", updating to "
+              << l.img_size << "\n";
   l.batch_size = o.batch_size;
   l.stride = stride;
   l.workers = o.workers;
@@ -129,7 +132,7 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
     v.names = m.names;
   }
   const eval::ValidationResult r = eval::validate(*m.loaded.model, *split.loader, *split.dataset, device, m.nc, v);
-  std::cout << eval::format_validation_table(r, m.names, o.verbose || m.nc < 50);
+  std::cout << eval::format_validation_table(r, m.names, o.verbose || m.nc < 50, o.task);
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%d, 3, %d, %d)\n",
               r.ms_per_image[0], r.ms_per_image[1], r.ms_per_image[2], o.batch_size, l.img_size, l.img_size);
   return r;
@@ -192,6 +195,7 @@ std::vector<int> category_ids_for(const CocoOutput& c, const Model& m) {
 // annotations that do not fit (other images) are a warning. Returns COCOeval's summary when it ran.
 std::optional<eval::CocoSummary> save_coco_predictions(const CocoOutput& c, const ValOptions& o,
                                                        const eval::ValidationResult& r, const std::string& path) {
+  if (r.predictions.empty()) return std::nullopt;  // val.py: `if save_json and len(jdict)`: no file, no scoring
   write_file_atomic(path, {eval::coco_results_json(r.predictions)}, Durability::kFlushed);
   std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
   if (!c.annotations) {

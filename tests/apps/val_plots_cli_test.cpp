@@ -131,8 +131,10 @@ TEST(ValPlotsCli, StudyWritesARowPerSizeAndThePlot) {
   ASSERT_FALSE(ann["annotations"].empty());
   for (auto& a : ann["annotations"]) a["iscrowd"] = 1;
   test::write_file(dir.file("crowd.json"), ann.dump());
+  // (--conf-thres 0: an untrained model scores every box below val's 0.001, and val.py writes no JSON
+  // without predictions; checked below.)
   r = test::run_command(test::kestrel_binary() + " val --task study --data " + data + " --batch-size 2 --device cpu --weights " +
-                        best + " --save-json --coco-ann " + dir.file("crowd.json") + " --project " + dir.file("val"));
+                        best + " --save-json --conf-thres 0 --coco-ann " + dir.file("crowd.json") + " --project " + dir.file("val"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = study_rows(dir.file("val/exp2/study_tiny_best.txt"));
   EXPECT_EQ(rows.size(), 11u) << r.output;
@@ -143,6 +145,13 @@ TEST(ValPlotsCli, StudyWritesARowPerSizeAndThePlot) {
   }
   for (int img = 256; img <= 1536; img += 128)
     EXPECT_TRUE(std::filesystem::exists(dir.file("val/exp2/best_" + std::to_string(img) + "_predictions.json"))) << img;
+
+  // No prediction above the threshold: as val.py (`if save_json and len(jdict)`), no JSON file and no COCOeval.
+  r = test::run_command(test::kestrel_binary() + " val --data " + data + " --img 64 --device cpu --weights " + best +
+                        " --save-json --coco-ann " + dir.file("crowd.json") + " --project " + dir.file("val") + " --name none");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("val/none/best_predictions.json"))) << r.output;
+  EXPECT_EQ(r.output.find("Saved 0 predictions"), std::string::npos) << r.output;
 
   r = test::run_command(test::kestrel_binary() + " val --data " + data + " --device cpu --weights " + last + " " + best);
   EXPECT_NE(r.exit_code, 0);

@@ -458,7 +458,7 @@ TEST(CocoEval, ResultsJsonReadsBackExactly) {
                     std::round(u(rng) / 700 * 1e5) / 1e5});
   dets.push_back({12, 90, CocoBox{0, 1e-7, 1e15, 3}, 1});
   const std::string text = coco_results_json(dets);
-  EXPECT_EQ(text.substr(0, 10), "[{\"bbox\":[");
+  EXPECT_EQ(text.substr(0, 15), "[{\"image_id\": 1");
   const nlohmann::json parsed = nlohmann::json::parse(text);
   ASSERT_EQ(parsed.size(), dets.size());
   for (size_t i = 0; i < dets.size(); ++i) {
@@ -473,6 +473,23 @@ TEST(CocoEval, ResultsJsonReadsBackExactly) {
   }
   EXPECT_EQ(coco_results_json({}), "[]");
   EXPECT_THROW(coco_results_json({{1, 1, CocoBox{std::nan(""), 0, 1, 1}, 0.5}}), Error);
+}
+
+// The text is what val.py's json.dump(jdict, f) writes for the same values (Python's own json, the reference).
+TEST(CocoEval, ResultsJsonIsJsonDumpsText) {
+  const std::vector<CocoDetection> dets = {{42, 1, CocoBox{0, 86.66, 1e-05, 123.0}, 0.00017},
+                                           {7, 90, CocoBox{1e16, 2.5, 0.1, 640}, 1.0},
+                                           {3, 18, CocoBox{12.345, 0.001, 100.062, 0.3}, 0.87312}};
+  std::string values = "[";
+  for (const auto& d : dets) {
+    char row[512];
+    std::snprintf(row, sizeof row, "{'image_id': %lld, 'category_id': %lld, 'bbox': [float('%.17g'), float('%.17g'), float('%.17g'), float('%.17g')], 'score': float('%.17g')},",
+                  static_cast<long long>(d.image_id), static_cast<long long>(d.category_id), d.box.x, d.box.y, d.box.w, d.box.h, d.score);
+    values += row;
+  }
+  const test::CommandResult r = test::run_python("import json, sys\nsys.stdout.write(json.dumps(" + values + "]))\n");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(coco_results_json(dets), r.output);
 }
 
 }  // namespace

@@ -41,6 +41,9 @@ TEST(ValidationTable, RowsAsValPy) {
             "                   all          5          4       0.75      0.125        0.3       0.21\n"
             "                   cat          5          3        0.5       0.25        0.4        0.4\n"
             "                   dog          5          1          1          0        0.2       0.02\n");
+  // Python's %22s pads by characters: a UTF-8 name (2 characters, 6 bytes) lines up with the others.
+  const std::string utf8 = format_validation_table(r, {"\xe8\xa1\x8c\xe4\xba\xba", "dog"}, true);
+  EXPECT_NE(utf8.find("\n" + std::string(20, ' ') + "\xe8\xa1\x8c\xe4\xba\xba          5          3"), std::string::npos) << utf8;
   EXPECT_EQ(format_validation_table(r, {"cat", "dog"}, /*per_class=*/false),
             "                 Class     Images  Instances          P          R      mAP50   mAP50-95\n"
             "                   all          5          4       0.75      0.125        0.3       0.21\n");
@@ -56,7 +59,8 @@ TEST(ValidationTable, RowsAsValPy) {
             "                 Class     Images  Instances          P          R      mAP50   mAP50-95\n"
             "                   all          5          4          0          0          0          0\n");
   r.labels = 0;
-  EXPECT_NE(format_validation_table(r, {"cat", "dog"}, true).find("WARNING: no labels found in the split"), std::string::npos);
+  EXPECT_NE(format_validation_table(r, {"cat", "dog"}, true).find("WARNING: no labels found in val set, can not compute metrics without labels"), std::string::npos);
+  EXPECT_NE(format_validation_table(r, {"cat", "dog"}, true, "test").find("no labels found in test set"), std::string::npos);
 }
 
 // Images whose stems are not numbers get ids 1..n in path order in `kestrel data coco`'s file; the

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/python_repr.h"
 #include "kestrel/core/regular_file.h"
 #include "kestrel/core/utf8.h"
 
@@ -71,28 +72,13 @@ YAML::Node parse_yaml_text(const std::string& raw, const std::string& source) {
 std::string yaml_float(double v) {
   if (std::isnan(v)) return ".nan";
   if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
-  char buf[64];
-  int digits = 1;  // significant digits of the shortest round trip
-  for (; digits < 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
-    if (std::strtod(buf, nullptr) == v) break;
+  std::string text = python_float_repr(v);
+  // PyYAML's represent_float: "5e-05" would read back as a string, so a point goes before the exponent.
+  if (text.find('.') == std::string::npos) {
+    const size_t e = text.find('e');
+    if (e != std::string::npos) text.insert(e, ".0");
   }
-  std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
-  const std::string sci = buf;  // [-]d.ddde[+-]XX
-  const size_t e = sci.find('e');
-  const int exponent = std::atoi(sci.c_str() + e + 1);
-  std::string out;
-  if (exponent >= -4 && exponent < 16) {  // repr's fixed notation
-    std::snprintf(buf, sizeof buf, "%.*f", std::max(0, digits - 1 - exponent), v);
-    out = buf;
-    if (out.find('.') == std::string::npos) out += ".0";
-  } else {  // repr's exponent: mantissa without trailing zeros, exponent of at least two digits
-    std::string mantissa = sci.substr(0, e);
-    if (mantissa.find('.') == std::string::npos) mantissa += ".0";  // PyYAML's fix-up
-    std::snprintf(buf, sizeof buf, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
-    out = mantissa + buf;
-  }
-  return out;
+  return text;
 }
 
 YAML::Node load_yaml_file(const std::string& path, const std::string& what) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/python_repr.h"
 #include "kestrel/core/regular_file.h"
 
 namespace kestrel::eval {
@@ -477,19 +478,18 @@ CocoDetection coco_detection(int64_t image_id, int64_t category_id, float x1, fl
 std::string coco_results_json(const std::vector<CocoDetection>& detections) {
   std::string out;
   out.reserve(detections.size() * 96 + 2);
-  char number[32];
-  const auto add = [&](double v) {  // shortest text that reads back as v; JSON has no inf or nan
+  const auto add = [&](double v) {  // Python's repr, as json.dump writes floats; JSON has no inf or nan
     if (!std::isfinite(v)) fail("COCO results: a non-finite number (", v, ")");
-    const auto written = std::to_chars(number, number + sizeof number, v);
-    out.append(number, written.ptr);
+    out += python_float_repr(v);
   };
+  // json.dump(jdict, f) of val.py's dicts: their key order, ", " and ": " between items.
   out += '[';
   for (size_t i = 0; i < detections.size(); ++i) {
     const CocoDetection& d = detections[i];
-    out += i ? ",{\"bbox\":[" : "{\"bbox\":[";
-    add(d.box.x), out += ',', add(d.box.y), out += ',', add(d.box.w), out += ',', add(d.box.h);
-    out += "],\"category_id\":" + std::to_string(d.category_id) + ",\"image_id\":" + std::to_string(d.image_id) +
-           ",\"score\":";
+    out += i ? ", {\"image_id\": " : "{\"image_id\": ";
+    out += std::to_string(d.image_id) + ", \"category_id\": " + std::to_string(d.category_id) + ", \"bbox\": [";
+    add(d.box.x), out += ", ", add(d.box.y), out += ", ", add(d.box.w), out += ", ", add(d.box.h);
+    out += "], \"score\": ";
     add(d.score);
     out += '}';
   }

@@ -90,9 +90,9 @@ CocoSummary evaluate_coco(const CocoAnnotations& annotations, const std::vector<
                           const std::vector<int64_t>& image_ids = {});
 CocoSummary evaluate_coco(const std::string& annotation_json_path, const std::string& results_json_path);
 
-// `detections` as a COCO results JSON array ([{"bbox": [x, y, w, h], "category_id", "image_id", "score"}, ...],
-// numbers in their shortest exact form), written straight to text: no JSON tree of the whole set, which
-// costs ≈ 0.5 KB a detection (val --save-json on COCO: 1.5 M of them).
+// `detections` as a COCO results JSON array, the text val.py's json.dump writes ([{"image_id": 1, "category_id": 3,
+// "bbox": [x, y, w, h], "score": 0.5}, ...], floats as Python's repr, "1.0" for whole ones), written straight to
+// text: no JSON tree of the whole set, which costs ≈ 0.5 KB a detection (val --save-json on COCO: 1.5 M of them).
 std::string coco_results_json(const std::vector<CocoDetection>& detections);
 
 // The summary as pycocotools prints it: " Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | ..."

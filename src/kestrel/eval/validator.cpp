@@ -214,7 +214,17 @@ MetricStyle metric_style_for(const models::YoloModel& model, bool v5_metric) {
   return v5_metric ? MetricStyle::yolov7_v5_metric : MetricStyle::yolov7;
 }
 
-std::string format_validation_table(const ValidationResult& r, const std::vector<std::string>& names, bool per_class) {
+namespace {
+// Python's '%22s': padded by characters, not bytes (a UTF-8 class name such as 行人 is 2 characters, 6 bytes).
+std::string right_aligned(const std::string& text, size_t width) {
+  size_t characters = 0;
+  for (unsigned char c : text) characters += (c & 0xC0) != 0x80;
+  return characters >= width ? text : std::string(width - characters, ' ') + text;
+}
+}  // namespace
+
+std::string format_validation_table(const ValidationResult& r, const std::vector<std::string>& names, bool per_class,
+                                    const std::string& task) {
   std::string out;
   char line[256];
   std::snprintf(line, sizeof line, "%22s%11s%11s%11s%11s%11s%11s\n", "Class", "Images", "Instances", "P", "R", "mAP50",
@@ -223,7 +233,7 @@ std::string format_validation_table(const ValidationResult& r, const std::vector
   std::snprintf(line, sizeof line, "%22s%11lld%11lld%11.3g%11.3g%11.3g%11.3g\n", "all", static_cast<long long>(r.images),
                 static_cast<long long>(r.labels), r.metrics.mp, r.metrics.mr, r.metrics.map50, r.metrics.map);
   out += line;
-  if (r.labels == 0) out += "WARNING: no labels found in the split, can not compute metrics without labels\n";
+  if (r.labels == 0) out += "WARNING: no labels found in " + task + " set, can not compute metrics without labels\n";
   // val.py's rows: asked for, more than one class, and some prediction correct (else it has no ap_class).
   if (!per_class || names.size() <= 1 || !r.metrics.scored) return out;
   const at::Tensor ap = r.metrics.ap.to(at::kDouble);
@@ -231,7 +241,7 @@ std::string format_validation_table(const ValidationResult& r, const std::vector
     const auto c = r.metrics.classes[i].item<int64_t>();
     const std::string name = c < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(c)] : std::to_string(c);
     // Images: every image seen, on every row (val.py and YOLOv7's test.py print `seen` there).
-    std::snprintf(line, sizeof line, "%22s%11lld%11lld%11.3g%11.3g%11.3g%11.3g\n", name.c_str(), static_cast<long long>(r.images),
+    std::snprintf(line, sizeof line, "%s%11lld%11lld%11.3g%11.3g%11.3g%11.3g\n", right_aligned(name, 22).c_str(), static_cast<long long>(r.images),
                   static_cast<long long>(r.instances[static_cast<size_t>(c)]), r.metrics.precision[i].item<double>(),
                   r.metrics.recall[i].item<double>(), ap[i][0].item<double>(), ap[i].mean().item<double>());
     out += line;

@@ -86,7 +86,9 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
 // val.py's table: header, "all" row, and one row per class with labels (when verbose or few classes).
 // Per-class rows only with per_class, more than one class and some correct prediction, as val.py; a split
 // without labels adds val.py's warning.
-std::string format_validation_table(const ValidationResult& r, const std::vector<std::string>& names, bool per_class);
+// `task` names the split in val.py's "no labels found in {task} set" warning.
+std::string format_validation_table(const ValidationResult& r, const std::vector<std::string>& names, bool per_class,
+                                    const std::string& task = "val");
 
 
 }  // namespace kestrel::eval

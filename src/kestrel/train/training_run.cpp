@@ -251,7 +251,7 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   // next epoch may stop): such an epoch is validated under --noval and saved under --nosave.
   const bool possible_stop = o.patience > 0 && epoch > 0 && epoch - 1 - progression.best_epoch >= o.patience - 1;
   const bool final_epoch = epoch + 1 == o.epochs || possible_stop;
-  if ((!o.noval || final_epoch) && dist_ctx.is_main()) validate_epoch();
+  if ((!o.noval || final_epoch) && dist_ctx.is_main()) validate_epoch(final_epoch);
   const double fi = fitness(last_val.metrics.map50, last_val.metrics.map);
   bool best = fi >= progression.best_fitness;  // upstream EarlyStopping: >= moves the best epoch
   if (best && !ema_is_finite()) {  // a diverged run's fitness 0 ties the best: keep the best weights there are
@@ -285,7 +285,7 @@ bool TrainingRun::ema_is_finite() {
   return checks.empty() || at::stack(checks).all().item<bool>();  // one read-back, at the epoch's end
 }
 
-void TrainingRun::validate_epoch() {
+void TrainingRun::validate_epoch(bool final_epoch) {
   eval::ValidationOptions v;
   v.metric = eval::metric_style_for(ema->model(), o.v5_metric);
   v.single_cls = o.single_cls;
@@ -295,7 +295,8 @@ void TrainingRun::validate_epoch() {
     return (*compute_loss)(levels, t, m).items;
   };
   last_val = eval::validate(ema->model(), *val_data.loader, *val_data.dataset, device, nc, v, val_loss);
-  if (!o.quiet) std::cout << eval::format_validation_table(last_val, names, false);
+  // Per-class rows: YOLOv7's train.py asks test.py for them at the final epoch when nc < 50 (YOLOv5: never).
+  if (!o.quiet) std::cout << eval::format_validation_table(last_val, names, hyp.yolov7_recipe && final_epoch && nc < 50);
   progression.maps = class_maps(last_val.metrics, nc);
 }
 

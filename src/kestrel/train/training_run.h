@@ -96,7 +96,7 @@ class TrainingRun {
   void check_finite_loss(const loss::YoloLoss::Result& step_loss, const data::DeviceBatch& batch, int epoch,
                          int64_t i, int64_t ni);
   bool optimiser_step(const StepSettings& s, int64_t ni);  // true: stop here (Ctrl-C, --interrupt-after)
-  void validate_epoch();
+  void validate_epoch(bool final_epoch);
   bool ema_is_finite();  // every float tensor of the EMA model (one device read-back)
   void log_epoch(int epoch, const std::array<double, 3>& train_loss, const EpochTotals& totals);
   // periodic: also --save-period's epoch<n>.safetensors (not for a Ctrl-C save in the middle of an epoch).

@@ -1,0 +1,61 @@
+// repr(float) as Python writes it: hand cases, and random doubles of every magnitude against the project's
+// Python (the reference).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "kestrel/core/python_repr.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+TEST(PythonRepr, HandCases) {
+  EXPECT_EQ(python_float_repr(1.0), "1.0");
+  EXPECT_EQ(python_float_repr(0.1), "0.1");
+  EXPECT_EQ(python_float_repr(5e-05), "5e-05");
+  EXPECT_EQ(python_float_repr(0.0001), "0.0001");
+  EXPECT_EQ(python_float_repr(1e16), "1e+16");
+  EXPECT_EQ(python_float_repr(1234567890123456.0), "1234567890123456.0");
+  EXPECT_EQ(python_float_repr(-0.0), "-0.0");
+  EXPECT_EQ(python_float_repr(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(python_float_repr(std::nan("")), "nan");
+  EXPECT_EQ(python_float_repr(-HUGE_VAL), "-inf");
+}
+
+TEST(PythonRepr, AsPythonOnRandomDoubles) {
+  std::mt19937_64 rng(4);
+  std::vector<double> values;
+  for (int i = 0; i < 3000; ++i) {
+    uint64_t bits = rng();
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    if (!std::isfinite(v)) continue;
+    values.push_back(v);
+    values.push_back(std::ldexp(static_cast<double>(rng() % 100000), -static_cast<int>(rng() % 40)));  // short decimals
+  }
+  std::ostringstream script;
+  script << "import struct\nfor h in '''";
+  for (double v : values) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof v);
+    script << std::hex << bits << "\n";
+  }
+  script << "'''.split():\n    print(repr(struct.unpack('<d', int(h, 16).to_bytes(8, 'little'))[0]))\n";
+  const test::CommandResult r = test::run_python(script.str());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  int wrong = 0;
+  for (double v : values) {
+    std::string expected;
+    std::getline(lines, expected);
+    if (python_float_repr(v) != expected && ++wrong < 10) ADD_FAILURE() << python_float_repr(v) << " vs Python's " << expected;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+}  // namespace
+}  // namespace kestrel
