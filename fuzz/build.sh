@@ -71,7 +71,7 @@ for t in "${targets[@]}"; do
     weights_file)
       torch_flags
       build weights_file src/kestrel/models/weights_file.cpp src/kestrel/models/model_config.cpp src/kestrel/core/yaml_file.cpp \
-        src/kestrel/core/safetensors.cpp src/kestrel/core/atomic_file.cpp "${torch[@]}" -lyaml-cpp ;;
+        src/kestrel/core/safetensors.cpp src/kestrel/core/atomic_file.cpp src/kestrel/models/parameter_budget.cpp "${torch[@]}" -lyaml-cpp ;;
     *) echo "unknown target '$t' (labels image_io disk_cache coco_eval yaml dataset_index safetensors training_state weights_file)" >&2; exit 2 ;;
   esac
 done
