@@ -190,6 +190,8 @@ void add_train_command(CLI::App& app) {
         img_flags += arg == name || arg.rfind(name + "=", 0) == 0;
     if (img_flags > 1)
       throw CLI::ValidationError("--img", "given more than once; a train and a val size are given together: --img 640 640");
+    // train.py: `--name cfg` names the run after the model YAML (yolov5s.yaml -> yolov5s).
+    if (o->name == "cfg" && o->resume.empty()) o->name = std::filesystem::path(o->cfg).stem().string();
     o->img_size = img_sizes->at(0);
     o->img_size_test = img_sizes->size() > 1 ? img_sizes->at(1) : 0;
     // A YOLOv7 spelling beside a different YOLOv5 one is a contradiction, not a silent override.

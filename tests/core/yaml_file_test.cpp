@@ -29,6 +29,17 @@ TEST(YamlFile, AnIndentedFirstKeyIsAnErrorAtTheLineWhereTheSecondDocumentStarts)
             std::string::npos);
 }
 
+// Fuzzing finding: text after a top-level flow list ("[a],") made yaml-cpp's LoadAll return empty documents
+// forever, allocating until memory ran out (a model YAML cut and pasted wrong hung `kestrel train`).
+TEST(YamlFile, TextAfterATopLevelListIsAnErrorNotAHang) {
+  const auto started = std::chrono::steady_clock::now();
+  for (const char* text : {"[a],", "   [-1, 1, Conv, [64, 3, 1]],  # 62\n", "{a: 1},", "\"a\","}) {
+    const std::string msg = test::error_message([&] { parse_yaml_text(text, "m.yaml"); });
+    EXPECT_NE(msg.find("m.yaml:1: a second YAML document starts here"), std::string::npos) << text << ": " << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+}
+
 TEST(YamlFile, AKeyGivenTwiceIsAnErrorNamingBothLines) {
   std::string message = test::error_message([] { parse_yaml_text("train: a\nval: b\nnc: 2\nval: c\n", "d.yaml"); });
   EXPECT_NE(message.find("d.yaml:4: 'val' is given twice (also on line 2)"), std::string::npos) << message;

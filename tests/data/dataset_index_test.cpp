@@ -276,13 +276,14 @@ TEST(DatasetIndexCache, LabelValuesRoundTripBitForBit) {
     char line[256];
     std::snprintf(line, sizeof line, "2 %.9g %.9g %.9g %.9g\n", unit(rng), unit(rng), unit(rng), unit(rng));
     rows += line;
-    if (i % 2) {  // polygon rows only
+    if (i % 2) {  // polygon rows only, one with points a little past the border (its box inside)
       rows.clear();
       for (int r = 0; r < 3; ++r) {
         rows += "3";
         for (int k = 0; k < 8; ++k) std::snprintf(line, sizeof line, " %.9g", unit(rng)), rows += line;
         rows += "\n";
       }
+      rows += "4 -0.002 0.2 0.5 0.2 0.5 1.00001 0.3 0.8\n";  // box: x -0.002 .. 0.5, y 0.2 .. 1.00001
     }
     test::write_file(dir.file("labels/train/" + std::to_string(i) + ".txt"), rows);
   }

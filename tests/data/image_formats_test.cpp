@@ -149,6 +149,7 @@ gamma = PngImagePlugin.PngInfo()
 gamma.add(b'gAMA', struct.pack('>I', 100000))                  # "linear": libpng's simplified API would re-encode
 im.save(DIR + '/gamma1.png', pnginfo=gamma)
 im.convert('CMYK').save(DIR + '/cmyk.jpg', quality=95)           # libjpeg-turbo cannot give BGR: OpenCV decodes it
+Image.open(DIR + '/cmyk.jpg').convert('RGB').save(DIR + '/cmyk_by_pil.png')  # PIL's own CMYK conversion
 big = Image.fromarray(np.stack([(x * 9 + y * 3) % 256 for _ in range(3)], -1).astype(np.uint8)).resize((96, 64))
 big.convert('CMYK').save(DIR + '/cmyk_big.jpg', quality=95)
 data = open(DIR + '/cmyk_big.jpg', 'rb').read()
@@ -252,11 +253,14 @@ TEST_F(PillowFormats, JpegEncoderMatchesPillowsAtTheSameSettings) {
   EXPECT_EQ(cv::norm(ours, pil, cv::NORM_INF), 0.0);
 }
 
-TEST_F(PillowFormats, CmykJpegDecodesAsOpenCvDoes) {
+// (kestrel hands CMYK to OpenCV itself, so the check is against PIL's decoder and conversion, within the
+// rounding of their two CMYK -> RGB formulas.)
+TEST_F(PillowFormats, CmykJpegDecodesToItsColours) {
   const DecodedImage d = decode_image_file(dir.file("cmyk.jpg"));
   ASSERT_EQ(d.image.type(), CV_8UC3);
   ASSERT_EQ(d.image.size(), cv::Size(kW, kH));
-  EXPECT_EQ(cv::norm(d.image, opencv_decode(dir.file("cmyk.jpg")), cv::NORM_INF), 0.0);
+  const cv::Mat pil = decode_image_file(dir.file("cmyk_by_pil.png")).image;
+  EXPECT_LE(cv::norm(d.image, pil, cv::NORM_INF), 2.0);
 }
 
 }  // namespace

@@ -75,15 +75,15 @@ TEST(ImageIoErrors, BrokenFilesAreReported) {
   auto header_only = std::vector<uint8_t>(jpeg.begin(), jpeg.begin() + 20);
   EXPECT_NE(error_of(header_only).find("img.jpg: corrupt or truncated JPEG"), std::string::npos) << error_of(header_only);
   std::vector<uint8_t> png_garbage = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 1, 2, 3, 4, 5};
-  EXPECT_EQ(error_of(png_garbage), "img.jpg: corrupt or truncated PNG (the file ends before the image data does)");
+  EXPECT_EQ(error_of(png_garbage), "img.jpg: corrupt or truncated PNG (the file ends early)");
   // a PNG cut in its image data, one without its end chunk (cv2.imread refuses both), one with a damaged CRC
   test::TempDir dir;
   write_png(dir.file("x.png"), test::coordinate_image(64, 48));
   const std::vector<uint8_t> png = read_file_bytes(dir.file("x.png"));
   EXPECT_EQ(error_of(std::vector<uint8_t>(png.begin(), png.begin() + static_cast<long>(png.size() / 2))),
-            "img.jpg: corrupt or truncated PNG (the file ends before the image data does)");
+            "img.jpg: corrupt or truncated PNG (the file ends early)");
   EXPECT_EQ(error_of(std::vector<uint8_t>(png.begin(), png.end() - 12)),
-            "img.jpg: corrupt or truncated PNG (the file ends before the image data does)");
+            "img.jpg: corrupt or truncated PNG (the file ends early)");
   std::vector<uint8_t> bad_crc = png;
   bad_crc[bad_crc.size() - 16] ^= 0xFF;  // the last byte of the last IDAT's CRC (IEND is the final 12 bytes)
   EXPECT_EQ(error_of(bad_crc), "img.jpg: corrupt or truncated PNG (IDAT: CRC error)");

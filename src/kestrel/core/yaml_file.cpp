@@ -11,6 +11,9 @@
 #include <sstream>
 #include <vector>
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
+
 #include "kestrel/core/error.h"
 #include "kestrel/core/python_repr.h"
 #include "kestrel/core/regular_file.h"
@@ -42,6 +45,28 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& source, in
   }
 }
 
+// Notes where each document's root node starts (its document's start where it has none); ignores the rest.
+struct DocumentCounter : YAML::EventHandler {
+  std::vector<YAML::Mark> starts;
+  bool root_pending = false;
+  void node(const YAML::Mark& mark) {
+    if (root_pending) starts.back() = mark, root_pending = false;
+  }
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark), root_pending = true; }
+  void OnDocumentEnd() override { root_pending = false; }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override { node(mark); }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+};
+
 }  // namespace
 
 YAML::Node parse_yaml_text(const std::string& raw, const std::string& source) {
@@ -52,21 +77,28 @@ YAML::Node parse_yaml_text(const std::string& raw, const std::string& source) {
   if (utf8.dropped)
     std::cerr << "warning: " << source << ":" << 1 + std::count(raw.begin(), raw.begin() + static_cast<long>(utf8.first_invalid), '\n')
               << ": " << utf8.dropped << " byte(s) that are not UTF-8 ignored, as upstream reads the file\n";
-  std::vector<YAML::Node> documents;
+  // Documents counted with yaml-cpp's event parser, at most two: YAML::LoadAll never ends on text such as
+  // "[a]," (each call after the flow sequence yields another empty document, until memory runs out).
+  DocumentCounter counter;
+  YAML::Node document;
   try {
-    documents = YAML::LoadAll(text);
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    while (counter.starts.size() < 2 && parser.HandleNextDocument(counter)) {
+    }
+    // yaml-cpp ends a document where the indentation falls back below its first line's, so an indented
+    // first key leaves the rest of the file to a second document (PyYAML: "expected '<document start>'").
+    if (counter.starts.size() > 1)
+      fail(source, ":", counter.starts[1].line + 1, ": a second YAML document starts here; the file must hold one ",
+           "(is a line above indented unlike the lines below it? or a '---' separator? or text after the end of a list?)");
+    if (counter.starts.empty()) return YAML::Node();  // empty, or comments only
+    document = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     fail(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": malformed YAML: ", e.msg);
   }
-  if (documents.empty()) return YAML::Node();  // empty, or comments only
-  // yaml-cpp ends a document where the indentation falls back below its first line's, so an indented
-  // first key leaves the rest of the file to a second document (PyYAML: "expected '<document start>'").
-  if (documents.size() > 1)
-    fail(source, ":", documents[1].Mark().line + 1, ": a second YAML document starts here; the file must hold one ",
-         "(is a line above indented unlike the lines below it? or a '---' separator?)");
   int64_t budget = 1'000'000;
-  reject_duplicate_keys(documents[0], source, budget);
-  return documents[0];
+  reject_duplicate_keys(document, source, budget);
+  return document;
 }
 
 std::string yaml_float(double v) {

@@ -90,7 +90,11 @@ LabelRow get_row(Reader& r, int nc) {
   if (n != 0 && (n < 6 || n % 2 != 0)) fail("corrupt polygon");
   r.need(static_cast<size_t>(n) * sizeof(float));
   row.polygon.resize(n);
-  for (auto& v : row.polygon) v = get_coordinate(r);
+  // A polygon's points may lie a little outside 0..1 (labels.h checks a polygon through its box, as upstream).
+  for (auto& v : row.polygon) {
+    v = r.get<float>();
+    if (!std::isfinite(v)) fail("corrupt polygon coordinate");
+  }
   return row;
 }
 

@@ -96,8 +96,9 @@ void ConfusionMatrix::process_batch(const at::Tensor& detections, const at::Tens
 
   // Candidates in torch.where's order (gt-major), IoU as upstream's float32 box_iou, then its two
   // de-duplications: matches[iou.argsort()[::-1]] (an ascending sort reversed: among equal IoUs the later
-  // candidate first; numpy's sort of such short arrays is stable) and np.unique(key, return_index=True)
-  // (the first of each key, ordered by key).
+  // candidate first) and np.unique(key, return_index=True) (the first of each key, ordered by key). numpy's
+  // argsort is stable for a few candidates only (with 8 or more, on AVX-512 machines, its order among equal
+  // IoUs is its own): kestrel takes the stable order always.
   struct Match { int64_t gt, det; float iou; };
   std::vector<Match> matches;
   for (int64_t g = 0; g < M; ++g)
