@@ -1,8 +1,9 @@
 // kestrel bench data | train | e2e: loader throughput with the training augmentations, the training
 // step alone on synthetic data, and the whole pipeline on a real dataset.
+#include <algorithm>
 #include <chrono>
-#include <thread>
 #include <iostream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -22,10 +23,25 @@ struct BenchDataOptions {
   bool json = false, bind = false;
 };
 
+// While alive, what goes to stdout goes to stderr: with --json, stdout holds the JSON alone (dataset reports,
+// cache notes and warnings printed on the way go to stderr).
+class StdoutToStderr {
+ public:
+  explicit StdoutToStderr(bool active) : saved_(active ? std::cout.rdbuf(std::cerr.rdbuf()) : nullptr) {}
+  ~StdoutToStderr() {
+    if (saved_) std::cout.rdbuf(saved_);
+  }
+  StdoutToStderr(const StdoutToStderr&) = delete;
+  StdoutToStderr& operator=(const StdoutToStderr&) = delete;
+
+ private:
+  std::streambuf* saved_;
+};
+
 void run_bench_data(const BenchDataOptions& o) {
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
   auto index = data::index_split(data::list_images(cfg.train, cfg.source), data::IndexOptions{cfg.nc, o.workers, true});
-  if (!index.skipped.empty()) std::cout << data::describe(index, "train", 20);
+  if (!index.skipped.empty()) (o.json ? std::cerr : std::cout) << data::describe(index, "train", 20);  // stdout: the JSON
   data::require_usable(index, cfg.source, "train", cfg.train);
   // --repeat N: the split N times over (as upstream's benchmark replicates coco128 16x), without copying files.
   const auto records = index.records;
@@ -173,8 +189,15 @@ void add_bench_command(CLI::App& app) {
   step->add_flag("--json", *tjson, "machine-readable output");
   step->callback([t, tjson, ablation] {
     StepTable table(*t, *tjson);  // one JSON line per row with --json
-    if (*ablation) (void)train::bench_train_ablation(*t, [&](const train::StepBenchResult& r) { table.add(r); });
-    else table.add(train::bench_train_step(*t));
+    if (*ablation) {
+      const auto rows = train::bench_train_ablation(*t, [&](const train::StepBenchResult& r) { table.add(r); });
+      // Rows that fail stay in the table (a GPU-only row on the CPU); none measured is a failed command.
+      if (std::all_of(rows.begin(), rows.end(), [](const train::StepBenchResult& r) { return !r.error.empty(); }))
+        fail("bench train --ablation: no configuration could be measured (the first failure: ",
+             rows.empty() ? std::string("no rows") : rows.front().error, ")");
+    } else {
+      table.add(train::bench_train_step(*t));
+    }
   });
 
   auto e = std::make_shared<train::E2eBenchOptions>();
@@ -208,7 +231,10 @@ void add_bench_command(CLI::App& app) {
   e2e->callback([e, ejson] {
     train::E2eBenchOptions o = *e;
     if (o.cache == "none") o.cache.clear();
-    const train::E2eBenchResult r = train::bench_e2e(o);
+    const train::E2eBenchResult r = [&] {
+      const StdoutToStderr quiet(*ejson);
+      return train::bench_e2e(o);
+    }();
     if (*ejson) {
       std::cout << nlohmann::json{{"what", "e2e"}, {"cfg", o.step.cfg}, {"data", o.data}, {"batch", o.step.batch_size},
                                   {"img", o.step.img_size}, {"workers", o.workers}, {"config", r.step.label},
@@ -217,7 +243,7 @@ void add_bench_command(CLI::App& app) {
                                   {"steady_memory_gb", r.step.steady_memory_gb}, {"data_wait_fraction", r.data_wait_fraction},
                                   {"graphs_captured", r.step.graphs_captured}, {"graphs_captured_timed", r.step.graphs_captured_timed},
                                   {"graph_replays", r.step.graph_replays}}
-                       .dump()
+                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                 << "\n";
       return;
     }

@@ -1,5 +1,5 @@
 // kestrel data check DATA.yaml: verify every split (images decoded, labels parsed with the reference
-// rules), print counts, the class histogram and every skipped file with its reason.
+// rules), print counts, the class histogram and the skipped files with their reasons (the first 1,000).
 #include <filesystem>
 #include <iostream>
 

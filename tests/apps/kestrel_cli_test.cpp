@@ -6,6 +6,8 @@
 #include <iterator>
 
 #include "kestrel/data/image_io.h"
+#include <nlohmann/json.hpp>
+
 #include "test_support.h"
 
 namespace kestrel {
@@ -106,6 +108,11 @@ TEST(CliData, SplitWithoutUsableSamplesIsAnError) {
                         "--epochs 1 --hyp configs/hyps/hyp.scratch.p5.yaml");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("images an epoch, YOLOv7's augmentations"), std::string::npos) << r.output;
+  // --json: stdout holds the JSON object alone (reports and notes go to stderr).
+  r = test::run_command(test::kestrel_binary() + " bench data --data data/demo/demo.yaml --img 64 --batch-size 8 --workers 1 "
+                        "--epochs 1 --json 2>/dev/null");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NO_THROW((void)nlohmann::json::parse(r.output)) << r.output;
   r = test::run_command(test::kestrel_binary() + " val --task test --data data/demo/demo.yaml --device cpu --weights w.safetensors");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("data/demo/demo.yaml: no 'test' split"), std::string::npos) << r.output;

@@ -142,6 +142,14 @@ TEST(StepBench, EndToEndRunsTheTrainingPipeline) {
   EXPECT_GT(r.step.images_per_second, 0);
   EXPECT_GE(r.data_wait_fraction, 0);
   EXPECT_LE(r.data_wait_fraction, 1);
+  EXPECT_EQ(r.step.label.find("OTA"), std::string::npos) << r.step.label;
+  // A YOLOv7 hyp file (loss_ota: 1) is timed with the loss training would use: OTA.
+  E2eBenchOptions v7 = o;
+  v7.hyp = "configs/hyps/hyp.scratch.tiny.yaml";
+  v7.step.steps = 2;
+  v7.repeat = 1;
+  const E2eBenchResult ota = bench_e2e(v7);
+  EXPECT_NE(ota.step.label.find("+ OTA"), std::string::npos) << ota.step.label;
   o.data = "data/demo/missing.yaml";
   try {
     (void)bench_e2e(o);

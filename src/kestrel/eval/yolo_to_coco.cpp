@@ -191,7 +191,7 @@ nlohmann::json yolo_to_coco(const std::string& images_dir, const std::vector<std
 
 void write_yolo_as_coco(const std::string& images_dir, const std::vector<std::string>& names,
                         const std::string& json_path) {
-  write_file_atomic(json_path, {yolo_to_coco(images_dir, names).dump()}, Durability::kFlushed);
+  write_file_atomic(json_path, {yolo_to_coco(images_dir, names).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}, Durability::kFlushed);
 }
 
 }  // namespace kestrel::eval

@@ -19,7 +19,7 @@ struct ModelStats {
 
 // Convolution GFLOPs at img x img: measured by a forward pass at 2 x max stride and scaled by
 // (img / probe)^2, which is exact when img is a multiple of the max stride (every feature map then
-// scales by the same factor); other sizes are measured directly.
+// scales by the same factor) and upstream's estimate (model_info's) for other sizes.
 double conv_gflops(YoloModel& model, int64_t img);
 ModelStats model_stats(YoloModel& model, int64_t img = 640);
 

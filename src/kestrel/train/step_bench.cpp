@@ -208,7 +208,10 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   const data::DatasetConfig data_cfg = data::load_dataset_config(e.data);
   const Hyperparameters hyp = e.hyp.empty() ? default_hyperparameters() : load_hyperparameters(e.hyp);
   const int nc = static_cast<int>(data_cfg.names.size());
-  const auto bench = make_bench_step(o, hyp.loss, nc);
+  // The loss training would use: OTA where the hyp file says so (YOLOv7's recipes), as training_run_setup.
+  StepBenchOptions with_loss = o;
+  with_loss.ota = o.ota || hyp.loss_ota;
+  const auto bench = make_bench_step(with_loss, hyp.loss, nc);
   const c10::Device device = bench->device;
   TrainOptions t;  // the trainer's loader for these settings
   t.img_size = o.img_size;
@@ -223,7 +226,7 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
 
   E2eBenchResult r;
   r.batches_per_epoch = static_cast<int64_t>(split.loader->num_batches());
-  r.step.label = label_of(o) + " + loader";
+  r.step.label = label_of(with_loss) + (!with_loss.ota && bench->model->head().aux() ? " + OTA" : "") + " + loader";
   using Clock = std::chrono::steady_clock;
   if (r.batches_per_epoch == 0) fail("bench e2e: ", e.data, ": the training split gives no batch of ", o.batch_size);
   int epoch = 0;
