@@ -26,6 +26,14 @@ std::string error_of_loading(const std::string& path) {
   return "(no error)";
 }
 
+// dir/name: an 8-byte little-endian header length, the header JSON, then data_bytes zero bytes.
+std::string file_with_header(const test::TempDir& dir, const std::string& name, const std::string& json, size_t data_bytes) {
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  test::write_file(dir.file(name), len + json + std::string(data_bytes, '\0'));
+  return dir.file(name);
+}
+
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
@@ -149,10 +157,8 @@ TEST(SafetensorsErrors, CorruptFilesAreReportedWithTheFileName) {
   for (size_t i = 8; i < 20; ++i) garbage[i] = '#';
   EXPECT_NE(error_of_loading(write("garbage.safetensors", garbage)).find("corrupt safetensors header"), std::string::npos);
 
-  auto with_header = [&](const std::string& name, std::string json, size_t data_bytes) {
-    std::string len(8, '\0');
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
-    return write(name, len + json + std::string(data_bytes, '\0'));
+  auto with_header = [&](const std::string& name, const std::string& json, size_t data_bytes) {
+    return file_with_header(dir, name, json, data_bytes);
   };
   EXPECT_NE(error_of_loading(with_header("dtype.safetensors", R"({"w":{"dtype":"F7","shape":[1],"data_offsets":[0,4]}})", 4))
                 .find("unsupported dtype 'F7'"),
@@ -178,10 +184,7 @@ TEST(SafetensorsErrors, CorruptFilesAreReportedWithTheFileName) {
 TEST(SafetensorsErrors, LyingShapesAndNonIntegerNumbersAreReported) {
   test::TempDir dir;
   auto with_header = [&](const std::string& name, const std::string& json, size_t data_bytes) {
-    std::string len(8, '\0');
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
-    test::write_file(dir.file(name), len + json + std::string(data_bytes, '\0'));
-    return dir.file(name);
+    return file_with_header(dir, name, json, data_bytes);
   };
   const std::string overflow = with_header("overflow.safetensors",
       R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0);
@@ -227,10 +230,7 @@ TEST(SafetensorsErrors, EmptyTensorWhereTheNextStartsIsNoOverlap) {
 TEST(SafetensorsErrors, RepeatedNamesAndHolesAreRefused) {
   test::TempDir dir;
   auto with_header = [&](const std::string& name, const std::string& json, size_t data_bytes) {
-    std::string len(8, '\0');
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
-    test::write_file(dir.file(name), len + json + std::string(data_bytes, '\0'));
-    return dir.file(name);
+    return file_with_header(dir, name, json, data_bytes);
   };
   const std::string twice = with_header("twice.safetensors",
       R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
