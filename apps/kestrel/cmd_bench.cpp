@@ -84,7 +84,7 @@ void run_bench_data(const BenchDataOptions& o) {
     if (!o.json) std::printf("epoch %d: %lld images in %.2f s = %.1f images/s\n", epoch, static_cast<long long>(images), seconds, rates.back());
   }
   result["images_per_second"] = rates;
-  if (o.json) std::cout << result.dump() << "\n";
+  if (o.json) std::cout << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 // "; 3 CUDA graphs captured (1 during the timed steps), 40 replays" when graphs were used.
@@ -122,7 +122,7 @@ class StepTable {
     // The first row is the baseline; when it failed, no row gets a speed-up (the next is no baseline).
     if (rows_++ == 0) baseline_ = r.error.empty() ? r.images_per_second : 0;
     if (json_) {
-      std::cout << step_json(r, o_).dump() << std::endl;
+      std::cout << step_json(r, o_).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
       return;
     }
     if (!r.error.empty()) {

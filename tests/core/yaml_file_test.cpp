@@ -40,6 +40,17 @@ TEST(YamlFile, TextAfterATopLevelListIsAnErrorNotAHang) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
 }
 
+// Python's text mode reads a lone \r as a line break (universal newlines); yaml-cpp did not: an old-Mac file
+// was one line, its first comment swallowing the rest.
+TEST(YamlFile, LoneCarriageReturnsBreakLinesAsInPython) {
+  const YAML::Node n = parse_yaml_text("lr0: 0.01  # a comment\rlrf: 0.2\r\rmomentum: 0.9\r", "cr.yaml");
+  EXPECT_DOUBLE_EQ(n["lrf"].as<double>(), 0.2);
+  EXPECT_DOUBLE_EQ(n["momentum"].as<double>(), 0.9);
+  const YAML::Node crlf = parse_yaml_text("a: 1\r\nb: 2\r\n", "crlf.yaml");
+  EXPECT_EQ(crlf["b"].as<int>(), 2);
+  EXPECT_NE(test::error_message([] { parse_yaml_text("a: 1\rb: 2\ra: 3\r", "dup.yaml"); }).find("dup.yaml:3:"), std::string::npos);
+}
+
 TEST(YamlFile, AKeyGivenTwiceIsAnErrorNamingBothLines) {
   std::string message = test::error_message([] { parse_yaml_text("train: a\nval: b\nnc: 2\nval: c\n", "d.yaml"); });
   EXPECT_NE(message.find("d.yaml:4: 'val' is given twice (also on line 2)"), std::string::npos) << message;

@@ -458,6 +458,10 @@ TEST(DatasetConfig, DemoYamlAndErrors) {
   };
   EXPECT_NE(error_of("val: a\nnames: [x]\n").find("missing key 'train'"), std::string::npos);
   EXPECT_NE(error_of("train: a\nval: a\nnc: 2\nnames: [x]\n").find("'nc' is 2 but 'names' lists 1 classes"), std::string::npos);
+  // An empty or null name (a comma typo: PyYAML refuses "[a, , b]") is an error at its line, not a class "null".
+  for (const char* names : {"[a, , b]", "[a, ~, b]", "{0: a, 1: }", "[a, null]"})
+    EXPECT_NE(error_of(std::string("train: a\nval: a\nnames: ") + names + "\n").find("d.yaml:3: a class name in 'names' is empty"),
+              std::string::npos) << names;
   EXPECT_NE(error_of("train: a\nval: a\nnames: {0: x, 2: y}\n").find("without gaps (missing 1)"), std::string::npos);
   EXPECT_NE(error_of("train: [a\n").find("malformed YAML"), std::string::npos);
   EXPECT_NE(error_of("train: a\nval: a\n").find("give 'names'"), std::string::npos);

@@ -24,6 +24,20 @@ TEST(Hyperparameters, ScratchLowIsTheDefault) {
   EXPECT_TRUE(file.unknown_keys.empty());
 }
 
+// hyp.yaml reads back as the file it came from, an unknown key that is not a plain name included (quoted, as
+// yaml.safe_dump quotes it; written bare it made the run's hyp.yaml malformed and the run unresumable).
+TEST(Hyperparameters, WrittenFileReadsBackWithOddKeys) {
+  test::TempDir dir;
+  std::ifstream in("configs/hyps/hyp.scratch-low.yaml");
+  const std::string low((std::istreambuf_iterator<char>(in)), {});
+  test::write_file(dir.file("odd.yaml"), low + "\"odd: key\": 1.5\n\"#hash\": 2.0\n");
+  const Hyperparameters a = load_hyperparameters(dir.file("odd.yaml"));
+  test::write_file(dir.file("again.yaml"), hyperparameters_yaml(a));
+  const Hyperparameters b = load_hyperparameters(dir.file("again.yaml"));
+  EXPECT_EQ(a.values, b.values);
+  EXPECT_NE(hyperparameters_yaml(a).find("\"odd: key\": 1.5\n"), std::string::npos) << hyperparameters_yaml(a);
+}
+
 TEST(Hyperparameters, Yolov7RecipesAreRecognised) {
   const Hyperparameters p5 = load_hyperparameters("configs/hyps/hyp.scratch.p5.yaml");
   EXPECT_TRUE(p5.loss_ota);

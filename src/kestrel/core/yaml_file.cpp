@@ -73,7 +73,13 @@ YAML::Node parse_yaml_text(const std::string& raw, const std::string& source) {
   // Upstream reads its YAML files with errors='ignore': bytes that are not UTF-8 (a Latin-1 comment or
   // name) are dropped, said here. Kept, they would stop the run at its first save (JSON metadata).
   const Utf8Text utf8 = drop_invalid_utf8(raw);
-  const std::string& text = utf8.text;
+  // Line breaks as Python's text mode reads them (universal newlines): yaml-cpp takes a lone \r for no break.
+  std::string text;
+  text.reserve(utf8.text.size());
+  for (size_t i = 0; i < utf8.text.size(); ++i) {
+    if (utf8.text[i] != '\r') text += utf8.text[i];
+    else if (i + 1 == utf8.text.size() || utf8.text[i + 1] != '\n') text += '\n';
+  }
   if (utf8.dropped)
     std::cerr << "warning: " << source << ":" << 1 + std::count(raw.begin(), raw.begin() + static_cast<long>(utf8.first_invalid), '\n')
               << ": " << utf8.dropped << " byte(s) that are not UTF-8 ignored, as upstream reads the file\n";

@@ -37,11 +37,18 @@ std::vector<std::string> resolve_entries(const YAML::Node& node, const fs::path&
   return out;
 }
 
+// A class name: a scalar with text (yaml-cpp reads an empty or null entry, "[a, , b]", as the text "null").
+std::string class_name(const YAML::Node& n, const std::string& source) {
+  if (!n.IsScalar() || n.Scalar().empty() || n.Tag() == "tag:yaml.org,2002:null" || n.Scalar() == "~" || n.Scalar() == "null")
+    fail(source, ":", n.Mark().line + 1, ": a class name in 'names' is empty, null or not a plain name");
+  return n.Scalar();
+}
+
 std::vector<std::string> read_names(const YAML::Node& node, const std::string& source) {
   std::vector<std::string> names;
   if (!node) return names;
   if (node.IsSequence()) {
-    for (const auto& n : node) names.push_back(n.as<std::string>());
+    for (const auto& n : node) names.push_back(class_name(n, source));
   } else if (node.IsMap()) {
     std::map<int, std::string> by_index;
     for (const auto& kv : node) {
@@ -51,7 +58,7 @@ std::vector<std::string> read_names(const YAML::Node& node, const std::string& s
       } catch (const YAML::Exception&) {
         fail(source, ":", kv.first.Mark().line + 1, ": class index '", kv.first.Scalar(), "' is not an integer");
       }
-      by_index[index] = kv.second.as<std::string>();
+      by_index[index] = class_name(kv.second, source);
     }
     int expected = 0;
     for (const auto& [index, name] : by_index) {

@@ -1,10 +1,13 @@
 #include "kestrel/train/hyperparameters.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <sstream>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "kestrel/core/error.h"
@@ -119,7 +122,14 @@ Hyperparameters load_hyperparameters(const std::string& path) {
 
 std::string hyperparameters_yaml(const Hyperparameters& h) {
   std::string out;  // as yaml.safe_dump writes upstream's hyp.yaml: readable by upstream's train.py too
-  for (const auto& [key, value] : h.values) out += key + ": " + yaml_float(value) + "\n";
+  for (const auto& [key, value] : h.values) {
+    // A key other than a plain name (a hyp file's own "odd: key") double-quoted, as safe_dump quotes it.
+    const bool plain = !key.empty() && std::all_of(key.begin(), key.end(), [](unsigned char c) {
+      return std::isalnum(c) || c == '_' || c == '-' || c == '.';
+    }) && !std::isdigit(static_cast<unsigned char>(key[0])) && key[0] != '-' && key[0] != '.';
+    out += (plain ? key : nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) + ": " +
+           yaml_float(value) + "\n";
+  }
   return out;
 }
 
