@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/python_repr.h"
 #include "kestrel/export/onnx_export.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/models/weights_file.h"
@@ -51,31 +52,10 @@ const std::map<std::string, std::string>& other_formats() {
   return formats;
 }
 
-// Python's repr of a str: single quotes unless the text holds one and no double quote; backslashes, the
-// quote and control characters escaped; other characters (UTF-8 included) as they are.
-std::string python_repr(const std::string& s) {
-  const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
-  std::string out(1, quote);
-  for (unsigned char c : s) {
-    if (c == '\\' || c == static_cast<unsigned char>(quote)) out += '\\', out += static_cast<char>(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7F) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + quote;
-}
-
 // {0: 'person', 1: 'bicycle'}: Python's str() of YOLOv5's names dict, the metadata export.py writes.
 std::string python_dict_text(const std::vector<std::string>& names) {
   std::string out = "{";
-  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + std::to_string(i) + ": " + python_repr(names[i]);
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + std::to_string(i) + ": " + python_str_repr(names[i]);
   return out + "}";
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "kestrel/core/python_repr.h"
 #include "test_support.h"
@@ -55,6 +56,28 @@ TEST(PythonRepr, AsPythonOnRandomDoubles) {
     if (python_float_repr(v) != expected && ++wrong < 10) ADD_FAILURE() << python_float_repr(v) << " vs Python's " << expected;
   }
   EXPECT_EQ(wrong, 0);
+}
+
+// repr(s) for names with quotes, backslashes, control characters and printable UTF-8, against Python's.
+TEST(PythonRepr, StringsAsPythonRepr) {
+  const std::vector<std::string> names = {"person", "it's", "say \"hi\"", "both ' and \"", "back\\slash", "tab\tnew\nline\r",
+                                          "bell\x07" "del\x7f", "caf\xc3\xa9", "\xe8\xa1\x8c\xe4\xba\xba", ""};
+  std::ostringstream script;
+  script << "import sys\nfor h in [";
+  for (const std::string& n : names) {
+    script << "'";
+    for (unsigned char c : n) script << std::hex << (c >> 4) << (c & 15);
+    script << "',";
+  }
+  script << "]:\n    sys.stdout.buffer.write(repr(bytes.fromhex(h).decode('utf-8')).encode('utf-8') + b'\\n')\n";
+  const test::CommandResult r = test::run_python(script.str());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  for (const std::string& n : names) {
+    std::string expected;
+    std::getline(lines, expected);
+    EXPECT_EQ(python_str_repr(n), expected);
+  }
 }
 
 }  // namespace

@@ -39,4 +39,24 @@ std::string python_float_repr(double v) {
   return out + buf;
 }
 
+
+std::string python_str_repr(const std::string& s) {
+  const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, quote);
+  for (unsigned char c : s) {
+    if (c == '\\' || c == static_cast<unsigned char>(quote)) out += '\\', out += static_cast<char>(c);
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + quote;
+}
+
 }  // namespace kestrel

@@ -9,4 +9,9 @@ namespace kestrel {
 // a point: "3.0"), else d.ddde±XX ("5e-05", "1.5e+16"); "nan", "inf", "-inf".
 std::string python_float_repr(double v);
 
+// repr(s) of a str: single quotes unless the text holds one and no double quote; backslashes, the quote and
+// ASCII control characters escaped (\n, \r, \t, \xNN); other characters, UTF-8 included, as they are
+// (Python would escape non-printable Unicode too, e.g. \xa0).
+std::string python_str_repr(const std::string& s);
+
 }  // namespace kestrel
