@@ -272,6 +272,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   const int64_t frames = video.frame_count() / o.vid_stride;
   std::unique_ptr<data::VideoWriter> writer;
   cv::Mat frame;
+  const std::string shown = data::is_stream_url(source) ? source : shown_path(source, o.source);  // resolved once, not per frame
   int64_t f = 0, read = 0;
   const auto next = [&] {  // upstream grabs vid_stride frames and keeps the last
     for (int s = 0; s < (f == 0 && !first_video ? 1 : o.vid_stride); ++s) {
@@ -282,8 +283,7 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   };
   while (!StopSignal::requested() && next()) {
     ++f;
-    const std::string prefix =
-        cat(position, " (", f, "/", frames, ") ", data::is_stream_url(source) ? source : shown_path(source, o.source), ": ");
+    const std::string prefix = cat(position, " (", f, "/", frames, ") ", shown, ": ");
     // Label files count a video's frames from 1 (upstream's LoadImages counter).
     detect_one(detector, frame, o, names,
                {save_dir / "labels" / cat(stem, "_", f, ".txt"), stem, csv_name, json.next_frame_id++}, save_dir, prefix, json);
