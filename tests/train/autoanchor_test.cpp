@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include <ATen/ATen.h>
 
@@ -141,6 +142,47 @@ TEST(AutoAnchor, SameAnchorsWhateverTheThreadCount) {
   const auto three = kmean_anchors(sizes, 4, 640, o);
   at::set_num_threads(threads);
   EXPECT_EQ(one, three);
+}
+
+// One k-means run against scipy.cluster.vq._kmeans (scipy 1.17) from the same start: the mean distance goes
+// 0.7657, 0.8588 (up: a Lloyd step lowers squared distances, not distances), 0.7071, 0.3924, 0.3924. A rule
+// that stopped when the distance stopped falling would end at the second step with centres (4.5, 3.5), (3, 2).
+TEST(AutoAnchor, KmeansRunStopsOnTheAbsoluteChangeAsScipy) {
+  const std::vector<BoxSize> points{{2, 1}, {4, 3}, {5, 3}, {4, 4}, {0, 6}};
+  std::vector<BoxSize> centres{{5, 3}, {4, 3}, {0, 6}};
+  const double distance = refine_kmeans(points, centres);
+  EXPECT_NEAR(distance, 0.39242330115817825, 1e-12);  // (sqrt(2) + 2 sqrt(5)) / 15 at the final centres
+  ASSERT_EQ(centres.size(), 3u);
+  EXPECT_NEAR(centres[0][0], 13.0 / 3, 1e-12);  // (4,3), (5,3), (4,4)
+  EXPECT_NEAR(centres[0][1], 10.0 / 3, 1e-12);
+  EXPECT_EQ(centres[1], (BoxSize{2, 1}));
+  EXPECT_EQ(centres[2], (BoxSize{0, 6}));
+}
+
+// scipy keeps only centres with members: a start on two equal points loses one (ties go to the first).
+TEST(AutoAnchor, KmeansDropsACentreLeftWithoutPoints) {
+  const std::vector<BoxSize> points{{0, 0}, {1, 0}, {10, 0}, {11, 0}};
+  std::vector<BoxSize> centres{{0, 0}, {0, 0}, {10, 0}};
+  EXPECT_DOUBLE_EQ(refine_kmeans(points, centres), 0.5);  // distances 0, 1, 0, 1, then 0.5 each
+  ASSERT_EQ(centres.size(), 2u);
+  EXPECT_EQ(centres[0], (BoxSize{0.5, 0}));
+  EXPECT_EQ(centres[1], (BoxSize{10.5, 0}));
+}
+
+// Three distinct sizes for three anchors, but one of them on 1000 labels: nearly every k-means start takes two
+// equal sizes and ends with fewer clusters. YOLOv5 then starts from random anchors; YOLOv7's assert fails and
+// its check_anchors keeps the model's anchors (an empty result here).
+TEST(AutoAnchor, KmeansThatLosesClustersFallsBackAsUpstream) {
+  std::vector<BoxSize> sizes(1000, BoxSize{50, 80});
+  sizes.push_back({10, 12});
+  sizes.push_back({300, 200});
+  AutoAnchorOptions o;
+  o.generations = 0;
+  const auto v5 = kmean_anchors(sizes, 3, 640, o);
+  ASSERT_EQ(v5.size(), 3u);
+  EXPECT_EQ(std::set<BoxSize>(v5.begin(), v5.end()).size(), 3u);  // no duplicated k-means centre
+  o.yolov7 = true;
+  EXPECT_TRUE(kmean_anchors(sizes, 3, 640, o).empty());
 }
 
 TEST(AutoAnchor, GeneticSearchImprovesPoorAnchors) {

@@ -52,10 +52,39 @@ double search_fitness(const std::vector<BoxSize>& sizes, const std::vector<BoxSi
   return std::accumulate(part.begin(), part.end(), 0.0) / static_cast<double>(sizes.size());
 }
 
-// Lloyd's iterations from `centres` until the mean distance to the nearest centre changes by no more
-// than 1e-5 either way (scipy's _kmeans: abs of the change; a step can raise the mean distance). A centre left without points keeps its place. Returns the mean distance.
-double lloyd(const std::vector<BoxSize>& points, std::vector<BoxSize>& centres) {
-  const size_t k = centres.size();
+// Best of `restarts` k-means runs, each started from n distinct labels picked at random.
+std::vector<BoxSize> kmeans(const std::vector<BoxSize>& points, int n, int restarts, std::mt19937_64& rng) {
+  std::vector<BoxSize> best;
+  double best_distance = std::numeric_limits<double>::infinity();
+  std::vector<size_t> order(points.size());
+  for (int r = 0; r < std::max(1, restarts); ++r) {
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::vector<BoxSize> centres;
+    for (int c = 0; c < n; ++c) {  // partial Fisher-Yates: n distinct indices
+      const size_t j = c + std::uniform_int_distribution<size_t>(0, order.size() - 1 - c)(rng);
+      std::swap(order[c], order[j]);
+      centres.push_back(points[order[c]]);
+    }
+    const double distance = refine_kmeans(points, centres);
+    if (distance < best_distance) best_distance = distance, best = centres;
+  }
+  return best;
+}
+
+void sort_by_area(std::vector<BoxSize>& anchors) {
+  std::stable_sort(anchors.begin(), anchors.end(),
+                   [](const BoxSize& a, const BoxSize& b) { return a[0] * a[1] < b[0] * b[1]; });
+}
+
+std::string format_fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+double refine_kmeans(const std::vector<BoxSize>& points, std::vector<BoxSize>& centres) {
   struct Partial {
     std::vector<BoxSize> sums;
     std::vector<size_t> counts;
@@ -63,6 +92,7 @@ double lloyd(const std::vector<BoxSize>& points, std::vector<BoxSize>& centres) 
   };
   double previous = std::numeric_limits<double>::infinity();
   for (int iteration = 0; iteration < 1000; ++iteration) {
+    const size_t k = centres.size();
     std::vector<Partial> parts(num_chunks(points.size()), Partial{std::vector<BoxSize>(k, BoxSize{0, 0}), std::vector<size_t>(k, 0), 0});
     for_chunks(points.size(), [&](size_t c, size_t begin, size_t end) {
       Partial& part = parts[c];
@@ -87,45 +117,16 @@ double lloyd(const std::vector<BoxSize>& points, std::vector<BoxSize>& centres) 
       for (size_t j = 0; j < k; ++j) sums[j][0] += part.sums[j][0], sums[j][1] += part.sums[j][1], counts[j] += part.counts[j];
     }
     distance /= static_cast<double>(points.size());
+    std::vector<BoxSize> kept;  // scipy keeps only the centres with members (code_book[has_members])
     for (size_t j = 0; j < k; ++j)
-      if (counts[j]) centres[j] = {sums[j][0] / counts[j], sums[j][1] / counts[j]};
+      if (counts[j]) kept.push_back({sums[j][0] / counts[j], sums[j][1] / counts[j]});
+    centres = std::move(kept);
     if (std::abs(previous - distance) <= 1e-5) return distance;
     previous = distance;
   }
   return previous;
 }
 
-// Best of `restarts` k-means runs, each started from n distinct labels picked at random.
-std::vector<BoxSize> kmeans(const std::vector<BoxSize>& points, int n, int restarts, std::mt19937_64& rng) {
-  std::vector<BoxSize> best;
-  double best_distance = std::numeric_limits<double>::infinity();
-  std::vector<size_t> order(points.size());
-  for (int r = 0; r < std::max(1, restarts); ++r) {
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::vector<BoxSize> centres;
-    for (int c = 0; c < n; ++c) {  // partial Fisher-Yates: n distinct indices
-      const size_t j = c + std::uniform_int_distribution<size_t>(0, order.size() - 1 - c)(rng);
-      std::swap(order[c], order[j]);
-      centres.push_back(points[order[c]]);
-    }
-    const double distance = lloyd(points, centres);
-    if (distance < best_distance) best_distance = distance, best = centres;
-  }
-  return best;
-}
-
-void sort_by_area(std::vector<BoxSize>& anchors) {
-  std::stable_sort(anchors.begin(), anchors.end(),
-                   [](const BoxSize& a, const BoxSize& b) { return a[0] * a[1] < b[0] * b[1]; });
-}
-
-std::string format_fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-}  // namespace
 
 std::string anchors_text(const std::vector<BoxSize>& anchors) {
   std::string out;
@@ -190,15 +191,18 @@ std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& all_sizes, int n,
   for (const auto& s : sizes) sd[0] += (s[0] - mean[0]) * (s[0] - mean[0]), sd[1] += (s[1] - mean[1]) * (s[1] - mean[1]);
   for (double& v : sd) v = std::sqrt(v / std::max<size_t>(sizes.size(), 1));
   const bool kmeans_runs = static_cast<int>(distinct.size()) >= n && sd[0] > 0 && sd[1] > 0;
-  // YOLOv7's kmean_anchors has no fallback: the error reaches its check_anchors, which keeps the anchors.
-  if (!kmeans_runs && o.yolov7) return {};
   std::vector<BoxSize> k;
   if (kmeans_runs) {
     std::vector<BoxSize> whitened;
     for (const auto& s : sizes) whitened.push_back({s[0] / sd[0], s[1] / sd[1]});
     k = kmeans(whitened, n, o.kmeans_restarts, rng);
     for (auto& a : k) a = {a[0] * sd[0], a[1] * sd[1]};
-  } else {
+  }
+  // The best run may have lost clusters (two starts on equal sizes): upstream's `assert n == len(k)` fails.
+  if (static_cast<int>(k.size()) != n) {
+    // YOLOv7's kmean_anchors has no fallback: the error reaches its check_anchors, which keeps the anchors.
+    if (o.yolov7) return {};
+    k.clear();
     // YOLOv5's fallback: sorted random sizes up to img_size.
     std::vector<double> v(2 * static_cast<size_t>(n));
     for (double& x : v) x = std::uniform_real_distribution<double>(0, 1)(rng);
