@@ -339,6 +339,48 @@ TEST(DatasetIndexFormats, BmpImagesAreVerifiedLikeTheOthers) {
             std::string::npos) << describe(idx, "train");
 }
 
+// An image the OpenCV plugin decodes (BMP, a CMYK JPEG) is verified again when the cache was written under
+// another plugin state (it may have been skipped for want of the plugin); JPEG and PNG entries are reused
+// whatever the state. Shown by changing a value in each cached entry: a reused entry keeps the change.
+TEST(DatasetIndexFormats, PluginEntriesAreReusedOnlyUnderTheirPluginState) {
+  if (!video_support_problem().empty()) GTEST_SKIP() << video_support_problem();
+  test::TempDir dir;
+  fs::create_directories(dir.file("images/train"));
+  fs::create_directories(dir.file("labels/train"));
+  test::write_bytes(dir.file("images/train/a.bmp"), test::encode_bmp(test::coordinate_image(16, 12)));
+  test::write_bytes(dir.file("images/train/b.jpg"), test::encode_jpeg(test::coordinate_image(16, 12)));
+  test::write_file(dir.file("labels/train/a.txt"), "0 0.5 0.5 0.25 0.25\n");
+  test::write_file(dir.file("labels/train/b.txt"), "0 0.5 0.5 0.25 0.25\n");
+  const auto images = list_images({dir.file("images/train")}, "d.yaml");
+  const DatasetIndex first = index_split(images, IndexOptions{80, 2, true});
+  ASSERT_EQ(first.records.size(), 2u);
+  auto read_cache = [&] {
+    std::ifstream in(first.cache_path, std::ios::binary);
+    return decode_label_cache(std::string(std::istreambuf_iterator<char>(in), {}));
+  };
+  const LabelCache written = read_cache();
+  EXPECT_EQ(written.plugin, PluginState::kLoaded);
+  EXPECT_TRUE(written.entries.at(dir.file("images/train/a.bmp")).check.needs_plugin);
+  EXPECT_FALSE(written.entries.at(dir.file("images/train/b.jpg")).check.needs_plugin);
+  auto centre_x = [](const DatasetIndex& idx) {
+    std::map<std::string, float> x;
+    for (const auto& r : idx.records) x[fs::path(r.image).filename().string()] = r.rows.at(0).box[1];
+    return x;
+  };
+  for (const PluginState state : {PluginState::kMissing, PluginState::kLoaded}) {
+    LabelCache changed = written;
+    changed.plugin = state;
+    for (auto& [image, entry] : changed.entries) entry.check.record.rows.at(0).box[1] = 0.375f;
+    test::write_file(first.cache_path, encode_label_cache(changed));
+    const DatasetIndex again = index_split(images, IndexOptions{80, 2, true});
+    const bool same_state = state == PluginState::kLoaded;
+    EXPECT_EQ(again.verified, same_state ? 0 : 1);
+    EXPECT_EQ(centre_x(again)["a.bmp"], same_state ? 0.375f : 0.5f);
+    EXPECT_EQ(centre_x(again)["b.jpg"], 0.375f);
+    EXPECT_EQ(read_cache().plugin, PluginState::kLoaded);  // rewritten under this run's state
+  }
+}
+
 TEST(ImageFiles, LabelPathRuleAndTxtLists) {
   EXPECT_EQ(label_path_for("/d/images/train/a.jpg"), "/d/labels/train/a.txt");
   EXPECT_EQ(label_path_for("/images/x/images/b.PNG"), "/images/x/labels/b.txt");  // the last /images/ only
