@@ -111,8 +111,10 @@ TEST(AutoAnchor, SearchRecoversKnownClusters) {
   const std::vector<BoxSize> centres{{12, 20}, {40, 30}, {60, 110}, {150, 90}, {220, 300}, {500, 400}};  // by area
   const auto sizes = clustered(centres, 60, 11);
   AutoAnchorOptions o;
-  const auto k = kmean_anchors(sizes, 6, 640, o);
+  bool random_start = true;
+  const auto k = kmean_anchors(sizes, 6, 640, o, &random_start);
   ASSERT_EQ(k.size(), 6u);
+  EXPECT_FALSE(random_start);
   for (size_t i = 0; i < k.size(); ++i) {
     EXPECT_NEAR(k[i][0] / centres[i][0], 1.0, 0.1) << i;
     EXPECT_NEAR(k[i][1] / centres[i][1], 1.0, 0.1) << i;
@@ -178,8 +180,10 @@ TEST(AutoAnchor, KmeansThatLosesClustersFallsBackAsUpstream) {
   sizes.push_back({300, 200});
   AutoAnchorOptions o;
   o.generations = 0;
-  const auto v5 = kmean_anchors(sizes, 3, 640, o);
+  bool random_start = false;
+  const auto v5 = kmean_anchors(sizes, 3, 640, o, &random_start);
   ASSERT_EQ(v5.size(), 3u);
+  EXPECT_TRUE(random_start);
   EXPECT_EQ(std::set<BoxSize>(v5.begin(), v5.end()).size(), 3u);  // no duplicated k-means centre
   o.yolov7 = true;
   EXPECT_TRUE(kmean_anchors(sizes, 3, 640, o).empty());

@@ -174,8 +174,10 @@ std::vector<BoxSize> label_sizes(const std::vector<data::ImageRecord>& records, 
   return sizes;
 }
 
-std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& all_sizes, int n, int img_size, const AutoAnchorOptions& o) {
+std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& all_sizes, int n, int img_size, const AutoAnchorOptions& o,
+                                   bool* random_start) {
   if (n < 1) fail("AutoAnchor: need at least one anchor, got ", n);
+  if (random_start) *random_start = false;
   std::mt19937_64 rng(o.seed);
   std::vector<BoxSize> sizes;  // labels of at least min_label_px on one side
   for (const auto& s : all_sizes)
@@ -203,6 +205,7 @@ std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& all_sizes, int n,
     // YOLOv7's kmean_anchors has no fallback: the error reaches its check_anchors, which keeps the anchors.
     if (o.yolov7) return {};
     k.clear();
+    if (random_start) *random_start = true;
     // YOLOv5's fallback: sorted random sizes up to img_size.
     std::vector<double> v(2 * static_cast<size_t>(n));
     for (double& x : v) x = std::uniform_real_distribution<double>(0, 1)(rng);
@@ -268,7 +271,11 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   if (tiny)
     result.report += cat("AutoAnchor: WARNING extremely small objects found: ", tiny, " of ", sizes.size(),
                          " labels are smaller than 3 pixels\n");
-  const std::vector<BoxSize> k = kmean_anchors(sizes, static_cast<int>(nl * na), img_size, o);
+  bool random_start = false;
+  const std::vector<BoxSize> k = kmean_anchors(sizes, static_cast<int>(nl * na), img_size, o, &random_start);
+  if (random_start)
+    result.report += cat("AutoAnchor: WARNING k-means cannot place ", nl * na, " anchors among ", sizes.size(),
+                         " labels of at least ", o.min_label_px, " px, switching strategies from kmeans to random init\n");
   if (k.empty()) {  // YOLOv7: its k-means raised, check_anchors printed the error and kept the anchors
     result.report += cat("AutoAnchor: k-means cannot place ", nl * na, " anchors among ", sizes.size(),
                          " labels of at least ", o.min_label_px, " px with these sizes; original anchors kept\n");

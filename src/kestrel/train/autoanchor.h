@@ -57,8 +57,10 @@ std::vector<BoxSize> label_sizes(const std::vector<data::ImageRecord>& records, 
 // then `generations` mutations of all anchors at once, each kept when it raises fitness. Sorted by area.
 // Labels smaller than min_label_px on both sides are ignored. Where k-means cannot run (fewer distinct
 // sizes than n, or all of one width or height) or its best run ends with fewer than n clusters: YOLOv5's
-// random anchors refined by the same search, or for o.yolov7 an empty result (YOLOv7 keeps its anchors).
-std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& sizes, int n, int img_size, const AutoAnchorOptions& o);
+// random anchors refined by the same search (*random_start set), or for o.yolov7 an empty result (YOLOv7
+// keeps its anchors).
+std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& sizes, int n, int img_size, const AutoAnchorOptions& o,
+                                   bool* random_start = nullptr);
 
 // One k-means run from `centres`, as scipy.cluster.vq's _kmeans: Lloyd's iterations until the mean distance
 // to the nearest centre changes by no more than 1e-5 either way (a step can raise the mean distance, so the
