@@ -183,13 +183,21 @@ void add_train_command(CLI::App& app) {
       if (option->count() > 0)
         throw CLI::ValidationError(name, "kestrel has no W&B or Google Cloud logging; it writes TensorBoard "
                                    "event files and results.csv into the run folder (tensorboard --logdir runs/train)");
-    // `--img 64 --img 32` would make the pair `--img 64 32` (train, val) without a word: CLI11 collects both.
-    int img_flags = 0;
-    for (const std::string& arg : dist::own_command_line())
-      for (const std::string name : {"--img", "--img-size", "--imgsz"})
-        img_flags += arg == name || arg.rfind(name + "=", 0) == 0;
-    if (img_flags > 1)
+    // `--img 64 --img 32` would make the pair `--img 64 32` (train, val) without a word: CLI11 collects the
+    // values of every use of a list option, where argparse keeps the last use (`--freeze 10 --freeze 0`
+    // freezes nothing upstream, layers 0 and 10 here). Refused rather than guessed.
+    const auto times_given = [](std::initializer_list<std::string> names) {
+      int n = 0;
+      for (const std::string& arg : dist::own_command_line())
+        for (const std::string& name : names) n += arg == name || arg.rfind(name + "=", 0) == 0;
+      return n;
+    };
+    if (times_given({"--img", "--img-size", "--imgsz"}) > 1)
       throw CLI::ValidationError("--img", "given more than once; a train and a val size are given together: --img 640 640");
+    for (const std::string name : {"--freeze", "--checkpoint"})
+      if (times_given({name}) > 1)
+        throw CLI::ValidationError(name, "given more than once; give all its values after one " + name + ", e.g. " +
+                                         name + " 0 1 2");
     // train.py: `--name cfg` names the run after the model YAML (yolov5s.yaml -> yolov5s).
     if (o->name == "cfg" && o->resume.empty()) o->name = std::filesystem::path(o->cfg).stem().string();
     o->img_size = img_sizes->at(0);
@@ -214,6 +222,7 @@ void add_train_command(CLI::App& app) {
       o->rect = false;
     }
     if (yolov7_flags->second) o->cache = "ram";
+    if (o->resume.empty()) o->hyp = data::resolve_hyp_path(o->hyp);  // recorded resolved, as train.py's check_yaml
     if (o->resume.empty() && !o->hyp.empty() && train::load_hyperparameters(o->hyp).yolov7_recipe) {
       const std::vector<CLI::Option*>& given = *recipe_defaults;  // --epochs, --patience, --max-grad-norm
       if (given[0]->count() == 0) o->epochs = 300;

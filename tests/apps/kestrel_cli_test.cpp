@@ -344,6 +344,8 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --batch-size 1e3", "--batch-size: expected an integer, got '1e3'"},
       {"train --batch-size -1 --nproc-per-node 2", "AutoBatch with --batch-size -1 is not compatible with data-parallel"},
       {"train --img 64 --imgsz=32", "--img: given more than once"},
+      {"train --freeze 10 --freeze 3", "--freeze: given more than once; give all its values after one --freeze"},
+      {"train --checkpoint 1 --checkpoint=2", "--checkpoint: given more than once"},
       {"train --evolve_population configs/hyps", "--evolve_population: belongs to --evolve N"},
       {"train --local_rank 1", "--local_rank: 1, but the environment makes this process local rank 0"},
       {"train --resume-evolve p.yaml", "--resume_evolve: belongs to --evolve N"},
@@ -364,14 +366,20 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
 TEST(CliTrain, AutoBatchOnTheCpuUsesTheDefault) {
   test::TempDir dir;
   // (--name cfg: train.py names the run after the model YAML, here runs/yolov5n.)
+  // (A bare --hyp file name is found among the bundled configs/hyps, as check_yaml finds it under data/.)
   const auto r = kestrel("train --cfg yolov5n --data data/demo/demo.yaml --epochs 1 --img 64 --batch-size -1 --workers 1"
-                         " --device cpu --noval --noplots --nosave --quiet --name cfg --project " + dir.file("runs"));
+                         " --hyp hyp.scratch-med.yaml --device cpu --noval --noplots --nosave --quiet --name cfg --project " +
+                         dir.file("runs"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("AutoBatch: CUDA not detected, using default CPU batch-size 16"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("2 batches of 16 per epoch"), std::string::npos) << r.output;  // the demo's 32 images
+  EXPECT_NE(r.output.find(", from scratch (no --weights), 2 batches of 16 per epoch"), std::string::npos) << r.output;  // the demo's 32 images
   std::ifstream opt(dir.file("runs/yolov5n/opt.yaml"));
   const std::string yaml((std::istreambuf_iterator<char>(opt)), {});
   EXPECT_NE(yaml.find("\nbatch_size: 16\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\nhyp: \"configs/hyps/hyp.scratch-med.yaml\"\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\nsave_dir: \"" + dir.file("runs/yolov5n") + "\"\n"), std::string::npos) << yaml;
+  std::ifstream hyp_yaml(dir.file("runs/yolov5n/hyp.yaml"));
+  EXPECT_NE(std::string((std::istreambuf_iterator<char>(hyp_yaml)), {}).find("\nmixup: 0.1\n"), std::string::npos);  // med's, not low's 0
   // A rank of a torchrun launch (WORLD_SIZE in the environment) refuses it before joining the others.
   const auto rank = test::run_command("env WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=9 " +
                                       test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --batch-size -1"

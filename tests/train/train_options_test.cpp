@@ -95,6 +95,9 @@ TEST(TrainOptions, OptYamlInUpstreamOrder) {
   const std::string yaml = options_yaml(TrainOptions{});
   EXPECT_EQ(yaml.rfind("weights: \"\"\ncfg: \"\"\ndata: ", 0), 0u) << yaml;
   EXPECT_NE(yaml.find("\nepochs: 100\nbatch_size: 16\nimgsz: 640\n"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("save_dir"), std::string::npos);
+  const std::string with_dir = options_yaml(TrainOptions{}, "runs/train/exp2");
+  EXPECT_EQ(with_dir, yaml + "save_dir: \"runs/train/exp2\"\n");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kestrel/data/hyp.h"
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <tuple>
 
@@ -11,7 +12,18 @@
 
 namespace kestrel::data {
 
-AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe) {
+std::string resolve_hyp_path(const std::string& name_or_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (name_or_path.empty() || fs::exists(name_or_path, ec) || fs::path(name_or_path).has_parent_path()) return name_or_path;
+  for (const fs::path& dir : {fs::path("configs/hyps"), fs::path(KESTREL_SOURCE_DIR) / "configs/hyps"})
+    for (const std::string& name : {name_or_path, name_or_path + ".yaml"})
+      if (fs::is_regular_file(dir / name, ec)) return (dir / name).string();
+  return name_or_path;
+}
+
+AugmentOptions load_augment_options(const std::string& given, bool* yolov7_recipe) {
+  const std::string path = resolve_hyp_path(given);
   YAML::Node root = load_yaml_file(path, "hyperparameter");
   if (!root.IsMap()) fail(path, ": a hyperparameter file is a YAML mapping of key: value");
   return augment_options_from_yaml(root, path, yolov7_recipe);

@@ -61,7 +61,8 @@ Hyperparameters default_hyperparameters() {
   return h;
 }
 
-Hyperparameters load_hyperparameters(const std::string& path) {
+Hyperparameters load_hyperparameters(const std::string& given) {
+  const std::string path = data::resolve_hyp_path(given);
   YAML::Node root = load_yaml_file(path, "hyperparameter");
   if (!root.IsMap()) fail(path, ": a hyperparameter file is a YAML mapping of key: value");
   Hyperparameters h;

@@ -24,7 +24,8 @@ struct Hyperparameters {
   std::vector<std::string> defaulted_keys;  // keys the file lacks: the defaults above (and in hyp.yaml)
 };
 
-// Reads `path` (errors name the file, line and key). Missing keys keep the defaults above (upstream fails
+// Reads `path` (a bare file name is looked up in configs/hyps: data::resolve_hyp_path; errors name the file,
+// line and key). Missing keys keep the defaults above (upstream fails
 // on them with a KeyError), are listed in defaulted_keys and appended to values.
 Hyperparameters load_hyperparameters(const std::string& path);
 // The defaults as a file would hold them (no file given).

@@ -139,12 +139,12 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
   return o;
 }
 
-std::string options_yaml(const TrainOptions& o) {
+std::string options_yaml(const TrainOptions& o, const std::string& save_dir) {
   std::string out;
+  const auto value = [](const nlohmann::json& v) { return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
   // In the table's order (nlohmann::json sorts its keys).
-  for_each_saved_option(o, [&](const char* key, const auto& field, bool) {
-    out += std::string(key) + ": " + nlohmann::json(field).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  });
+  for_each_saved_option(o, [&](const char* key, const auto& field, bool) { out += std::string(key) + ": " + value(field) + "\n"; });
+  if (!save_dir.empty()) out += "save_dir: " + value(save_dir) + "\n";  // train.py adds it to opt last, too
   return out;
 }
 

@@ -14,6 +14,7 @@ nlohmann::json options_json(const TrainOptions& o);
 // added later (noautoanchor, sync_bn, quad, ...) keep their defaults when absent. resume, quiet and
 // interrupt_after are not saved.
 TrainOptions options_from_json(const nlohmann::json& j, const std::string& source);
-std::string options_yaml(const TrainOptions& o);  // "key: value" lines, upstream's opt.yaml
+// "key: value" lines, upstream's opt.yaml: the options, then the run folder as train.py's opt.save_dir.
+std::string options_yaml(const TrainOptions& o, const std::string& save_dir = "");
 
 }  // namespace kestrel::train

@@ -71,7 +71,8 @@ class LaggedLossRead {
 void TrainingRun::start_epochs() {
   std::cout << "kestrel train: " << info.model_name << " (" << nc << " classes) on " << device << ", "
             << optimizer_name(opt_options.kind)
-            << (model->head().aux() ? ", auxiliary-head OTA loss" : hyp.loss_ota ? ", OTA loss" : "") << ", " << nb
+            << (model->head().aux() ? ", auxiliary-head OTA loss" : hyp.loss_ota ? ", OTA loss" : "")
+            << (o.weights.empty() ? ", from scratch (no --weights)" : "") << ", " << nb
             << " batches of " << o.batch_size << " per epoch, amp "
             << amp << ", results to " << save_dir << "\n";
   // Ctrl-C or SIGTERM: stop at the next optimiser step and save.

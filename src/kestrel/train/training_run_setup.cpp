@@ -397,7 +397,7 @@ void TrainingRun::open_run_files() {
         if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), partial)) fs::remove(entry.path(), ec);
   }
   write_file_atomic((fs::path(save_dir) / "hyp.yaml").string(), {hyperparameters_yaml(hyp)}, Durability::kFlushed);
-  write_file_atomic((fs::path(save_dir) / "opt.yaml").string(), {options_yaml(o)}, Durability::kFlushed);
+  write_file_atomic((fs::path(save_dir) / "opt.yaml").string(), {options_yaml(o, save_dir)}, Durability::kFlushed);
   // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
   if (o.resume.empty() && dist_ctx.is_main() && !o.noplots)
     eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
