@@ -86,6 +86,33 @@ TEST(TrainLoader, QuadSaysWhatABatchSizeNotAMultipleOfFourLeavesOut) {
   }
 }
 
+// As upstream's create_dataloader + collate_fn4 on the demo's 32 training images: batches of 12 are 12, 12
+// and 8 images, 3 + 3 + 2 groups; of 10 (2 left out of each) 2 + 2 + 2 groups and a last batch of 2 that
+// makes none; a batch of 48 is capped at the split's 32 (min(batch_size, len(dataset))): 8 groups.
+TEST(TrainLoader, QuadKeepsTheWholeGroupsOfAShortLastBatch) {
+  const data::DatasetConfig cfg = data::load_dataset_config("data/demo/demo.yaml");
+  TrainOptions o;
+  o.img_size = 64;
+  o.workers = 1;
+  o.quad = true;
+  struct Case {
+    int batch;
+    std::vector<int64_t> groups;
+  };
+  for (const Case& c : {Case{12, {3, 3, 2}}, Case{10, {2, 2, 2}}, Case{48, {8}}}) {
+    o.batch_size = c.batch;
+    testing::internal::CaptureStdout();
+    SplitLoader split = make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU));
+    testing::internal::GetCapturedStdout();
+    ASSERT_EQ(split.dataset->size(), 32u);
+    EXPECT_EQ(split.loader->num_batches(), c.groups.size()) << c.batch;
+    split.loader->start_epoch(0);
+    std::vector<int64_t> groups;
+    while (auto b = split.loader->next()) groups.push_back(b->images.size(0));
+    EXPECT_EQ(groups, c.groups) << c.batch;
+  }
+}
+
 TEST(RamCacheCheck, TenPercentMarginOverTheAvailableMemory) {
   const core::HostMemory memory{15 * kGiB / 10, 8 * kGiB};  // 1.5 of 8 GiB available
   EXPECT_EQ(ram_cache_refusal("train", kGiB, 0, memory, 1), "");                // 1.1 < 1.5

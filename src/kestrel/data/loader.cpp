@@ -124,6 +124,8 @@ size_t DataLoader::batches_ready() const {
 size_t DataLoader::num_batches() const {
   const size_t per_rank = (dataset_->size() + options_.world_size - 1) / options_.world_size;
   const size_t b = static_cast<size_t>(options_.batch_size);
+  // --quad: a short last batch still counts when it makes a group of 4 (collate_fn4 takes its r // 4 groups).
+  if (options_.quad) return per_rank / b + (per_rank % b >= 4 ? 1 : 0);
   return options_.drop_last ? per_rank / b : (per_rank + b - 1) / b;
 }
 

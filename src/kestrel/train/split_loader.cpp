@@ -135,7 +135,9 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   if (d.cache_disk) d.cache_disk = disk_cache_allowed("train", index, d.img_size, d.augment, 0, &out.disk_cache_bytes);
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
-  l.batch_size = std::max(1, o.batch_size / world_size);  // each rank's share of the total (upstream train.py)
+  // Each rank's share of the total (upstream train.py), at most the whole split (create_dataloader's
+  // min(batch_size, len(dataset)): with --quad, a batch larger than the split would make no batch at all).
+  l.batch_size = static_cast<int>(std::clamp<int64_t>(o.batch_size / world_size, 1, std::max<int64_t>(1, static_cast<int64_t>(out.dataset->size()))));
   l.workers = std::max(1, o.workers);
   l.max_boxes = o.max_boxes;
   l.shuffle = !o.rect;
@@ -152,15 +154,17 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
                       : data::rank_cpu_cores(data::allowed_cpu_cores(), env.local_rank, env.local_world_size);
   }
   if (o.quad) {
-    // Groups of four: an incomplete last batch could leave a group short, so it is dropped.
+    // Groups of four (a short last batch gives its whole groups; one of fewer than 4 images is left out).
     if (l.batch_size < 4) fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", l.batch_size, ")");
     l.quad = true;
-    l.drop_last = true;
     if (l.batch_size % 4 != 0 && rank == 0)  // as upstream's collate_fn4, which takes batch // 4 groups
       std::cout << "WARNING: --quad takes groups of 4 images: " << l.batch_size % 4 << " of every batch of "
                 << l.batch_size << " are left out; use a batch size that is a multiple of 4\n";
   }
   out.loader = std::make_unique<data::DataLoader>(out.dataset, l);
+  if (out.loader->num_batches() == 0)  // --quad with fewer than 4 images for a rank
+    fail("--quad: ", out.dataset->size(), " training images", world_size > 1 ? " over the ranks" : "",
+         " make no group of 4 images per rank");
   return out;
 }
 
