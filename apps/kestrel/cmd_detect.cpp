@@ -260,8 +260,8 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
 // ... and every later one 0, s, 2s, ..., as LoadImages (it reads a newly opened video's first frame
 // without skipping).
 // `position`: "video i/n", its place among the source's files; `file_stem`: the output stem (video_stems),
-// empty for a single --source video.
-void detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const std::string& position,
+// empty for a single --source video. False when not one frame could be read (nothing was written).
+bool detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const std::string& position,
                   const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir, JsonPredictions& json,
                   bool first_video, const std::string& file_stem = "") {
   // A URL's file name names the outputs as the downloaded file's would (upstream downloads it first).
@@ -290,21 +290,23 @@ void detect_video(eval::Detector& detector, data::VideoReader& video, const std:
     if (o.nosave) continue;
     write_video_frame(writer, out, video.fps() <= 0 ? 30.0 : video.fps(), frame, source, f);
   }
-  if (StopSignal::requested()) return;
-  if (read == 0) fail(source, ": no frame could be read from the video");
+  if (StopSignal::requested()) return true;
+  if (read == 0) return false;
   if (f == 0) {  // upstream yields nothing either
     std::cout << "WARNING: " << source << ": " << read << " frames, fewer than --vid-stride " << o.vid_stride
               << ": none detected" << std::endl;
-    return;
+    return true;
   }
   // A frame that does not decode ends the video (upstream goes on to the next file). The container's count
   // can also be an estimate (duration x fps), so this says what happened rather than what was lost.
   if (frames > 0 && f < frames)
     std::cout << "WARNING: " << source << ": ended after frame " << f << " although the container announced " << frames
               << " (a frame that cannot be decoded ends a video)" << std::endl;
+  return true;
 }
 
-// The sources of a .streams list, one per line (blank lines skipped): camera indices, stream URLs, video
+// The sources of a .streams list, one per line (blank lines skipped): camera indices, URLs of any scheme
+// (rtsp, tcp, udp, ... passed to the video backend as they are, as LoadStreams does), devices, video
 // files. A relative file path is taken relative to the list, as kestrel's .txt lists (upstream: the
 // working directory).
 std::vector<std::string> read_stream_list(const std::string& list) {
@@ -317,7 +319,7 @@ std::vector<std::string> read_stream_list(const std::string& list) {
     const auto a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
     if (a == std::string::npos) continue;
     std::string source = line.substr(a, b - a + 1);
-    if (!data::is_camera_source(source) && !data::is_stream_url(source) && fs::path(source).is_relative())
+    if (!data::is_camera_source(source) && !data::has_url_scheme(source) && fs::path(source).is_relative())
       source = (fs::path(list).parent_path() / source).lexically_normal().string();
     sources.push_back(source);
   }
@@ -341,8 +343,10 @@ void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::
   std::vector<cv::Mat> frames(n);
   for (int64_t round = 0; !StopSignal::requested(); ++round) {
     size_t ended = n;
+    // One deadline for the round: a stalled source delays the others once, not once each.
+    const auto deadline = data::StreamGrabber::Clock::now() + streams[0]->patience();
     for (size_t i = 0; i < n && ended == n; ++i)
-      if (!streams[i]->next(frames[i])) ended = i;
+      if (!streams[i]->next(frames[i], deadline)) ended = i;
     if (ended < n) {
       if (round == 0) fail(sources[ended], ": no frame could be read");
       std::cout << sources[ended] << ": ended after " << round << " frames"
@@ -388,12 +392,20 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
   const size_t n = media.size();
   for (size_t i = 0, image = 0; i < n && !StopSignal::requested(); ++i) {
     if (data::is_video_file(media[i])) {
-      try {  // like an unreadable image, reported and skipped (upstream's loader goes on to the next file)
-        std::unique_ptr<data::VideoReader> clip = data::open_video(media[i]);
-        detect_video(detector, *clip, media[i], cat("video ", i + 1, "/", n), o, names, save_dir, json,
-                     /*first_video=*/i == images.size(), stems[i - images.size()]);
+      // A video that cannot be opened or gives no frame is reported and skipped like an unreadable image
+      // (upstream's loader goes on to the next file); an error while detecting or writing stops the run.
+      const std::string position = cat("video ", i + 1, "/", n);
+      std::unique_ptr<data::VideoReader> clip;
+      try {
+        clip = data::open_video(media[i]);
       } catch (const Error& e) {
-        std::cout << "video " << i + 1 << "/" << n << " " << media[i] << ": skipped (" << e.what() << ")" << std::endl;
+        std::cout << position << " " << media[i] << ": skipped (" << e.what() << ")" << std::endl;
+        ++skipped;
+        continue;
+      }
+      if (!detect_video(detector, *clip, media[i], position, o, names, save_dir, json,
+                        /*first_video=*/i == images.size(), stems[i - images.size()])) {
+        std::cout << position << " " << media[i] << ": skipped (no frame could be read from the video)" << std::endl;
         ++skipped;
       }
       continue;
@@ -509,6 +521,20 @@ void run_detect(const DetectOptions& o) {
   } else if (video) {
     reader = data::open_video(o.source);
   } else {
+    // v7.0 and YOLOv7 read a .txt source as streams: kestrel reads paths, so a stream line is named, not dropped.
+    if (fs::path(o.source).extension() == ".txt" && fs::is_regular_file(o.source)) {
+      std::ifstream list(o.source);
+      int number = 0;
+      for (std::string line; std::getline(list, line);) {
+        ++number;
+        const auto a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
+        if (a == std::string::npos) continue;
+        const std::string entry = line.substr(a, b - a + 1);
+        if (data::is_camera_source(entry) || data::has_url_scheme(entry))
+          fail("--source ", o.source, ":", number, ": '", entry, "' is a camera or stream; kestrel reads a .txt source as "
+               "image and video paths: list cameras and streams in a .streams file");
+      }
+    }
     media = data::list_files(
         {o.source}, "--source",
         [](const std::string& path) { return data::has_image_extension(path) || data::is_video_file(path); },
@@ -532,18 +558,23 @@ void run_detect(const DetectOptions& o) {
   // Ctrl-C or SIGTERM: finish the frame, close the videos (a killed writer leaves an unplayable .mp4), save
   // what was found, exit 130.
   StopSignal stop("\nStopping after this frame (again to stop at once)\n");
+  // The stream readers are stopped last, after the predictions and summary are written: one stuck in a
+  // network read is not waited for (data/stream_grabber.h), but a second Ctrl-C meanwhile must lose nothing.
+  std::vector<std::unique_ptr<data::StreamGrabber>> streams;
   if (live_source || stream_list) {
-    std::vector<std::unique_ptr<data::StreamGrabber>> streams;
     for (size_t i = 0; i < stream_sources.size(); ++i) {
-      // Live: a camera, or a stream without a frame count (a remote file has one: every frame is read).
+      // Live: a camera or device, or a stream without a frame count (a remote file has one: every frame is
+      // read); a regular file never is.
+      std::error_code ec;
       const bool live = data::is_camera_source(stream_sources[i]) ||
-                        (data::is_stream_url(stream_sources[i]) && stream_readers[i]->frame_count() <= 0);
+                        (!fs::is_regular_file(stream_sources[i], ec) && stream_readers[i]->frame_count() <= 0);
       streams.push_back(std::make_unique<data::StreamGrabber>(std::move(stream_readers[i]), stream_sources[i], live,
                                                               o.vid_stride));
     }
     detect_streams(detector, streams, stream_sources, o, names, save_dir, json);
   } else if (video) {
-    detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json, /*first_video=*/true);
+    if (!detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json, /*first_video=*/true))
+      fail(o.source, ": no frame could be read from the video");
   } else {
     detect_files(detector, media, o, names, save_dir, json);
   }

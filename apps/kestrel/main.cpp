@@ -1,10 +1,13 @@
 // kestrel: YOLO object detectors (v3, v5, v7) trained on LibTorch. One executable, one subcommand per task.
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
 #include <c10/util/Exception.h>
 
 #include "commands.h"
+#include "kestrel/core/detached_threads.h"
 #include "kestrel/core/error.h"
 
 int main(int argc, char** argv) {
@@ -29,19 +32,30 @@ int main(int argc, char** argv) {
     std::cerr << "error: unknown subcommand '" << argv[1] << "' (one of: " << known << "; kestrel --help)\n";
     return 2;
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const kestrel::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+  const int code = [&] {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    } catch (const kestrel::Error& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 1;
+    } catch (const c10::Error& e) {
+      std::cerr << "error: " << e.what_without_backtrace() << "\n";
+      return 1;
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 1;
+    }
+    return 0;
+  }();
+  // A stream reader still inside a network read (detect): leave without the static destructors of the
+  // libraries it is in, as Python leaves its daemon threads. Everything was written and closed by now.
+  if (kestrel::detached_threads_running() > 0) {
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    std::_Exit(code);
   }
-  return 0;
+  return code;
 }

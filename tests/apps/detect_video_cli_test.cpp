@@ -262,6 +262,18 @@ TEST(DetectVideoCli, FoldersAndGlobsMixImagesAndVideos) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("video 2/2 " + run.dir.file("mixed/broken.mp4") + ": skipped ("), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1 of 2 files skipped"), std::string::npos) << r.output;
+  // A stream in a .txt list (v7.0 reads such a list as streams, kestrel as paths) is named, not dropped.
+  test::write_file(run.dir.file("mixed/list.txt"), "photo.jpg\nhttp://127.0.0.1:1/live\n");
+  r = run.detect(run.dir.file("mixed/list.txt"), "--nosave");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("list.txt:2: 'http://127.0.0.1:1/live' is a camera or stream"), std::string::npos) << r.output;
+  // A failure to write an output while a video is detected is not an unreadable video: the run stops,
+  // naming the file, as for images (here a label file's name is taken by a folder).
+  fs::create_directories(run.project + "/wf/labels/clip_3.txt");
+  r = run.detect(run.dir.file("media"), "--conf-thres 0.0001 --max-det 5 --save-txt --exist-ok --name wf");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(run.project + "/wf/labels/clip_3.txt"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("skipped"), std::string::npos) << r.output;
 }
 
 // Two videos of one stem (a/clip.avi, b/clip.avi) and an image whose label file is a frame file's name
@@ -429,6 +441,11 @@ TEST(DetectVideoCli, StreamsListDetectsEverySourceInRounds) {
   bad = run.detect(run.dir.file("lists/empty.streams"), "--name bad");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_NE(bad.output.find("empty.streams: lists no camera, stream or video"), std::string::npos) << bad.output;
+  // A URL of any scheme is handed over as written (LoadStreams), not taken for a path beside the list.
+  test::write_file(run.dir.file("lists/tcp.streams"), "tcp://127.0.0.1:1\n");
+  bad = run.detect(run.dir.file("lists/tcp.streams"), "--name bad");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("tcp.streams: source 1/1: tcp://127.0.0.1:1: cannot read the video"), std::string::npos) << bad.output;
   bad = run.detect(run.dir.file("lists/none.streams"), "--name bad");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_NE(bad.output.find("none.streams: file not found"), std::string::npos) << bad.output;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "kestrel/core/detached_threads.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/stream_grabber.h"
 
@@ -130,6 +131,45 @@ TEST(StreamGrabber, AStalledLiveSourceOffersItsLastFrameAgain) {
   release = true;  // the read fails: the source ends
   for (int wait = 0; wait < 500 && grabber.next(frame, &repeated); ++wait) EXPECT_TRUE(repeated);
   EXPECT_FALSE(grabber.next(frame));
+}
+
+// A reader stuck in a read (a network stream before OpenCV's timeout) is not waited for: the destructor
+// returns after its grace, the thread is counted as detached, and it ends on its own once the read returns.
+TEST(StreamGrabber, DestroyingAGrabberStuckInAReadDoesNotWaitForIt) {
+  std::atomic<bool> release{false};
+  const int before = detached_threads_running();
+  const auto start = std::chrono::steady_clock::now();
+  {
+    StreamGrabber grabber(std::make_unique<StallingReader>(&release), "http://cam/1", /*live=*/true, 1);
+    cv::Mat frame;
+    ASSERT_TRUE(grabber.next(frame));  // frame 1; the reader is now blocked
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(waited, StreamGrabber::kStopGrace + std::chrono::seconds(5));
+  EXPECT_EQ(detached_threads_running(), before + 1);
+  release = true;
+  for (int wait = 0; wait < 2000 && detached_threads_running() > before; ++wait)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(detached_threads_running(), before);
+}
+
+// Several sources share a round's deadline (detect_streams): a stalled one offers its last frame by the
+// deadline, and the next source's fresh frame is not held up by a second wait.
+TEST(StreamGrabber, AStalledSourceWaitsOnlyUntilTheRoundsDeadline) {
+  std::atomic<bool> release{false};
+  StreamGrabber stalled(std::make_unique<StallingReader>(&release), "cam 0", /*live=*/true, 1, std::chrono::milliseconds(300));
+  cv::Mat frame;
+  ASSERT_TRUE(stalled.next(frame));
+  const auto start = StreamGrabber::Clock::now();
+  bool repeated = false;
+  ASSERT_TRUE(stalled.next(frame, start + std::chrono::milliseconds(50), &repeated));
+  EXPECT_TRUE(repeated);
+  const auto waited = StreamGrabber::Clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(50));
+  EXPECT_LT(waited, std::chrono::milliseconds(300)) << "waited its patience, not the deadline";
+  ASSERT_TRUE(stalled.next(frame, StreamGrabber::Clock::now(), &repeated));  // deadline already passed: at once
+  EXPECT_TRUE(repeated);
+  release = true;
 }
 
 class ThrowingReader : public VideoReader {

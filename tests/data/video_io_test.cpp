@@ -20,6 +20,10 @@ TEST(VideoIo, SourcesByName) {
   EXPECT_FALSE(is_camera_source("0.mp4"));
   EXPECT_FALSE(is_camera_source(""));
   EXPECT_FALSE(is_camera_source("images"));
+  for (const char* url : {"tcp://127.0.0.1:8092", "udp://@:1234", "rtsps://cam.local/s", "RTSP://cam", "srt+x.y-z://h"})
+    EXPECT_TRUE(has_url_scheme(url)) << url;
+  for (const char* path : {"dir/a.mp4", "://x", "1tcp://x", "c:/videos/a.mp4", "a b://x", "/abs/x"})
+    EXPECT_FALSE(has_url_scheme(path)) << path;
 }
 
 TEST(VideoIo, WritesAndReadsBackEveryFrame) {

@@ -1,98 +1,136 @@
 #include "kestrel/data/stream_grabber.h"
 
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <utility>
 
+#include "kestrel/core/detached_threads.h"
 #include "kestrel/core/error.h"
 
 namespace kestrel::data {
 
+struct StreamGrabber::State {
+  std::unique_ptr<VideoReader> reader;
+  std::string name;
+  bool live = false;
+  int stride = 1;
+  std::mutex mutex;
+  std::condition_variable changed;
+  cv::Mat frame;             // the newest frame not yet taken
+  cv::Mat last;              // a live source's last frame taken, unchanged (the taker may draw on its copy)
+  bool fresh = false;        // frame holds one
+  bool ended = false, stopping = false;
+  bool detached = false;     // the grabber is gone: the thread ends on its own
+  std::string error;         // what the reader threw
+  int64_t read = 0, dropped = 0;
+};
+
 StreamGrabber::StreamGrabber(std::unique_ptr<VideoReader> reader, std::string name, bool live, int vid_stride,
                              std::chrono::milliseconds patience)
-    : reader_(std::move(reader)),
-      name_(std::move(name)),
-      live_(live),
-      stride_(vid_stride < 1 ? 1 : vid_stride),
-      patience_(patience),
-      thread_([this] { read_loop(); }) {}
-
-StreamGrabber::~StreamGrabber() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
-  thread_.join();
+    : patience_(patience), state_(std::make_shared<State>()) {
+  state_->reader = std::move(reader);
+  state_->name = std::move(name);
+  state_->live = live;
+  state_->stride = vid_stride < 1 ? 1 : vid_stride;
+  thread_ = std::thread([s = state_]() mutable {
+    read_loop(*s);
+    bool detached;
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      detached = s->detached;
+    }
+    s.reset();  // the reader closes here when the grabber is gone
+    if (detached) detached_thread_ended();
+  });
 }
 
-void StreamGrabber::read_loop() {
+StreamGrabber::~StreamGrabber() {
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->stopping = true;
+  state_->changed.notify_all();
+  if (state_->changed.wait_for(lock, kStopGrace, [this] { return state_->ended; })) {
+    lock.unlock();
+    thread_.join();
+    return;
+  }
+  // Blocked in a read: the thread finishes it, sees `stopping` and ends; nobody waits for it.
+  state_->detached = true;
+  detached_thread_started();
+  lock.unlock();
+  thread_.detach();
+}
+
+void StreamGrabber::read_loop(State& s) {
   for (int64_t kept = 0;; ++kept) {
     cv::Mat frame;  // a new buffer per frame: the one handed over is the taker's
     bool ok = true;
     try {
-      for (int s = 0; s < (kept == 0 ? 1 : stride_) && ok; ++s) {  // frame 0, then every stride-th
-        ok = reader_->read(frame);
-        if (ok) {
-          std::lock_guard<std::mutex> lock(mutex_);
-          ++read_;
-        }
+      for (int step = 0; step < (kept == 0 ? 1 : s.stride) && ok; ++step) {  // frame 0, then every stride-th
+        ok = s.reader->read(frame);
+        std::lock_guard<std::mutex> lock(s.mutex);
+        s.read += ok;
+        ok = ok && !s.stopping;
       }
     } catch (const std::exception& e) {  // the backend's own failure: said by next(), not std::terminate
-      std::lock_guard<std::mutex> lock(mutex_);
-      error_ = e.what();
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.error = e.what();
       ok = false;
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      error_ = "unknown error from the video backend";
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.error = "unknown error from the video backend";
       ok = false;
     }
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!live_) changed_.wait(lock, [this] { return !fresh_ || stopping_; });  // a file: the last one taken first
-    if (!ok || stopping_) {
-      ended_ = true;
-      changed_.notify_all();
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (!s.live) s.changed.wait(lock, [&s] { return !s.fresh || s.stopping; });  // a file: the last one taken first
+    if (!ok || s.stopping) {
+      s.ended = true;
+      s.changed.notify_all();
       return;
     }
-    dropped_ += fresh_;  // a live source replaces a frame nobody took
-    frame_ = std::move(frame);
-    fresh_ = true;
-    changed_.notify_all();
+    s.dropped += s.fresh;  // a live source replaces a frame nobody took
+    s.frame = std::move(frame);
+    s.fresh = true;
+    s.changed.notify_all();
   }
 }
 
-bool StreamGrabber::next(cv::Mat& frame, bool* repeated) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  const auto ready = [this] { return fresh_ || ended_; };
-  if (live_ && !last_.empty()) {
-    if (!changed_.wait_for(lock, patience_, ready)) {  // stalled: offer the last frame again
-      frame = last_.clone();
+bool StreamGrabber::next(cv::Mat& frame, bool* repeated) { return next(frame, Clock::now() + patience_, repeated); }
+
+bool StreamGrabber::next(cv::Mat& frame, Clock::time_point deadline, bool* repeated) {
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const auto ready = [&s] { return s.fresh || s.ended; };
+  if (s.live && !s.last.empty()) {
+    if (!s.changed.wait_until(lock, deadline, ready)) {  // stalled: offer the last frame again
+      frame = s.last.clone();
       if (repeated) *repeated = true;
       return true;
     }
   } else {
-    changed_.wait(lock, ready);
+    s.changed.wait(lock, ready);
   }
   if (repeated) *repeated = false;
-  if (!fresh_) {
-    if (!error_.empty()) fail(name_, ": ", error_);
+  if (!s.fresh) {
+    if (!s.error.empty()) fail(s.name, ": ", s.error);
     return false;
   }
-  frame = std::move(frame_);
-  frame_ = cv::Mat();
-  fresh_ = false;
-  if (live_) last_ = frame.clone();
-  changed_.notify_all();
+  frame = std::move(s.frame);
+  s.frame = cv::Mat();
+  s.fresh = false;
+  if (s.live) s.last = frame.clone();
+  s.changed.notify_all();
   return true;
 }
 
 int64_t StreamGrabber::frames_read() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return read_;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->read;
 }
 
 int64_t StreamGrabber::frames_dropped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return dropped_;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->dropped;
 }
 
 }  // namespace kestrel::data

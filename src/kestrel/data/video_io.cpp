@@ -109,10 +109,18 @@ bool is_stream_url(const std::string& source) {
   return false;
 }
 
+bool has_url_scheme(const std::string& source) {
+  const size_t colon = source.find("://");
+  if (colon == std::string::npos || colon == 0 || !std::isalpha(static_cast<unsigned char>(source[0]))) return false;
+  return std::all_of(source.begin(), source.begin() + static_cast<long>(colon), [](unsigned char c) {
+    return std::isalnum(c) || c == '+' || c == '-' || c == '.';
+  });
+}
+
 std::string video_support_problem() { return plugin().problem; }
 
 std::unique_ptr<VideoReader> open_video(const std::string& source) {
-  if (!is_camera_source(source) && !is_stream_url(source) && !fs::exists(source)) fail(source, ": no such video file");
+  if (!is_camera_source(source) && !has_url_scheme(source) && !fs::exists(source)) fail(source, ": no such video file");
   std::string error;
   auto reader = backend_for(source).open(source, error);
   if (!reader) fail(source, ": cannot read the video (", error, ")");

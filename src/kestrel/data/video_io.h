@@ -54,9 +54,11 @@ bool is_camera_source(const std::string& source);
 // (any case). kestrel hands them to OpenCV's videoio (FFmpeg) as they are; upstream downloads http(s)
 // files first and reads streams with its threaded LoadStreams.
 bool is_stream_url(const std::string& source);
+// Any "scheme://..." (tcp://, udp://, rtsps://, ...): in a .streams list, handed to the backend as it is.
+bool has_url_scheme(const std::string& source);
 
-// Opens a video file or a camera index; an Error naming the source when it cannot be read (or when
-// video support is missing).
+// Opens a video file, a camera index or a URL (has_url_scheme); an Error naming the source when it cannot
+// be read (or when video support is missing).
 std::unique_ptr<VideoReader> open_video(const std::string& source);
 // Creates a video file (fourcc such as "mp4v" for .mp4, as upstream's detect.py, or "MJPG" for .avi).
 std::unique_ptr<VideoWriter> create_video(const std::string& path, double fps, cv::Size size, const std::string& fourcc = "mp4v");
