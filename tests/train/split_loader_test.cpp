@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/split_loader.h"
+#include "test_support.h"
 
 namespace kestrel::train {
 namespace {
@@ -111,6 +114,31 @@ TEST(TrainLoader, QuadKeepsTheWholeGroupsOfAShortLastBatch) {
     while (auto b = split.loader->next()) groups.push_back(b->images.size(0));
     EXPECT_EQ(groups, c.groups) << c.batch;
   }
+}
+
+// Upstream's `assert nf > 0 or not augment, "No labels found ... can not start training"`: images whose
+// labels are not where the images/ -> labels/ rule looks train on nothing. Empty label files are labels
+// (all background), as upstream counts them.
+TEST(TrainLoader, NoLabelFileAtAllIsAnError) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("images/train"));
+  for (const char* name : {"000000000009.jpg", "000000000025.jpg"})
+    std::filesystem::copy_file(std::string("data/demo/images/train/") + name, dir.file(std::string("images/train/") + name));
+  test::write_file(dir.file("d.yaml"), "path: " + dir.path() + "\ntrain: images/train\nval: images/train\nnc: 1\nnames: [a]\n");
+  TrainOptions o;
+  o.img_size = 64;
+  o.workers = 1;
+  const data::DatasetConfig cfg = data::load_dataset_config(dir.file("d.yaml"));
+  try {
+    make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU));
+    FAIL() << "trained without labels";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train: no labels found, can not start training (2 images without a label file, e.g. " +
+                                         dir.file("labels/train/000000000009.txt") + ")"), std::string::npos) << e.what();
+  }
+  std::filesystem::create_directories(dir.file("labels/train"));
+  test::write_file(dir.file("labels/train/000000000025.txt"), "");
+  EXPECT_EQ(make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU)).dataset->size(), 2u);
 }
 
 TEST(RamCacheCheck, TenPercentMarginOverTheAvailableMemory) {

@@ -58,7 +58,8 @@ SampleCheck verify_sample(const std::string& image, int nc) {
       if (!parsed.all_polygons())
         for (auto& r : parsed.rows) r.polygon.clear();
       v.record.rows = std::move(parsed.rows);
-      if (v.duplicates) v.warning = cat(v.record.label, ": ", v.duplicates, " duplicate row(s) removed");
+      if (v.duplicates)  // after a decoder warning, not instead of it
+        v.warning += cat(v.warning.empty() ? "" : "; ", v.record.label, ": ", v.duplicates, " duplicate row(s) removed");
     } else {
       v.label_missing = true;
     }

@@ -22,13 +22,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The split's images, verified (skipped files reported on stdout); --single-cls makes every class 0.
+// The split's images, verified: their counts, skipped files and warnings reported on stdout (upstream's
+// "Scanning ..." line and messages); --single-cls makes every class 0.
 data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::string& split, int workers,
                                   int nc_for_check, bool single_cls) {
   const auto images = data::list_images(cfg.existing_split(split), cfg.source);
   data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, workers, true});
-  // Skipped files, and a label cache that could not be read or written (every run then verifies again).
-  if (!index.skipped.empty() || !index.cache_note.empty()) std::cout << data::describe(index, split, 20);
+  std::cout << data::describe(index, split, 20);
   data::require_usable(index, cfg.source, split, cfg.split(split));
   if (single_cls)
     for (auto& r : index.records)
@@ -124,6 +124,11 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   d.cache_disk = o.cache == "disk";
   d.seed = o.seed;
   data::DatasetIndex index = verified_split(cfg, "train", o.workers, nc_for_check, o.single_cls);
+  // Upstream's dataset asserts that some label file was found before training: images beside no labels/
+  // folder (labels put in the wrong place) would otherwise train on backgrounds only, without a word.
+  if (index.counts.labelled + index.counts.empty == 0)
+    fail("train: no labels found, can not start training (", index.counts.missing, " images without a label file, e.g. ",
+         data::label_path_for(index.records.at(0).image), ")");
   if (repeat > 1) {
     const auto records = index.records;
     for (int r = 1; r < repeat; ++r) index.records.insert(index.records.end(), records.begin(), records.end());
