@@ -373,6 +373,9 @@ TEST(CliTrain, AutoBatchOnTheCpuUsesTheDefault) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("AutoBatch: CUDA not detected, using default CPU batch-size 16"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(", from scratch (no --weights), 2 batches of 16 per epoch"), std::string::npos) << r.output;  // the demo's 32 images
+  // smart_optimizer's line, as train.py v7.0 prints it for yolov5n at batch 16 (accumulate 4: decay unscaled).
+  EXPECT_NE(r.output.find("optimizer: SGD(lr=0.01) with parameter groups 57 weight(decay=0.0), 60 weight(decay=0.0005), 60 bias\n"),
+            std::string::npos) << r.output;
   std::ifstream opt(dir.file("runs/yolov5n/opt.yaml"));
   const std::string yaml((std::istreambuf_iterator<char>(opt)), {});
   EXPECT_NE(yaml.find("\nbatch_size: 16\n"), std::string::npos) << yaml;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <set>
+#include <thread>
 
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
@@ -34,6 +35,16 @@ data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::str
     for (auto& r : index.records)
       for (auto& row : r.rows) row.box[0] = 0;
   return index;
+}
+
+// Loader threads as create_dataloader's nw = min(cpu_count // devices, batch_size, workers): threads beyond
+// the cores this process may use (the machine's divided among its ranks, unless kestrel's launcher already
+// bound this rank to its slice) only compete for them. At least one.
+int loader_threads(int workers, int batch_size) {
+  size_t cores = data::allowed_cpu_cores().size();
+  if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
+  if (!dist::cpus_bound_by_launcher()) cores /= static_cast<size_t>(std::max(1, dist::read_env().local_world_size));
+  return std::max(1, std::min({workers, static_cast<int>(std::max<size_t>(cores, 1)), batch_size}));
 }
 
 // --cache ram's check (upstream's check_cache_ram): whether the split's resized images may be kept in
@@ -143,7 +154,7 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   // Each rank's share of the total (upstream train.py), at most the whole split (create_dataloader's
   // min(batch_size, len(dataset)): with --quad, a batch larger than the split would make no batch at all).
   l.batch_size = static_cast<int>(std::clamp<int64_t>(o.batch_size / world_size, 1, std::max<int64_t>(1, static_cast<int64_t>(out.dataset->size()))));
-  l.workers = std::max(1, o.workers);
+  l.workers = loader_threads(o.workers, l.batch_size);
   l.max_boxes = o.max_boxes;
   l.shuffle = !o.rect;
   l.seed = o.seed;
@@ -190,7 +201,7 @@ SplitLoader make_val_loader(const data::DatasetConfig& cfg, const std::string& s
   out.dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
   l.batch_size = o.batch_size;
-  l.workers = std::max(1, o.workers);
+  l.workers = loader_threads(o.workers, l.batch_size);
   // Validation images are not augmented: room for every label of the fullest one, so that no ground
   // truth is lost from the metrics whatever --max-boxes is.
   l.max_boxes = o.max_boxes;

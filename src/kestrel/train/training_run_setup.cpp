@@ -15,6 +15,7 @@
 #include "kestrel/core/device.h"
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/python_repr.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/dist/sync_batch_norm.h"
 #include "kestrel/eval/label_plots.h"
@@ -290,6 +291,15 @@ void TrainingRun::build_optimiser() {
   opt_options.weight_decay = scaled_weight_decay(sched, hyp.weight_decay);
   const ParamGroups groups = split_parameters(*model);
   optimizer.emplace(groups, opt_options);
+  if (dist_ctx.is_main()) {  // upstream's line (smart_optimizer's, or YOLOv7 train.py's)
+    if (hyp.yolov7_recipe)
+      std::cout << "Optimizer groups: " << groups.biases.size() << " .bias, " << groups.weights.size() << " conv.weight, "
+                << groups.norm_weights.size() << " other\n";
+    else
+      std::cout << "optimizer: " << optimizer_name(opt_options.kind) << "(lr=" << python_float_repr(hyp.lr0)
+                << ") with parameter groups " << groups.norm_weights.size() << " weight(decay=0.0), " << groups.weights.size()
+                << " weight(decay=" << python_float_repr(opt_options.weight_decay) << "), " << groups.biases.size() << " bias\n";
+  }
 
   amp = resolve_amp(o.amp, device);
   GradScalerOptions scaler_options;
