@@ -253,6 +253,21 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
             << eval::summarize_detections(det.boxes, names) << ms << std::endl;
 }
 
+// Python's Path(urllib.parse.unquote(url).split('?')[0]).name: %XX escapes decoded (others kept as written).
+std::string url_file_name(const std::string& url) {
+  std::string decoded;
+  const auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  for (size_t i = 0; i < url.size(); ++i) {
+    if (url[i] == '%' && i + 2 < url.size() && hex(url[i + 1]) && hex(url[i + 2])) {
+      decoded += static_cast<char>(std::stoi(url.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      decoded += url[i];
+    }
+  }
+  return fs::path(decoded.substr(0, decoded.find('?'))).filename().string();
+}
+
 // A video file (detect.py's LoadImages; cameras and streams go to detect_streams): every frame (every
 // --vid-stride-th) detected and written to <run>/<video stem>.mp4 (mp4v, the source's frame rate, as
 // detect.py), labels per frame in labels/<stem>_<n>.txt (n counts the frames detected, from 1, as upstream;
@@ -264,11 +279,13 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
 bool detect_video(eval::Detector& detector, data::VideoReader& video, const std::string& source, const std::string& position,
                   const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir, JsonPredictions& json,
                   bool first_video, const std::string& file_stem = "") {
-  // A URL's file name names the outputs as the downloaded file's would (upstream downloads it first).
-  std::string stem = !file_stem.empty() ? file_stem : fs::path(source).stem().string();
+  // A URL names the outputs and predictions.csv's rows as the file upstream downloads it to (check_file:
+  // the name of unquote(url) up to any '?').
+  const std::string file_name = data::is_stream_url(source) ? url_file_name(source) : fs::path(source).filename().string();
+  std::string stem = !file_stem.empty() ? file_stem : fs::path(file_name).stem().string();
   if (stem.empty()) stem = "video";
   const fs::path out = save_dir / (stem + ".mp4");
-  const std::string csv_name = data::is_stream_url(source) ? eval::stream_csv_name(source) : fs::path(source).filename().string();
+  const std::string& csv_name = file_name;
   const int64_t frames = video.frame_count() / o.vid_stride;
   std::unique_ptr<data::VideoWriter> writer;
   cv::Mat frame;

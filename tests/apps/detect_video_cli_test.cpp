@@ -191,6 +191,13 @@ TEST(DetectVideoCli, StreamUrlIsReadLikeTheFile) {
     ASSERT_TRUE(fs::exists(run.project + "/url" + name)) << name << "\n" << r.output;
     EXPECT_EQ(file_text(run.project + "/url" + name), file_text(run.project + "/file" + name)) << name;
   }
+  // Escapes in the URL: the outputs are named as the file upstream downloads it to, "my clip.avi".
+  fs::copy_file(clip, run.dir.file("my clip.avi"));
+  const auto escaped = run.detect("http://127.0.0.1:" + port + "/my%20clip.avi", "--conf-thres 0.0001 --max-det 20 --save-txt --save-csv --nosave --name escaped");
+  ASSERT_EQ(escaped.exit_code, 0) << escaped.output;
+  EXPECT_EQ(file_text(run.project + "/escaped/labels/my clip_1.txt"), file_text(run.project + "/file/labels/clip_1.txt"));
+  EXPECT_NE(file_text(run.project + "/escaped/predictions.csv").find("\nmy clip.avi,"), std::string::npos)
+      << file_text(run.project + "/escaped/predictions.csv");
   // A URL without a video extension is a stream (detect.py's LoadStreams): "0: " lines, frames counted
   // from 0, 30 fps. This one has a frame count, so every frame is read, in order.
   fs::copy_file(clip, run.dir.file("live"));
