@@ -237,7 +237,7 @@ void add_bench_command(CLI::App& app) {
     }();
     if (*ejson) {
       std::cout << nlohmann::json{{"what", "e2e"}, {"cfg", o.step.cfg}, {"data", o.data}, {"batch", o.step.batch_size},
-                                  {"img", o.step.img_size}, {"workers", o.workers}, {"config", r.step.label},
+                                  {"img", o.step.img_size}, {"workers", r.workers}, {"config", r.step.label},
                                   {"images_per_second", r.step.images_per_second}, {"ms_per_step", r.step.ms_per_step},
                                   {"peak_memory_gb", r.step.peak_memory_gb}, {"peak_allocated_gb", r.step.peak_allocated_gb},
                                   {"steady_memory_gb", r.step.steady_memory_gb}, {"data_wait_fraction", r.data_wait_fraction},
@@ -248,7 +248,7 @@ void add_bench_command(CLI::App& app) {
       return;
     }
     std::printf("%s end to end on %s: batch %d, %d px, %d workers, cache %s, %s\n", o.step.cfg.c_str(), o.data.c_str(),
-                o.step.batch_size, o.step.img_size, o.workers, o.cache.empty() ? "none" : o.cache.c_str(), r.step.label.c_str());
+                o.step.batch_size, o.step.img_size, r.workers, o.cache.empty() ? "none" : o.cache.c_str(), r.step.label.c_str());
     std::printf("%.1f images/s, %.1f ms/step over %d steps, peak memory %.2f GB reserved, %.2f GB allocated; the host waited "
                 "for data %.0f %% of the time%s\n",
                 r.step.images_per_second, r.step.ms_per_step, o.step.steps, r.step.peak_memory_gb, r.step.peak_allocated_gb,

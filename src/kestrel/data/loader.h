@@ -62,6 +62,7 @@ class DataLoader {
   // The next batch in order; nullopt after the last one. Rethrows a worker's error.
   std::optional<Batch> next();
   size_t num_batches() const;
+  int workers() const { return options_.workers; }  // the threads building batches
   // --image-weights: from the next start_epoch on, the epoch's order is dataset-size draws with
   // replacement, sample i with probability weights[i] / sum (seeded by seed and epoch), instead of
   // a permutation. Empty: permutations again. Needs shuffle; all weights >= 0, some > 0. Mosaic partners

@@ -69,6 +69,7 @@ struct E2eBenchOptions {
 struct E2eBenchResult {
   StepBenchResult step;               // images/s, ms/step and peak memory of the timed steps
   int64_t batches_per_epoch = 0;
+  int workers = 0;                    // loader threads used (--workers capped at the cores and the batch)
   double data_wait_fraction = 0;      // share of the timed wall time the host waited for the loader
 };
 
