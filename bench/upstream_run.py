@@ -27,6 +27,11 @@ float32 weights of its model and EMA and each iteration's losses in DIR (see _tr
 _train_with_dump_yolov7); with KESTREL_SORT_OBJ_IOU=1 too, YOLOv5's loss keeps the largest IoU where
 candidates share a cell, as kestrel's; with KESTREL_STABLE_TOPK=1, YOLOv7's OTA assignment takes the earliest of
 equally cheap candidates, as kestrel's (_stable_topk).
+
+Under torch >= 2.6, whose torch.load defaults to weights_only=True, the upstream scripts' own torch.load of
+their .pt files fails (v7.0's val.py on a checkpoint, YOLOv7's train.py in strip_optimizer after training,
+which then exits 1): set TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 in the environment of the upstream run. (kestrel
+itself never loads pickles.)
 """
 import os
 import runpy

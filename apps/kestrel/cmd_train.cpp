@@ -216,6 +216,8 @@ void add_train_command(CLI::App& app) {
     }
     if (o->batch_size == -1 && o->resume.empty() && *nproc > 1)  // refused once here, not by every rank
       throw CLI::ValidationError("--batch-size", train::kAutoBatchNotDataParallel);
+    if (o->batch_size > 0 && o->resume.empty() && *nproc > 1 && o->batch_size % *nproc != 0)
+      throw CLI::ValidationError("--batch-size", cat(o->batch_size, " must be a multiple of WORLD_SIZE ", *nproc));
     if (o->image_weights && o->rect && o->resume.empty()) {  // upstream's dataset: rect = False if image_weights
       std::cerr << "WARNING: --rect is incompatible with --image-weights (random draws, not --rect's fixed batches): "
                    "training without --rect\n";

@@ -343,6 +343,7 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --batch-size 0", "--batch-size: expected -1 (AutoBatch) or 1 to 65536, got 0"},
       {"train --batch-size 1e3", "--batch-size: expected an integer, got '1e3'"},
       {"train --batch-size -1 --nproc-per-node 2", "AutoBatch with --batch-size -1 is not compatible with data-parallel"},
+      {"train --batch-size 5 --nproc-per-node 2", "--batch-size: 5 must be a multiple of WORLD_SIZE 2"},
       {"train --img 64 --imgsz=32", "--img: given more than once"},
       {"train --freeze 10 --freeze 3", "--freeze: given more than once; give all its values after one --freeze"},
       {"train --checkpoint 1 --checkpoint=2", "--checkpoint: given more than once"},

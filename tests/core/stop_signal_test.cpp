@@ -2,7 +2,12 @@
 // trainings) keep an outer request; the handlers found are restored; Ctrl-C ignored at start stays ignored.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include "kestrel/core/stop_signal.h"
 
@@ -37,6 +42,55 @@ TEST(StopSignal, IgnoredCtrlCStaysIgnored) {
     EXPECT_FALSE(StopSignal::requested());
   }
   EXPECT_EQ(std::signal(SIGINT, before), SIG_IGN);
+}
+
+// A child with a StopSignal, the test its parent (as the launcher is a rank's). `steps` runs in the child
+// after the parent's first SIGTERM has been seen; the child reports progress through the pipe and ends with
+// 0 if it is still alive after them. Returns the child's exit status and what it wrote.
+std::pair<int, std::string> child_run(void (*steps)(int fd), int parent_signals) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    StopSignal stop("");
+    (void)!::write(fds[1], "r", 1);  // ready
+    while (!StopSignal::requested()) ::usleep(1000);
+    (void)!::write(fds[1], "s", 1);  // stop requested
+    steps(fds[1]);
+    for (int i = 0; i < 2000; ++i) ::usleep(1000);  // time for the parent's further signals
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string seen;
+  char c = 0;
+  EXPECT_EQ(::read(fds[0], &c, 1), 1);  // ready
+  seen += c;
+  ::kill(pid, SIGTERM);  // from the parent
+  EXPECT_EQ(::read(fds[0], &c, 1), 1);  // stop requested
+  seen += c;
+  for (int i = 1; i < parent_signals; ++i) ::kill(pid, SIGTERM);
+  while (::read(fds[0], &c, 1) == 1) seen += c;
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, seen};
+}
+
+// The same stop from the launcher (the parent) and from elsewhere (a scheduler signalling every process
+// of the job) is one request; a further signal exits at once with 130, as does a second from one side.
+TEST(StopSignal, OneStopFromTheParentAndFromElsewhereCountsOnce) {
+  const auto [survived, seen] = child_run([](int fd) {
+    std::raise(SIGTERM);  // not from the parent: the duplicate, ignored
+    (void)!::write(fd, "d", 1);
+    std::raise(SIGTERM);  // a further one: at once
+    (void)!::write(fd, "x", 1);
+  }, 1);
+  EXPECT_EQ(survived, 130);
+  EXPECT_EQ(seen, "rsd");
+  const auto [twice, seen_twice] = child_run([](int) {}, 2);  // two from the parent (Ctrl-C twice, forwarded)
+  EXPECT_EQ(twice, 130);
+  EXPECT_EQ(seen_twice, "rs");
 }
 
 }  // namespace

@@ -96,6 +96,7 @@ TEST(TrainOptions, OptYamlInUpstreamOrder) {
   EXPECT_EQ(yaml.rfind("weights: \"\"\ncfg: \"\"\ndata: ", 0), 0u) << yaml;
   EXPECT_NE(yaml.find("\nepochs: 100\nbatch_size: 16\nimgsz: 640\n"), std::string::npos) << yaml;
   EXPECT_EQ(yaml.find("save_dir"), std::string::npos);
+  EXPECT_NE(yaml.find("\nimgsz_test: 640\n"), std::string::npos) << "the size validation uses, not 0";
   const std::string with_dir = options_yaml(TrainOptions{}, "runs/train/exp2");
   EXPECT_EQ(with_dir, yaml + "save_dir: \"runs/train/exp2\"\n");
 }

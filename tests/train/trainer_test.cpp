@@ -462,6 +462,20 @@ TEST(Trainer, LearningRateColumnsFollowTheRecipesGroupOrder) {
   }
 }
 
+// YOLOv7's train.py draws its first ten batches (`if plots and ni < 10`), YOLOv5's its first three.
+TEST(Trainer, Yolov7RecipesDrawTenTrainingBatches) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 3);
+  o.batch_size = 1;  // 4 iterations per epoch: 12 in all
+  o.noval = true;
+  o.nosave = true;
+  o.hyp = "configs/hyps/hyp.scratch.p5.yaml";
+  const TrainResult r = train(o);
+  for (int ni = 0; ni < 10; ++ni)
+    EXPECT_TRUE(fs::exists(fs::path(r.save_dir) / ("train_batch" + std::to_string(ni) + ".jpg"))) << ni;
+  EXPECT_FALSE(fs::exists(fs::path(r.save_dir) / "train_batch10.jpg"));
+}
+
 // --channels-last changes only the memory layout: the same losses, and saved weights and optimiser state
 // (written in the standard layout) equal to the NCHW run's up to the convolutions' float rounding.
 TEST(Trainer, ChannelsLastTrainsLikeNchw) {

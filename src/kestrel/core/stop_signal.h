@@ -6,7 +6,10 @@
 // Instances nest (an evolution's trainings): only the outermost clears an earlier request, so a Ctrl-C
 // between two trainings still stops the evolution; each restores the handlers and note it found. A
 // process started with Ctrl-C ignored (a script's background job) keeps ignoring it, as Python does.
+// In a launched rank, the same stop from the launcher (the parent) and from elsewhere (a scheduler
+// signalling every process of the job) counts once.
 #pragma once
+#include <signal.h>
 
 namespace kestrel {
 
@@ -22,8 +25,7 @@ class StopSignal {
 
  private:
   const char* previous_note_;
-  void (*previous_int_)(int);
-  void (*previous_term_)(int);
+  struct sigaction previous_int_ {}, previous_term_ {};
 };
 
 }  // namespace kestrel

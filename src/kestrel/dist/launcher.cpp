@@ -129,6 +129,10 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
   struct sigaction old_int {}, old_term {};
   ::sigaction(SIGINT, &sa, &old_int);
   ::sigaction(SIGTERM, &sa, &old_term);
+  // Started with Ctrl-C ignored (a script's background job): so are the workers, as a single process
+  // keeps ignoring it (core/stop_signal.h).
+  const bool int_ignored = old_int.sa_handler == SIG_IGN;
+  if (int_ignored) ::signal(SIGINT, SIG_IGN);
 
   std::cout << "launcher: " << nproc << " processes on this node, MASTER_ADDR=127.0.0.1 MASTER_PORT=" << master_port
             << std::endl;
@@ -150,7 +154,7 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
       // The worker: its own process group (a terminal's Ctrl-C reaches only the launcher, which
       // forwards it once), its own environment, then the same command line.
       ::setpgid(0, 0);
-      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGINT, int_ignored ? SIG_IGN : SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
       // A launcher that dies (SIGKILL, a closed terminal's SIGHUP) takes its workers with it: SIGTERM,
       // which a training worker handles by saving and stopping with the others; none is left orphaned.

@@ -139,7 +139,9 @@ TrainOptions options_from_json(const nlohmann::json& j, const std::string& sourc
   return o;
 }
 
-std::string options_yaml(const TrainOptions& o, const std::string& save_dir) {
+std::string options_yaml(const TrainOptions& given, const std::string& save_dir) {
+  TrainOptions o = given;
+  if (o.img_size_test == 0) o.img_size_test = o.img_size;  // the size validation uses (0 in the state: not given)
   std::string out;
   const auto value = [](const nlohmann::json& v) { return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
   // In the table's order (nlohmann::json sorts its keys).

@@ -68,6 +68,11 @@ class LaggedLossRead {
 
 // ---- set-up: the phases before start_epochs are in training_run_setup.cpp ------------------------
 
+TrainingRun::ScratchDir::~ScratchDir() {
+  std::error_code ignored;
+  if (!path.empty()) fs::remove_all(path, ignored);
+}
+
 void TrainingRun::start_epochs() {
   std::cout << "kestrel train: " << info.model_name << " (" << nc << " classes) on " << device << ", "
             << optimizer_name(opt_options.kind)
@@ -113,13 +118,15 @@ EpochTotals TrainingRun::run_batches() {
   LaggedLossRead progress_losses;
   // The next batch's copy to the device (a side stream on CUDA) overlaps this batch's step.
   data::DevicePrefetcher prefetcher(*train_data.loader, device, o.channels_last, /*trim_multiple=*/32);
-  // Upstream's train_batch0..2.jpg: the run's first three batches as augmented (before --multi-scale's
-  // resize, which upstream draws after), drawn from the host copy (uint8, before the transfer): no device
-  // synchronisation, three JPEG encodes per run on this thread. A file that cannot be written is a warning.
-  if (!o.noplots && dist_ctx.is_main() && nb * epoch + progression.next_batch < 3)
-    prefetcher.set_host_batch_hook([this, epoch](const data::Batch& b) {
+  // Upstream's train_batch0..2.jpg (YOLOv7: 0..9): the run's first batches as augmented (before
+  // --multi-scale's resize, which upstream draws after), drawn from the host copy (uint8, before the
+  // transfer): no device synchronisation, a few JPEG encodes per run on this thread. A file that cannot be
+  // written is a warning.
+  const int64_t plotted_batches = hyp.yolov7_recipe ? 10 : 3;
+  if (!o.noplots && dist_ctx.is_main() && nb * epoch + progression.next_batch < plotted_batches)
+    prefetcher.set_host_batch_hook([this, epoch, plotted_batches](const data::Batch& b) {
       const int64_t ni = b.index + nb * epoch;
-      if (ni >= 3) return;
+      if (ni >= plotted_batches) return;
       data::BatchImageOptions options;
       for (const auto& meta : b.meta) options.paths.push_back(train_data.dataset->records()[meta.index].image);
       try {

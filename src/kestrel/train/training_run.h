@@ -130,6 +130,10 @@ class TrainingRun {
   std::optional<GradScaler> scaler;
 
   std::string run_dir;             // rank 0's run folder ("" on other ranks of a new run)
+  struct ScratchDir {              // ranks > 0: their save_dir, removed when the run ends, also by an error
+    std::string path;
+    ~ScratchDir();
+  } scratch_dir;
 
   std::optional<loss::YoloLoss> compute_loss;  // validation's loss (always YOLOv5's)
   LossFn train_loss_fn;

@@ -320,11 +320,13 @@ void TrainingRun::restore_resume_state() {
   if (scaler->enabled() && !resume_state.scaler.empty()) scaler->load_state(resume_state.scaler, o.resume);
   progression = resume_state.progression;
   // Another number of ranks: rank r takes every W-th sample of the epoch order, so global batch i
-  // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps
-  // its meaning. Iteration numbers follow the new batches per epoch; a run stops only right
-  // after an optimiser step, so the last one was the batch before next_batch.
+  // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps its
+  // meaning, as do the iteration numbers: the batches per epoch, ceil(ceil(N/W) / (B/W)) = ceil(N/B),
+  // do not depend on W. Except with --quad (whole groups of 4 per rank's batch): there the count can
+  // change, and the last optimiser step is taken as the batch before next_batch (exact for a Ctrl-C
+  // save, which comes right after a step; an end-of-epoch save may have stepped a few batches earlier).
   if (resume_state.world_size != dist_ctx.world_size) {
-    progression.last_opt_step = nb * progression.epoch + progression.next_batch - 1;
+    if (o.quad) progression.last_opt_step = nb * progression.epoch + progression.next_batch - 1;
     std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
               << resume_state.world_size << "\n";
   }
@@ -351,6 +353,7 @@ void TrainingRun::choose_run_dir() {
   if (!dist_ctx.is_main()) {
     save_dir = (fs::temp_directory_path() / cat("kestrel-rank", dist_ctx.rank, "-", ::getpid())).string();
     fs::create_directories(save_dir);
+    scratch_dir.path = save_dir;  // removed however the run ends (short of a kill)
   }
 }
 
