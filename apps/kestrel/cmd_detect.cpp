@@ -682,6 +682,8 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--vid-stride", o->vid_stride, "video frame-rate stride (detect every n-th frame)")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   cmd->callback([o, max_det] {
+    refuse_repeated({"--img", "--img-size", "--imgsz"}, "--imgsz 640 480 (height, width)");
+    refuse_repeated({"--classes"}, "--classes 0 2 3");
     o->max_det_given = max_det->count() > 0;
     run_detect(*o);
   });

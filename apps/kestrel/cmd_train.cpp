@@ -186,18 +186,10 @@ void add_train_command(CLI::App& app) {
     // `--img 64 --img 32` would make the pair `--img 64 32` (train, val) without a word: CLI11 collects the
     // values of every use of a list option, where argparse keeps the last use (`--freeze 10 --freeze 0`
     // freezes nothing upstream, layers 0 and 10 here). Refused rather than guessed.
-    const auto times_given = [](std::initializer_list<std::string> names) {
-      int n = 0;
-      for (const std::string& arg : dist::own_command_line())
-        for (const std::string& name : names) n += arg == name || arg.rfind(name + "=", 0) == 0;
-      return n;
-    };
     if (times_given({"--img", "--img-size", "--imgsz"}) > 1)
       throw CLI::ValidationError("--img", "given more than once; a train and a val size are given together: --img 640 640");
-    for (const std::string name : {"--freeze", "--checkpoint"})
-      if (times_given({name}) > 1)
-        throw CLI::ValidationError(name, "given more than once; give all its values after one " + name + ", e.g. " +
-                                         name + " 0 1 2");
+    refuse_repeated({"--freeze"}, "--freeze 0 1 2");
+    refuse_repeated({"--checkpoint"}, "--checkpoint 0 1 2");
     // train.py: `--name cfg` names the run after the model YAML (yolov5s.yaml -> yolov5s).
     if (o->name == "cfg" && o->resume.empty()) o->name = std::filesystem::path(o->cfg).stem().string();
     o->img_size = img_sizes->at(0);

@@ -3,8 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "kestrel/dist/launcher.h"
 
 namespace kestrel::app {
 
@@ -41,6 +44,22 @@ inline CLI::Option* add_one_weights_option(CLI::App* cmd, std::string& weights, 
           },
           help)
       ->required();
+}
+
+// How often this process's command line gives one of `names` (also as --name=value). CLI11 collects the
+// values of every use of a list option where argparse keeps the last use: `--img 640 --img 320` would be
+// one pair, so list options given twice are refused (refuse_repeated).
+inline int times_given(std::initializer_list<std::string> names) {
+  int n = 0;
+  for (const std::string& arg : dist::own_command_line())
+    for (const std::string& name : names) n += arg == name || arg.rfind(name + "=", 0) == 0;
+  return n;
+}
+
+inline void refuse_repeated(std::initializer_list<std::string> names, const std::string& example) {
+  if (times_given(names) > 1)
+    throw CLI::ValidationError(*names.begin(), "given more than once; give all its values after one " + *names.begin() +
+                                                   ", e.g. " + example);
 }
 
 void add_env_command(CLI::App& app);

@@ -347,6 +347,8 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --img 64 --imgsz=32", "--img: given more than once"},
       {"train --freeze 10 --freeze 3", "--freeze: given more than once; give all its values after one --freeze"},
       {"train --checkpoint 1 --checkpoint=2", "--checkpoint: given more than once"},
+      {"detect --weights w.safetensors --imgsz 640 --imgsz 320", "--img: given more than once"},
+      {"detect --weights w.safetensors --classes 0 --classes 2", "--classes: given more than once; give all its values after one --classes"},
       {"train --evolve_population configs/hyps", "--evolve_population: belongs to --evolve N"},
       {"train --local_rank 1", "--local_rank: 1, but the environment makes this process local rank 0"},
       {"train --resume-evolve p.yaml", "--resume_evolve: belongs to --evolve N"},

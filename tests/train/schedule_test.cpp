@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "kestrel/core/python_repr.h"
 #include "kestrel/train/schedule.h"
 
 namespace kestrel::train {
@@ -81,6 +82,13 @@ TEST(Schedule, AccumulationAndWeightDecay) {
   o.batch_size = 128;  // at least one step: decay * 128 / 64
   EXPECT_EQ(accumulation_steps(o), 1);
   EXPECT_NEAR(scaled_weight_decay(o, 5e-4), 1e-3, 1e-15);
+  // To the last bit as Python's `wd *= bs * acc / nbs` (the optimiser line prints it): 0.0005 * (57 / 64),
+  // and 0.0005 * (75 / 64); multiplied in the other order they are 0.00044531249999999996 and
+  // 0.0005859375000000001.
+  o.batch_size = 19;
+  EXPECT_EQ(python_float_repr(scaled_weight_decay(o, 5e-4)), "0.0004453125");
+  o.batch_size = 25;
+  EXPECT_EQ(python_float_repr(scaled_weight_decay(o, 5e-4)), "0.0005859375");
 }
 
 TEST(Schedule, WarmupRampsAtGivenIterations) {

@@ -37,7 +37,7 @@ struct sigaction install(int sig) {
   ::sigaction(sig, nullptr, &old);
   if (sig == SIGINT && old.sa_handler == SIG_IGN) return old;
   sa.sa_sigaction = on_stop_signal;
-  sa.sa_flags = SA_SIGINFO;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;  // as std::signal's: a write interrupted by the signal goes on
   sigemptyset(&sa.sa_mask);
   ::sigaction(sig, &sa, nullptr);
   return old;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <set>
@@ -284,13 +285,15 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   const AnchorFit found = anchor_fit(jittered, k, o.anchor_t);  // compared with `before`, both jittered
   // Shown as upstream's print_results: the search's labels (at least min_label_px on a side), the statistics
   // on every label without the jitter.
-  const auto searched_labels = std::count_if(sizes.begin(), sizes.end(), [&](const BoxSize& s) {
-    return s[0] >= o.min_label_px || s[1] >= o.min_label_px;
-  });
+  // on every label without the jitter; the fitness is the search's, on its labels (upstream's progress bar).
+  std::vector<BoxSize> searched;
+  std::copy_if(sizes.begin(), sizes.end(), std::back_inserter(searched),
+               [&](const BoxSize& s) { return s[0] >= o.min_label_px || s[1] >= o.min_label_px; });
   const AnchorFit shown = anchor_fit(sizes, k, o.anchor_t);
-  result.report += cat("AutoAnchor: k-means + ", o.generations, " generations on ", searched_labels, " labels: ",
+  const double fitness = searched.empty() ? 0.0 : search_fitness(searched, k, 1 / o.anchor_t);
+  result.report += cat("AutoAnchor: k-means + ", o.generations, " generations on ", searched.size(), " labels: ",
                        format_fixed(shown.bpr, 4), " BPR, ", format_fixed(shown.anchors_per_target, 2),
-                       " anchors/target, fitness ", format_fixed(shown.fitness, 4), "; anchors ", anchors_text(k), "\n");
+                       " anchors/target, fitness ", format_fixed(fitness, 4), "; anchors ", anchors_text(k), "\n");
   if (!(f32(found.bpr) > f32(result.before.bpr))) {
     result.report += "AutoAnchor: original anchors better than new anchors, proceeding with original anchors\n";
     return result;

@@ -48,7 +48,8 @@ int accumulation_steps(const ScheduleOptions& o) {
 }
 
 double scaled_weight_decay(const ScheduleOptions& o, double weight_decay) {
-  return weight_decay * o.batch_size * accumulation_steps(o) / o.nominal_batch_size;
+  // train.py's `weight_decay *= batch_size * accumulate / nbs`: the factor first, to the last bit.
+  return weight_decay * (static_cast<double>(o.batch_size * accumulation_steps(o)) / o.nominal_batch_size);
 }
 
 StepSettings step_settings(const ScheduleOptions& o, int epoch, int64_t iteration, int64_t batches_per_epoch) {

@@ -154,6 +154,11 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   // Each rank's share of the total (upstream train.py), at most the whole split (create_dataloader's
   // min(batch_size, len(dataset)): with --quad, a batch larger than the split would make no batch at all).
   l.batch_size = static_cast<int>(std::clamp<int64_t>(o.batch_size / world_size, 1, std::max<int64_t>(1, static_cast<int64_t>(out.dataset->size()))));
+  const bool capped = l.batch_size < o.batch_size / world_size;
+  const std::string capped_note = capped ? cat(" (the batch is capped at the split's ", l.batch_size, " images)") : "";
+  if (capped && rank == 0)
+    std::cout << "train: --batch-size " << o.batch_size << (world_size > 1 ? cat(" (", o.batch_size / world_size, " per rank)") : "")
+              << " is more than the split's " << out.dataset->size() << " images: batches of " << l.batch_size << "\n";
   l.workers = loader_threads(o.workers, l.batch_size);
   l.max_boxes = o.max_boxes;
   l.shuffle = !o.rect;
@@ -171,7 +176,8 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   }
   if (o.quad) {
     // Groups of four (a short last batch gives its whole groups; one of fewer than 4 images is left out).
-    if (l.batch_size < 4) fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", l.batch_size, ")");
+    if (l.batch_size < 4)
+      fail("--quad needs at least 4 images per batch", world_size > 1 ? " and rank" : "", " (got ", l.batch_size, capped_note, ")");
     l.quad = true;
     if (l.batch_size % 4 != 0 && rank == 0)  // as upstream's collate_fn4, which takes batch // 4 groups
       std::cout << "WARNING: --quad takes groups of 4 images: " << l.batch_size % 4 << " of every batch of "
