@@ -37,14 +37,21 @@ data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::str
   return index;
 }
 
+// This process's share of the cores it may use: under kestrel's launcher the mask is already this rank's
+// slice (split again, 96 CPUs and 8 ranks would leave each rank 1 core of its 12); under torchrun or mpirun
+// it is the machine's, split among the local ranks. Empty when the mask cannot be read.
+std::vector<int> this_rank_cores() {
+  const dist::DistEnv env = dist::read_env();
+  return dist::cpus_bound_by_launcher() ? data::allowed_cpu_cores()
+                                        : data::rank_cpu_cores(data::allowed_cpu_cores(), env.local_rank, env.local_world_size);
+}
+
 // Loader threads as create_dataloader's nw = min(cpu_count // devices, batch_size, workers): threads beyond
-// the cores this process may use (the machine's divided among its ranks, unless kestrel's launcher already
-// bound this rank to its slice) only compete for them. At least one.
+// this process's cores only compete for them. At least one.
 int loader_threads(int workers, int batch_size) {
-  size_t cores = data::allowed_cpu_cores().size();
-  if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
-  if (!dist::cpus_bound_by_launcher()) cores /= static_cast<size_t>(std::max(1, dist::read_env().local_world_size));
-  return std::max(1, std::min({workers, static_cast<int>(std::max<size_t>(cores, 1)), batch_size}));
+  const size_t cores = this_rank_cores().size();
+  const int limit = cores > 0 ? static_cast<int>(cores) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, std::min({workers, limit, batch_size}));
 }
 
 // --cache ram's check (upstream's check_cache_ram): whether the split's resized images may be kept in
@@ -166,14 +173,7 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   l.pin_memory = device.is_cuda();  // page-locked batches: asynchronous host-to-device copies
   l.rank = rank;
   l.world_size = world_size;
-  if (o.bind_cores) {  // this process's slice of the cores it may use, one worker per core in turn
-    const dist::DistEnv env = dist::read_env();
-    // Under kestrel's launcher the mask is already this rank's slice (split again, 96 CPUs and 8 ranks
-    // would leave each rank's workers 1 core of its 12); under torchrun or mpirun it is the machine's.
-    l.cpu_cores = dist::cpus_bound_by_launcher()
-                      ? data::allowed_cpu_cores()
-                      : data::rank_cpu_cores(data::allowed_cpu_cores(), env.local_rank, env.local_world_size);
-  }
+  if (o.bind_cores) l.cpu_cores = this_rank_cores();  // one worker per core in turn
   if (o.quad) {
     // Groups of four (a short last batch gives its whole groups; one of fewer than 4 images is left out).
     if (l.batch_size < 4)
