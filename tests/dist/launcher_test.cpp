@@ -80,6 +80,12 @@ TEST(DistLauncherChild, ExitWithRankCode) {
     std::ofstream(std::string(mode).substr(7) + "/rank" + std::to_string(e.rank)) << ::getpid() << "\n";
     std::this_thread::sleep_for(60s);
   }
+  if (std::string(mode).rfind("sigint-disposition:", 0) == 0) {  // what the rank starts with for Ctrl-C
+    struct sigaction now {};
+    ::sigaction(SIGINT, nullptr, &now);
+    std::ofstream(std::string(mode).substr(19) + "/rank" + std::to_string(e.rank))
+        << (now.sa_handler == SIG_IGN ? "ignored" : "default") << "\n";
+  }
   if (std::string(mode).rfind("affinity:", 0) == 0) {
     // Writes "bound|unbound <OMP_NUM_THREADS>: <cpu> <cpu> ..." for the parent test to check.
     std::ofstream out(std::string(mode).substr(9) + "/rank" + std::to_string(e.rank));
@@ -162,6 +168,26 @@ TEST(DistLauncher, ARankKilledBySigintIsAFailure) {
   test::TempDir dir;
   EXPECT_EQ(launch_child("stopped:" + dir.path()), 130);
   EXPECT_TRUE(std::filesystem::exists(dir.file("rank1-stopped")));
+}
+
+// A launcher started with Ctrl-C ignored (a script's background job) starts its ranks with it ignored, as a
+// single process keeps ignoring it; otherwise they start with the default (their StopSignal handles it).
+TEST(DistLauncher, CtrlCIgnoredAtStartStaysIgnoredInTheRanks) {
+  test::TempDir dir;
+  for (const bool ignored : {true, false}) {
+    struct sigaction before {}, set {};
+    set.sa_handler = ignored ? SIG_IGN : SIG_DFL;
+    sigemptyset(&set.sa_mask);
+    ::sigaction(SIGINT, &set, &before);
+    EXPECT_EQ(launch_child("sigint-disposition:" + dir.path()), 0);
+    ::sigaction(SIGINT, &before, nullptr);
+    for (int r = 0; r < 2; ++r) {
+      std::ifstream in(dir.file("rank" + std::to_string(r)));
+      std::string disposition;
+      in >> disposition;
+      EXPECT_EQ(disposition, ignored ? "ignored" : "default") << "rank " << r;
+    }
+  }
 }
 
 // After a forwarded Ctrl-C the ranks go on to their next step; one that fails then still gets the
