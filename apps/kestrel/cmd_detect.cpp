@@ -291,9 +291,10 @@ bool detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   cv::Mat frame;
   const std::string shown = data::is_stream_url(source) ? source : shown_path(source, o.source);  // resolved once, not per frame
   int64_t f = 0, read = 0;
-  const auto next = [&] {  // upstream grabs vid_stride frames and keeps the last
-    for (int s = 0; s < (f == 0 && !first_video ? 1 : o.vid_stride); ++s) {
-      if (!video.read(frame)) return false;
+  const auto next = [&] {  // upstream grabs vid_stride frames and keeps (retrieves) the last
+    const int steps = f == 0 && !first_video ? 1 : o.vid_stride;
+    for (int s = 0; s < steps; ++s) {
+      if (!(s + 1 < steps ? video.skip() : video.read(frame))) return false;
       ++read;
     }
     return true;

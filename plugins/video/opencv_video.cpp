@@ -56,6 +56,13 @@ class OpenCvReader final : public VideoReader {
       return false;  // a corrupt frame ends the video, as upstream's loop
     }
   }
+  bool skip() override {
+    try {
+      return cap_.grab();
+    } catch (const cv::Exception&) {
+      return false;
+    }
+  }
   double fps() const override { return cap_.get(cv::CAP_PROP_FPS); }
   int64_t frame_count() const override {
     const double n = cap_.get(cv::CAP_PROP_FRAME_COUNT);

@@ -53,11 +53,30 @@ TEST(StreamGrabber, AFileHandsOverEveryFrameInOrder) {
   EXPECT_FALSE(grabber.next(frame)) << "an ended source stays ended";
 }
 
+// Counts how frames are taken: passed over (skip) or decoded (read).
+class SkipCountingReader : public CountingReader {
+ public:
+  explicit SkipCountingReader(int count, std::atomic<int>* skips) : CountingReader(count), skips_(skips) {}
+  bool skip() override {
+    ++*skips_;
+    return CountingReader::skip();
+  }
+
+ private:
+  std::atomic<int>* skips_;
+};
+
 TEST(StreamGrabber, StrideKeepsEveryNthFrame) {
   // Upstream's LoadStreams: the first frame, then every third after it (0-based 0, 3, 6, 9).
   StreamGrabber grabber(std::make_unique<CountingReader>(10), "clip", /*live=*/false, 3);
   EXPECT_EQ(take_all(grabber, std::chrono::milliseconds(0)), (std::vector<int>{1, 4, 7, 10}));
   EXPECT_EQ(grabber.frames_read(), 10);
+  // The frames in between are only passed over (upstream grabs them): 2 before each of frames 4, 7 and
+  // 10, and one more that finds the end.
+  std::atomic<int> skips{0};
+  StreamGrabber counted(std::make_unique<SkipCountingReader>(10, &skips), "clip", /*live=*/false, 3);
+  EXPECT_EQ(take_all(counted, std::chrono::milliseconds(0)), (std::vector<int>{1, 4, 7, 10}));
+  EXPECT_EQ(skips.load(), 7);
   // A file shorter than the stride still gives its first frame.
   StreamGrabber short_clip(std::make_unique<CountingReader>(2), "clip", /*live=*/false, 10);
   EXPECT_EQ(take_all(short_clip, std::chrono::milliseconds(0)), std::vector<int>{1});

@@ -66,8 +66,9 @@ void StreamGrabber::read_loop(State& s) {
     cv::Mat frame;  // a new buffer per frame: the one handed over is the taker's
     bool ok = true;
     try {
-      for (int step = 0; step < (kept == 0 ? 1 : s.stride) && ok; ++step) {  // frame 0, then every stride-th
-        ok = s.reader->read(frame);
+      const int steps = kept == 0 ? 1 : s.stride;  // frame 0, then every stride-th (the others only grabbed)
+      for (int step = 0; step < steps && ok; ++step) {
+        ok = step + 1 < steps ? s.reader->skip() : s.reader->read(frame);
         std::lock_guard<std::mutex> lock(s.mutex);
         s.read += ok;
         ok = ok && !s.stopping;

@@ -19,6 +19,12 @@ class VideoReader {
  public:
   virtual ~VideoReader() = default;
   virtual bool read(cv::Mat& bgr) = 0;       // the next frame (CV_8UC3 BGR); false at the end of the video
+  // Passes over the next frame without converting it (--vid-stride's skipped frames: upstream grabs them,
+  // cv2's grab()); false at the end. The default reads it.
+  virtual bool skip() {
+    cv::Mat unused;
+    return read(unused);
+  }
   virtual double fps() const = 0;            // the container's frame rate (0 when it does not say)
   virtual int64_t frame_count() const = 0;   // the container's frame count (0 for a camera or when unknown)
 };
@@ -32,7 +38,7 @@ class VideoWriter {
 // The interface the plugin implements (its one exported symbol, kestrel_video_backend, returns it).
 // Errors come back as text so that no exception crosses the library boundary.
 struct VideoBackend {
-  static constexpr int kAbiVersion = 2;  // 2: decode_image
+  static constexpr int kAbiVersion = 3;  // 2: decode_image; 3: VideoReader::skip
   virtual ~VideoBackend() = default;
   virtual int abi_version() const { return kAbiVersion; }
   virtual std::unique_ptr<VideoReader> open(const std::string& source, std::string& error) = 0;
