@@ -12,6 +12,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
+#include "kestrel/data/loader.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/split_loader.h"
 #include "test_support.h"
@@ -106,7 +107,9 @@ TEST(TrainLoader, QuadKeepsTheWholeGroupsOfAShortLastBatch) {
     o.batch_size = c.batch;
     testing::internal::CaptureStdout();
     SplitLoader split = make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU));
-    testing::internal::GetCapturedStdout();
+    const std::string out = testing::internal::GetCapturedStdout();
+    EXPECT_EQ(out.find("train: --batch-size 48 is more than the split's 32 images: batches of 32") != std::string::npos,
+              c.batch == 48) << out;
     ASSERT_EQ(split.dataset->size(), 32u);
     EXPECT_EQ(split.loader->num_batches(), c.groups.size()) << c.batch;
     split.loader->start_epoch(0);
@@ -138,7 +141,33 @@ TEST(TrainLoader, NoLabelFileAtAllIsAnError) {
   }
   std::filesystem::create_directories(dir.file("labels/train"));
   test::write_file(dir.file("labels/train/000000000025.txt"), "");
+  // The split's line and its warnings are printed (upstream's scanning line and messages), not only
+  // when a file is skipped: here a duplicate row removed.
+  test::write_file(dir.file("labels/train/000000000009.txt"), "0 0.5 0.5 0.2 0.2\n0 0.5 0.5 0.2 0.2\n");
+  testing::internal::CaptureStdout();
   EXPECT_EQ(make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU)).dataset->size(), 2u);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("train: 2 images, 1 labelled, 0 without label file, 1 empty, 0 skipped, 1 boxes, 1 duplicate rows removed"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("warning " + dir.file("labels/train/000000000009.txt") + ": 1 duplicate row(s) removed"), std::string::npos)
+      << out;
+}
+
+// Loader threads as create_dataloader's min(cpu_count // devices, batch_size, workers): never more than the
+// batch or this process's cores, at least one.
+TEST(TrainLoader, LoaderThreadsAreCappedByCoresAndBatch) {
+  const data::DatasetConfig cfg = data::load_dataset_config("data/demo/demo.yaml");
+  TrainOptions o;
+  o.img_size = 64;
+  o.workers = 1000;
+  const int cores = static_cast<int>(std::max<size_t>(data::allowed_cpu_cores().size(), 1));
+  for (const int batch : {1, 2, 16}) {
+    o.batch_size = batch;
+    const SplitLoader split = make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU));
+    EXPECT_EQ(split.loader->workers(), std::min(batch, cores)) << batch;
+  }
+  o.workers = 1;
+  EXPECT_EQ(make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU)).loader->workers(), 1);
 }
 
 TEST(RamCacheCheck, TenPercentMarginOverTheAvailableMemory) {
