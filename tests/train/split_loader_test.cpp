@@ -71,20 +71,24 @@ TEST(ValLoader, KeepsEveryLabelWhateverMaxBoxes) {
 
 constexpr uint64_t kGiB = 1ull << 30;
 
-// Upstream: cache = required * 1.1 < available; its message without the margin, sizes in GB to 0.1.
-// --quad stitches groups of 4: a batch of 7 leaves 3 images of every batch out (as upstream's collate_fn4),
-// which is said once; a multiple of 4 says nothing.
-TEST(TrainLoader, QuadSaysWhatABatchSizeNotAMultipleOfFourLeavesOut) {
+// The demo's training loader with --quad at 64 px, and what building it printed.
+std::pair<SplitLoader, std::string> demo_quad_loader(int batch_size) {
   const data::DatasetConfig cfg = data::load_dataset_config("data/demo/demo.yaml");
   TrainOptions o;
   o.img_size = 64;
   o.workers = 1;
   o.quad = true;
+  o.batch_size = batch_size;
+  testing::internal::CaptureStdout();
+  SplitLoader split = make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU));
+  return {std::move(split), testing::internal::GetCapturedStdout()};
+}
+
+// --quad stitches groups of 4: a batch of 7 leaves 3 images of every batch out (as upstream's collate_fn4),
+// which is said once; a multiple of 4 says nothing.
+TEST(TrainLoader, QuadSaysWhatABatchSizeNotAMultipleOfFourLeavesOut) {
   for (const auto& [batch, warned] : {std::pair{7, true}, std::pair{8, false}}) {
-    o.batch_size = batch;
-    testing::internal::CaptureStdout();
-    make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU));
-    const std::string out = testing::internal::GetCapturedStdout();
+    const std::string out = demo_quad_loader(batch).second;
     EXPECT_EQ(out.find("WARNING: --quad takes groups of 4 images: 3 of every batch of 7 are left out") != std::string::npos,
               warned) << batch << ": " << out;
   }
@@ -94,20 +98,12 @@ TEST(TrainLoader, QuadSaysWhatABatchSizeNotAMultipleOfFourLeavesOut) {
 // and 8 images, 3 + 3 + 2 groups; of 10 (2 left out of each) 2 + 2 + 2 groups and a last batch of 2 that
 // makes none; a batch of 48 is capped at the split's 32 (min(batch_size, len(dataset))): 8 groups.
 TEST(TrainLoader, QuadKeepsTheWholeGroupsOfAShortLastBatch) {
-  const data::DatasetConfig cfg = data::load_dataset_config("data/demo/demo.yaml");
-  TrainOptions o;
-  o.img_size = 64;
-  o.workers = 1;
-  o.quad = true;
   struct Case {
     int batch;
     std::vector<int64_t> groups;
   };
   for (const Case& c : {Case{12, {3, 3, 2}}, Case{10, {2, 2, 2}}, Case{48, {8}}}) {
-    o.batch_size = c.batch;
-    testing::internal::CaptureStdout();
-    SplitLoader split = make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU));
-    const std::string out = testing::internal::GetCapturedStdout();
+    auto [split, out] = demo_quad_loader(c.batch);
     EXPECT_EQ(out.find("train: --batch-size 48 is more than the split's 32 images: batches of 32") != std::string::npos,
               c.batch == 48) << out;
     ASSERT_EQ(split.dataset->size(), 32u);
@@ -170,6 +166,7 @@ TEST(TrainLoader, LoaderThreadsAreCappedByCoresAndBatch) {
   EXPECT_EQ(make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU)).loader->workers(), 1);
 }
 
+// Upstream: cache = required * 1.1 < available; its message without the margin, sizes in GB to 0.1.
 TEST(RamCacheCheck, TenPercentMarginOverTheAvailableMemory) {
   const core::HostMemory memory{15 * kGiB / 10, 8 * kGiB};  // 1.5 of 8 GiB available
   EXPECT_EQ(ram_cache_refusal("train", kGiB, 0, memory, 1), "");                // 1.1 < 1.5

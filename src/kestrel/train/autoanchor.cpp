@@ -77,6 +77,14 @@ void sort_by_area(std::vector<BoxSize>& anchors) {
                    [](const BoxSize& a, const BoxSize& b) { return a[0] * a[1] < b[0] * b[1]; });
 }
 
+// The labels the search fits: at least min_label_px on one side (upstream's `wh0[(wh0 >= 2.0).any(1)]`).
+std::vector<BoxSize> searchable_sizes(const std::vector<BoxSize>& sizes, const AutoAnchorOptions& o) {
+  std::vector<BoxSize> kept;
+  std::copy_if(sizes.begin(), sizes.end(), std::back_inserter(kept),
+               [&](const BoxSize& s) { return s[0] >= o.min_label_px || s[1] >= o.min_label_px; });
+  return kept;
+}
+
 std::string format_fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
@@ -180,9 +188,7 @@ std::vector<BoxSize> kmean_anchors(const std::vector<BoxSize>& all_sizes, int n,
   if (n < 1) fail("AutoAnchor: need at least one anchor, got ", n);
   if (random_start) *random_start = false;
   std::mt19937_64 rng(o.seed);
-  std::vector<BoxSize> sizes;  // labels of at least min_label_px on one side
-  for (const auto& s : all_sizes)
-    if (s[0] >= o.min_label_px || s[1] >= o.min_label_px) sizes.push_back(s);
+  const std::vector<BoxSize> sizes = searchable_sizes(all_sizes, o);
 
   // k-means on whitened sizes (divided by their population standard deviation per axis), scaled back. It
   // cannot run with fewer distinct sizes than anchors (scipy samples n of them, or drops empty clusters
@@ -284,11 +290,8 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   }
   const AnchorFit found = anchor_fit(jittered, k, o.anchor_t);  // compared with `before`, both jittered
   // Shown as upstream's print_results: the search's labels (at least min_label_px on a side), the statistics
-  // on every label without the jitter.
   // on every label without the jitter; the fitness is the search's, on its labels (upstream's progress bar).
-  std::vector<BoxSize> searched;
-  std::copy_if(sizes.begin(), sizes.end(), std::back_inserter(searched),
-               [&](const BoxSize& s) { return s[0] >= o.min_label_px || s[1] >= o.min_label_px; });
+  const std::vector<BoxSize> searched = searchable_sizes(sizes, o);
   const AnchorFit shown = anchor_fit(sizes, k, o.anchor_t);
   const double fitness = searched.empty() ? 0.0 : search_fitness(searched, k, 1 / o.anchor_t);
   result.report += cat("AutoAnchor: k-means + ", o.generations, " generations on ", searched.size(), " labels: ",
