@@ -539,6 +539,35 @@ TEST(Trainer, MidEpochResumeWithAnotherNumberOfRanks) {
   EXPECT_EQ(after.at("epoch").get<int>(), 2);
 }
 
+// An end-of-epoch checkpoint of another number of ranks resumes on the same optimiser-step schedule as
+// the run would have kept. Batch 2 of 4 images: 2 batches per epoch, accumulation round(1 + 31 ni / 100)
+// in the 100-iteration warm-up (nbs 64 / 2 = 32 at its end): 1, 1, 2, 2, 2, 3, 3, 3 for iterations 0-7,
+// so steps come at 0, 1, 3 and 6 (ni - last >= accumulate). Saved after epoch 2 (iteration 5), the last
+// step is 3; a rule that took it as the batch before the resumed one (5) would skip the step at 6. lrf 1
+// keeps the learning rate off the epoch count, so a 3-epoch run extended to 4 trains as a 4-epoch run.
+TEST(Trainer, EndOfEpochResumeWithAnotherNumberOfRanksKeepsTheStepSchedule) {
+  test::TempDir dir;
+  test::write_file(dir.file("hyp.yaml"), "lrf: 1.0\n");
+  TrainOptions o = short_run(dir, 4);
+  o.hyp = dir.file("hyp.yaml");
+  o.name = "whole";
+  const TrainResult whole = train(o);
+  ASSERT_EQ(whole.epochs_completed, 4);
+  o.name = "split";
+  o.epochs = 3;
+  const TrainResult first = train(o);
+  ASSERT_EQ(first.epochs_completed, 3);
+  ASSERT_EQ(read_training_state(training_state_path(first.save_dir)).progression.last_opt_step, 3);
+  edit_state(first, [](TrainingState& state) {  // as if saved by 2 ranks, and with a fourth epoch to go
+    state.world_size = 2;
+    state.options.epochs = 4;
+  });
+  const TrainResult second = train(resume_options(first));
+  ASSERT_EQ(second.epochs_completed, 4);
+  EXPECT_EQ(read_training_state(training_state_path(second.save_dir)).progression.last_opt_step, 6);
+  expect_close_tensors(whole, second, "last.safetensors", [](const std::string&) { return std::pair<double, double>{0, 0}; });
+}
+
 TEST(Trainer, Fp16LossScalerSkipsOverflowingStepsAndBacksOff) {
   test::TempDir dir;
   TrainOptions o = short_run(dir, 1);
