@@ -117,6 +117,31 @@ TEST_F(BrokenDataset, ReportsEveryBrokenFileAndKeepsEveryGoodSample) {
   EXPECT_GE(idx.warnings.size(), 1u);
 }
 
+// A kept sample with two things to say says both, in one warning: the decoder's (bytes before the JPEG's
+// end marker that belong to no segment: libjpeg's "Corrupt JPEG data" warning, the image still whole)
+// and the label file's duplicate rows.
+TEST(DatasetIndex, DecoderWarningAndDuplicateRowsAreBothSaid) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("images/train"));
+  fs::create_directories(dir.file("labels/train"));
+  std::vector<uint8_t> jpeg = test::encode_jpeg(test::coordinate_image(32, 24));
+  ASSERT_EQ(jpeg.end()[-2], 0xFF);
+  ASSERT_EQ(jpeg.end()[-1], 0xD9);
+  jpeg.insert(jpeg.end() - 2, 32, 0x55);  // more than the entropy decoder reads ahead
+  test::write_bytes(dir.file("images/train/noisy.jpg"), jpeg);
+  test::write_file(dir.file("labels/train/noisy.txt"), "3 0.5 0.5 0.2 0.2\n3 0.5 0.5 0.2 0.2\n");
+  const DatasetIndex idx = index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{80, 1, false});
+  ASSERT_EQ(idx.records.size(), 1u);
+  ASSERT_EQ(idx.warnings.size(), 1u);
+  const std::string& w = idx.warnings[0];
+  const size_t decoder = w.find("noisy.jpg: decoded with a warning: Corrupt JPEG data: ");
+  const size_t duplicates = w.find("; " + dir.file("labels/train/noisy.txt") + ": 1 duplicate row(s) removed");
+  EXPECT_NE(decoder, std::string::npos) << w;
+  EXPECT_NE(w.find("extraneous bytes before marker 0xd9"), std::string::npos) << w;  // (less what the decoder read ahead)
+  EXPECT_NE(duplicates, std::string::npos) << w;
+  EXPECT_LT(decoder, duplicates) << w;
+}
+
 // What only looks like a file: a FIFO as label file (opening it would wait for a writer forever), a folder as
 // label file (its "size" made a std::bad_alloc), a dangling link as image (the listing dropped it silently).
 TEST_F(BrokenDataset, SpecialFilesAreReportedByName) {
