@@ -278,20 +278,20 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   if (tiny)
     result.report += cat("AutoAnchor: WARNING extremely small objects found: ", tiny, " of ", sizes.size(),
                          " labels are smaller than 3 pixels\n");
+  const std::vector<BoxSize> searched = searchable_sizes(sizes, o);  // kmean_anchors' own, to name their count
   bool random_start = false;
   const std::vector<BoxSize> k = kmean_anchors(sizes, static_cast<int>(nl * na), img_size, o, &random_start);
   if (random_start)
-    result.report += cat("AutoAnchor: WARNING k-means cannot place ", nl * na, " anchors among ", sizes.size(),
+    result.report += cat("AutoAnchor: WARNING k-means cannot place ", nl * na, " anchors among ", searched.size(),
                          " labels of at least ", o.min_label_px, " px, switching strategies from kmeans to random init\n");
   if (k.empty()) {  // YOLOv7: its k-means raised, check_anchors printed the error and kept the anchors
-    result.report += cat("AutoAnchor: k-means cannot place ", nl * na, " anchors among ", sizes.size(),
+    result.report += cat("AutoAnchor: k-means cannot place ", nl * na, " anchors among ", searched.size(),
                          " labels of at least ", o.min_label_px, " px with these sizes; original anchors kept\n");
     return result;
   }
   const AnchorFit found = anchor_fit(jittered, k, o.anchor_t);  // compared with `before`, both jittered
   // Shown as upstream's print_results: the search's labels (at least min_label_px on a side), the statistics
   // on every label without the jitter; the fitness is the search's, on its labels (upstream's progress bar).
-  const std::vector<BoxSize> searched = searchable_sizes(sizes, o);
   const AnchorFit shown = anchor_fit(sizes, k, o.anchor_t);
   const double fitness = searched.empty() ? 0.0 : search_fitness(searched, k, 1 / o.anchor_t);
   result.report += cat("AutoAnchor: k-means + ", o.generations, " generations on ", searched.size(), " labels: ",
