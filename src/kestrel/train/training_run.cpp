@@ -105,6 +105,59 @@ void TrainingRun::begin_epoch() {
   progress.header();
 }
 
+namespace {
+
+// images/s of the step: from the third batch on (the first ones warm up caches and kernels), in device
+// time: the host, which queues work ahead of a GPU, waits for it at both ends (twice an epoch).
+class StepThroughput {
+ public:
+  StepThroughput(const at::Device& device, int64_t first_batch) : device_(device), first_batch_(first_batch) {}
+  void after_batch(int64_t i, int64_t images) {
+    if (i - first_batch_ == 2) {
+      synchronize(device_);
+      start_ = Clock::now();
+    }
+    if (i - first_batch_ > 2) images_ += images;
+  }
+  double so_far() const {  // for the progress line: no synchronisation, the host's clock
+    const double secs = std::chrono::duration<double>(Clock::now() - start_).count();
+    return images_ > 0 && secs > 0 ? images_ / secs : 0.0;
+  }
+  double at_end() const {
+    synchronize(device_);
+    return images_ > 0 ? images_ / std::chrono::duration<double>(Clock::now() - start_).count() : 0.0;
+  }
+
+ private:
+  at::Device device_;
+  int64_t first_batch_;
+  int64_t images_ = 0;
+  Clock::time_point start_{};
+};
+
+}  // namespace
+
+// Upstream's train_batch0..2.jpg (YOLOv7: 0..9): the run's first batches as augmented (before
+// --multi-scale's resize, which upstream draws after), drawn from the host copy (uint8, before the
+// transfer): no device synchronisation, a few JPEG encodes per run on this thread. A file that cannot be
+// written is a warning.
+void TrainingRun::plot_first_batches(data::DevicePrefetcher& prefetcher) {
+  const int epoch = progression.epoch;
+  const int64_t plotted_batches = hyp.yolov7_recipe ? 10 : 3;
+  if (o.noplots || !dist_ctx.is_main() || nb * epoch + progression.next_batch >= plotted_batches) return;
+  prefetcher.set_host_batch_hook([this, epoch, plotted_batches](const data::Batch& b) {
+    const int64_t ni = b.index + nb * epoch;
+    if (ni >= plotted_batches) return;
+    data::BatchImageOptions options;
+    for (const auto& meta : b.meta) options.paths.push_back(train_data.dataset->records()[meta.index].image);
+    try {
+      data::write_jpeg((fs::path(save_dir) / cat("train_batch", ni, ".jpg")).string(), data::render_batch(b, names, options));
+    } catch (const Error& e) {
+      std::cerr << "WARNING: " << e.what() << "\n";
+    }
+  });
+}
+
 // Batches progression.next_batch .. nb-1 of the epoch: forward and backward every batch, an optimiser
 // step every `accumulate` batches. Stops early (totals.interrupted) only right after an optimiser step.
 EpochTotals TrainingRun::run_batches() {
@@ -113,28 +166,11 @@ EpochTotals TrainingRun::run_batches() {
   totals.loss_sum = at::tensor(std::vector<double>(progression.loss_sum.begin(), progression.loss_sum.end()), at::kFloat).to(device);
   // Logged per epoch: the rates of its last iteration (also when a resumed epoch has no batch left).
   totals.lr = step_settings(sched, epoch, nb * (epoch + 1) - 1, nb).lr;
-  int64_t timed_images = 0;
-  Clock::time_point timing_start{};
+  StepThroughput throughput(device, progression.next_batch);
   LaggedLossRead progress_losses;
   // The next batch's copy to the device (a side stream on CUDA) overlaps this batch's step.
   data::DevicePrefetcher prefetcher(*train_data.loader, device, o.channels_last, /*trim_multiple=*/32);
-  // Upstream's train_batch0..2.jpg (YOLOv7: 0..9): the run's first batches as augmented (before
-  // --multi-scale's resize, which upstream draws after), drawn from the host copy (uint8, before the
-  // transfer): no device synchronisation, a few JPEG encodes per run on this thread. A file that cannot be
-  // written is a warning.
-  const int64_t plotted_batches = hyp.yolov7_recipe ? 10 : 3;
-  if (!o.noplots && dist_ctx.is_main() && nb * epoch + progression.next_batch < plotted_batches)
-    prefetcher.set_host_batch_hook([this, epoch, plotted_batches](const data::Batch& b) {
-      const int64_t ni = b.index + nb * epoch;
-      if (ni >= plotted_batches) return;
-      data::BatchImageOptions options;
-      for (const auto& meta : b.meta) options.paths.push_back(train_data.dataset->records()[meta.index].image);
-      try {
-        data::write_jpeg((fs::path(save_dir) / cat("train_batch", ni, ".jpg")).string(), data::render_batch(b, names, options));
-      } catch (const Error& e) {
-        std::cerr << "WARNING: " << e.what() << "\n";
-      }
-    });
+  plot_first_batches(prefetcher);
   for (int64_t i = progression.next_batch; i < nb; ++i) {
     std::optional<data::DeviceBatch> batch = prefetcher.next();
     if (!batch) break;
@@ -159,21 +195,13 @@ EpochTotals TrainingRun::run_batches() {
     ++progression.loss_count;
     ++batches_run;
 
-    // images/s excludes the first steps, and counts device time: the host, which queues work ahead of a
-    // GPU, waits for it at both ends (twice an epoch).
-    if (i - progression.next_batch == 2) {
-      synchronize(device);
-      timing_start = Clock::now();
-    }
-    if (i - progression.next_batch > 2) timed_images += images.size(0);
+    throughput.after_batch(i, images.size(0));
     const bool last = i + 1 == nb || totals.interrupted;
     if (progress.due(last)) {
       const at::Tensor mean = totals.loss_sum / static_cast<double>(progression.loss_count);
       // The epoch's last line reads the final values (one read per epoch); the others lag a draw behind.
       const std::array<double, 3> losses = last ? host_items(mean) : progress_losses.read(mean);
-      const double secs = std::chrono::duration<double>(Clock::now() - timing_start).count();
-      progress.draw(epoch, reserved_memory_gb(device), losses,
-                    batch->boxes, images.size(3), i, nb, timed_images > 0 && secs > 0 ? timed_images / secs : 0, last);
+      progress.draw(epoch, reserved_memory_gb(device), losses, batch->boxes, images.size(3), i, nb, throughput.so_far(), last);
     }
     if (totals.interrupted) {
       progression.loss_sum = host_items(totals.loss_sum);
@@ -181,9 +209,7 @@ EpochTotals TrainingRun::run_batches() {
       break;
     }
   }
-  synchronize(device);
-  const double timed_seconds = std::chrono::duration<double>(Clock::now() - timing_start).count();
-  totals.images_per_second = timed_images > 0 ? timed_images / timed_seconds : 0.0;
+  totals.images_per_second = throughput.at_end();
   return totals;
 }
 

@@ -40,6 +40,10 @@
 #include "kestrel/train/training_state.h"
 #include "kestrel/train/trainer.h"
 
+namespace kestrel::data {
+class DevicePrefetcher;
+}
+
 namespace kestrel::train {
 
 // What the end of an epoch takes from its batch loop.
@@ -92,6 +96,7 @@ class TrainingRun {
 
  private:
   void transfer_pretrained(const models::LoadedModel& pretrained);
+  void plot_first_batches(data::DevicePrefetcher& prefetcher);  // train_batch*.jpg, from the host batches
   at::Tensor multi_scale(const at::Tensor& images, int epoch, int64_t i) const;
   void check_finite_loss(const loss::YoloLoss::Result& step_loss, const data::DeviceBatch& batch, int epoch,
                          int64_t i, int64_t ni);
