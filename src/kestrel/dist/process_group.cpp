@@ -333,7 +333,6 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> params, DistContext ctx
     if (cur.params.empty()) return;
     const auto& p0 = params_[cur.params[0]];
     cur.flat = at::zeros({cur_numel}, p0.options().requires_grad(false));
-    bucket_numel_.push_back(static_cast<size_t>(cur_numel));
     buckets_.push_back(std::move(cur));
     cur = Bucket();
     cur_bytes = cur_numel = 0;

@@ -128,7 +128,6 @@ class GradientReducer {
   void reduce();
 
   size_t num_buckets() const { return buckets_.size(); }
-  const std::vector<size_t>& bucket_sizes() const { return bucket_numel_; }  // elements per bucket
   // Buckets whose all-reduce started inside the last prepared backward (overlap), for tests and logs.
   size_t buckets_started_in_backward() const { return started_in_backward_; }
 
@@ -149,7 +148,6 @@ class GradientReducer {
   std::vector<at::Tensor> params_;
   DistContext ctx_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_numel_;
   std::vector<size_t> bucket_of_, slot_of_;  // per parameter
   std::vector<bool> ready_;                   // per parameter, this backward
   bool armed_ = false;

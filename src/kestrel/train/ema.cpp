@@ -34,8 +34,6 @@ ModelEma::ModelEma(std::shared_ptr<models::YoloModel> average, const models::Yol
 
 int64_t ModelEma::updates() const { return static_cast<int64_t>(updates_.item<double>()); }
 
-void ModelEma::set_updates(int64_t updates) { updates_.fill_(static_cast<double>(updates)); }
-
 double ModelEma::decay_at(int64_t updates) const {
   return options_.decay * (1 - std::exp(-static_cast<double>(updates) / options_.tau));
 }

@@ -33,9 +33,7 @@ class ModelEma {
   double decay_at(int64_t updates) const;
 
   models::YoloModel& model() { return *average_; }
-  std::shared_ptr<models::YoloModel> shared_model() const { return average_; }
   int64_t updates() const;  // reads the device counter: for checkpoints, not inside the step
-  void set_updates(int64_t updates);
 
  private:
   std::shared_ptr<models::YoloModel> average_;
