@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_summary.h"
 
 namespace kestrel::app {

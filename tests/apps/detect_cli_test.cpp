@@ -16,6 +16,7 @@
 #include <opencv2/core.hpp>
 
 #include "kestrel/data/image_io.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/models/yolo_model.h"

@@ -16,6 +16,7 @@
 
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/video_io.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/models/yolo_model.h"

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/models/yolo_model.h"

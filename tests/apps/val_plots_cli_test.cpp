@@ -15,6 +15,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/eval/plots.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/models/yolo_model.h"

@@ -10,6 +10,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/models/yolo_model.h"
 #include "test_support.h"

@@ -29,6 +29,7 @@
 #include "kestrel/dist/launcher.h"
 #include "kestrel/dist/process_group.h"
 #include "kestrel/loss/yolo_loss.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/train/training_state.h"

@@ -13,6 +13,7 @@
 #include "kestrel/data/augment.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/eval/detector.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/weights_file.h"
 #include "test_support.h"
 

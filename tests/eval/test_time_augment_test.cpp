@@ -11,6 +11,7 @@
 
 #include "export/onnx_check.h"
 #include "kestrel/eval/test_time_augment.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
 #include "kestrel/models/yolo_model.h"

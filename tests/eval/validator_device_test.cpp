@@ -14,6 +14,7 @@
 
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/eval/validator.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/train/split_loader.h"

@@ -8,6 +8,7 @@
 #include <torch/utils.h>
 
 #include "kestrel/core/safetensors.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 #include "test_support.h"

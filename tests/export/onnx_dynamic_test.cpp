@@ -6,6 +6,7 @@
 
 #include "export/onnx_check.h"
 #include "kestrel/export/onnx_export.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "test_support.h"
 

@@ -13,6 +13,7 @@
 #include "export/onnx_check.h"
 #include "kestrel/core/error.h"
 #include "kestrel/export/onnx_export.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
 

@@ -18,6 +18,7 @@
 #include "kestrel/core/error.h"
 #include "kestrel/eval/nms.h"
 #include "kestrel/export/onnx_export.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "test_support.h"
 

@@ -13,6 +13,7 @@
 #include "kestrel/loss/yolo_loss.h"
 #include "kestrel/models/batch_norm_silu.h"
 #include "kestrel/models/common.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 

@@ -17,6 +17,7 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #include "kestrel/core/error.h"
 #include "kestrel/loss/yolo_loss.h"
 #include "kestrel/models/checkpoint.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 

@@ -17,6 +17,7 @@
 #include "export/onnx_check.h"
 #include "kestrel/core/error.h"
 #include "kestrel/models/csp_blocks.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/models/state_dict.h"

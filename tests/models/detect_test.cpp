@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 

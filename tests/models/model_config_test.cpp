@@ -4,6 +4,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/models/common.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/yolo_model.h"
 #include "test_support.h"
 

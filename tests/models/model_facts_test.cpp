@@ -3,6 +3,7 @@
 // strides, and conv GFLOPs within 1 %.
 #include <gtest/gtest.h>
 
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_summary.h"
 
 namespace kestrel::models {

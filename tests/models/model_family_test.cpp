@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kestrel/eval/validator.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/models/yolo_model.h"

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/parameter_budget.h"
 #include "kestrel/models/state_dict.h"

@@ -9,6 +9,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/models/weights_file.h"

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/utils.h>
 
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_summary.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/models/yolo_model.h"

@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include "kestrel/core/safetensors.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/models/weights_file.h"

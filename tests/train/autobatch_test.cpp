@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/train/autobatch.h"

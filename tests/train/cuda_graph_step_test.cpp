@@ -8,6 +8,7 @@
 #include <ATen/Context.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/train/cuda_graph_step.h"

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/state_dict.h"
 #include "kestrel/train/ema.h"

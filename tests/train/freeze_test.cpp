@@ -4,6 +4,7 @@
 #include <torch/nn/modules/batchnorm.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/freeze.h"
 

@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 
 #include "kestrel/core/device.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/train/cuda_graph_step.h"
 #include "kestrel/train/param_groups.h"

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/train/param_groups.h"
 

@@ -14,6 +14,7 @@
 #include "kestrel/models/common.h"
 #include "kestrel/models/csp_blocks.h"
 #include "kestrel/models/ghost_blocks.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/parameter_budget.h"
 #include "kestrel/models/transformer_blocks.h"
 #include "kestrel/models/yolo_model.h"

@@ -1,3 +1,4 @@
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/weights_file.h"
 
 #include <filesystem>

@@ -10,7 +10,6 @@
 
 #include "kestrel/models/detect.h"
 #include "kestrel/models/layer.h"
-#include "kestrel/models/model_config.h"
 
 namespace kestrel::models {
 
@@ -71,10 +70,5 @@ class YoloModel : public torch::nn::Module {
   LayerObserver observer_;
   bool fused_ = false;
 };
-
-// Builds the network the config describes (upstream's parse_model), probes its strides with a
-// 256 x 256 image, orders and scales anchors and sets the head's bias priors. nc > 0 overrides the
-// config's class count (as upstream does with a dataset's nc). Errors name the file, line and layer.
-std::shared_ptr<YoloModel> build_model(const ModelConfig& cfg, int nc = 0);
 
 }  // namespace kestrel::models

@@ -1,3 +1,4 @@
+#include "kestrel/models/model_builder.h"
 #include "kestrel/train/step_bench.h"
 
 #include <sys/resource.h>

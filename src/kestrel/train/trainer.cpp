@@ -1,3 +1,4 @@
+#include "kestrel/models/model_builder.h"
 #include "kestrel/train/trainer.h"
 
 #include "kestrel/train/training_run.h"

@@ -1,5 +1,6 @@
 // TrainingRun's set-up phases, in the order trainer.cpp calls them: options, ranks, recipe, model,
 // data, autoanchor, optimiser, resume state, run folder, step, run files (training_run.h).
+#include "kestrel/models/model_builder.h"
 #include "kestrel/train/training_run.h"
 
 #include <unistd.h>
