@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <algorithm>
 #include <set>
@@ -81,7 +82,8 @@ std::string shown_path(const std::string& path, const std::string& source) {
 // subfolders of a --source folder (which upstream does not search) the same subfolders, so that a/x.jpg and
 // b/x.jpg do not overwrite each other. Every image first claims its own name; a name wanted by a second
 // image (x.jpg and x.png both label x.txt; a list naming two x.jpg) gets upstream's increment x2, x3, ...,
-// skipping names that other images have as their own.
+// skipping names that other images have as their own. Images whose annotated copy keeps their file name
+// (JPEG, PNG) claim first: x.bmp (written as a JPEG) beside x.jpg gets x2.jpg and labels/x2.txt.
 struct OutputNames {
   fs::path annotated;  // e.g. a/x.jpg
   fs::path labels;     // e.g. a/x.txt (under labels/)
@@ -109,9 +111,13 @@ std::vector<OutputNames> output_names(const std::vector<std::string>& images, co
       if (!own.count(candidate.string()) && taken.insert(candidate.string()).second) return candidate;
     }
   };
-  std::vector<OutputNames> names;
-  for (const OutputNames& w : wanted)
-    names.push_back({claim(w.annotated, own_annotated, taken_annotated), claim(w.labels, own_labels, taken_labels)});
+  std::vector<size_t> order(images.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_partition(order.begin(), order.end(),
+                        [&](size_t i) { return wanted[i].annotated.filename() == fs::path(images[i]).filename(); });
+  std::vector<OutputNames> names(images.size());
+  for (const size_t i : order)
+    names[i] = {claim(wanted[i].annotated, own_annotated, taken_annotated), claim(wanted[i].labels, own_labels, taken_labels)};
   return names;
 }
 

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 
+#include "data/data_test_support.h"
 #include "kestrel/data/image_io.h"
+#include "kestrel/data/video_io.h"
 #include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/weights_file.h"
@@ -143,6 +145,29 @@ TEST(DetectCli, ImagesOfTheSameNameKeepTheirOwnOutputs) {
   r = test::run_command(detect);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(lines("a/x.txt"), 7) << "a rerun appended to the label file";
+}
+
+// An image of another format is written as a JPEG, under a name that a JPEG of its stem has as its own: the
+// JPEG keeps x.jpg (and labels/x.txt), the BMP, listed first, gets x2.jpg and labels/x2.txt.
+TEST(DetectCli, AJpegKeepsItsNameBesideABmpOfItsStem) {
+  test::TempDir dir;
+  if (!data::video_support_problem().empty()) GTEST_SKIP() << "BMP needs the OpenCV plugin: " << data::video_support_problem();
+  write_untrained_weights(dir.file("w.safetensors"));
+  std::filesystem::create_directories(dir.file("src"));
+  std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("src/x.jpg"));
+  test::write_bytes(dir.file("src/x.bmp"), test::encode_bmp(test::coordinate_image(96, 64)));
+  const cv::Size jpeg_size = data::decode_image(data::read_file_bytes(dir.file("src/x.jpg")), "x.jpg").image.size();
+  const auto r = test::run_command(test::kestrel_binary() + " detect --device cpu --img 160 --conf-thres 0.0001 --max-det 3"
+                                   " --save-txt --weights " + dir.file("w.safetensors") + " --source " + dir.file("src") +
+                                   " --project " + dir.file("runs"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto size_of = [&](const std::string& file) {
+    return data::decode_image(data::read_file_bytes(dir.file("runs/exp/" + file)), file).image.size();
+  };
+  EXPECT_EQ(size_of("x.jpg"), jpeg_size);
+  EXPECT_EQ(size_of("x2.jpg"), cv::Size(96, 64));
+  for (const char* label : {"labels/x.txt", "labels/x2.txt"})
+    EXPECT_TRUE(std::filesystem::exists(dir.file(std::string("runs/exp/") + label))) << label;
 }
 
 // YOLOv5 detect.py's --save-csv (HEAD): predictions.csv gets a row per detection, in the label file's order,
