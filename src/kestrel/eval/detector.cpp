@@ -36,13 +36,17 @@ std::string format_g(double x) {
 
 at::Tensor scale_boxes_to_original(const at::Tensor& boxes, cv::Size input, cv::Size original) {
   if (boxes.dim() != 2 || boxes.size(1) < 4) fail("scale_boxes_to_original: boxes must be [n, >= 4]");
-  at::Tensor out = boxes.clone();
-  if (out.size(0) == 0) return out;
+  if (boxes.size(0) == 0) return boxes.clone();
   // Upstream recomputes the gain from the shapes rather than taking letterbox's ratio; with auto padding
   // the padded side's ratio is the larger one, so the minimum is the resize gain (up to letterbox's
   // rounding of the resized size), and the padding is split evenly (not letterbox's integer split).
   const double gain = std::min(double(input.height) / original.height, double(input.width) / original.width);
   const double pad_x = (input.width - original.width * gain) / 2, pad_y = (input.height - original.height * gain) / 2;
+  return unletterbox_boxes(boxes, gain, pad_x, pad_y, original);
+}
+
+at::Tensor unletterbox_boxes(const at::Tensor& boxes, double gain, double pad_x, double pad_y, cv::Size original) {
+  at::Tensor out = boxes.clone();
   out.select(1, 0).sub_(pad_x);
   out.select(1, 2).sub_(pad_x);
   out.select(1, 1).sub_(pad_y);

@@ -43,6 +43,11 @@ struct Detections {
 // (columns 4.. untouched); returns a new tensor.
 at::Tensor scale_boxes_to_original(const at::Tensor& boxes, cv::Size input, cv::Size original);
 
+// The step both scale_boxes variants share (detect's above, val's with the letterbox's own ratio_pad): boxes
+// [n, >= 4] xyxy in network-input pixels -> (x - pad_x) / gain, (y - pad_y) / gain, clipped to `original`
+// (columns 4.. untouched); returns a new tensor.
+at::Tensor unletterbox_boxes(const at::Tensor& boxes, double gain, double pad_x, double pad_y, cv::Size original);
+
 // Runs one model on one image at a time. The model is moved to `device`, put in eval mode and fused
 // (BN folded; as upstream's DetectMultiBackend does) on construction.
 class Detector {

@@ -28,19 +28,9 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 // Boxes [n, 4] xyxy in network-input pixels -> original-image pixels, clipped (val.py scale_boxes with
 // ratio_pad: subtract the letterbox padding, divide by the resize gain, clip to the original image).
-at::Tensor to_original(at::Tensor boxes, const data::SampleMeta& meta) {
-  boxes = boxes.clone();
-  const double gain = meta.ratio.y;  // upstream takes ratio_pad[0][0] (the height ratio) for both axes
-  boxes.select(1, 0).sub_(meta.pad.x);
-  boxes.select(1, 2).sub_(meta.pad.x);
-  boxes.select(1, 1).sub_(meta.pad.y);
-  boxes.select(1, 3).sub_(meta.pad.y);
-  boxes.div_(gain);
-  boxes.select(1, 0).clamp_(0, meta.original.width);
-  boxes.select(1, 2).clamp_(0, meta.original.width);
-  boxes.select(1, 1).clamp_(0, meta.original.height);
-  boxes.select(1, 3).clamp_(0, meta.original.height);
-  return boxes;
+at::Tensor to_original(const at::Tensor& boxes, const data::SampleMeta& meta) {
+  // upstream takes ratio_pad[0][0] (the height ratio) as the gain of both axes
+  return unletterbox_boxes(boxes, meta.ratio.y, meta.pad.x, meta.pad.y, meta.original);
 }
 
 // val_batch<i>_labels.jpg and val_batch<i>_pred.jpg: the letterboxed batch with its targets, and with the
