@@ -220,10 +220,10 @@ OtaLoss::Result OtaLoss::operator()(const std::vector<at::Tensor>& levels, const
 
   at::Tensor lbox, lobj, lcls;
   for (int64_t i = 0; i < nl_; ++i) {
-    Terms sum = level_terms(i, cands[i], cands[i].rows, assigned.matched[i], assigned.owner[i], levels[i], t);
+    LevelTerms sum = level_terms(i, cands[i], cands[i].rows, assigned.matched[i], assigned.owner[i], levels[i], t);
     if (aux_) {
       const at::Tensor& aux_level = levels[nl_ + i];  // [B, na, ny, nx, no], the lead level's shape
-      const Terms a = level_terms(i, aux_cands[i], rows_at(aux_level, aux_cands[i].lt.cell), aux_assigned.matched[i],
+      const LevelTerms a = level_terms(i, aux_cands[i], rows_at(aux_level, aux_cands[i].lt.cell), aux_assigned.matched[i],
                                   aux_assigned.owner[i], aux_level, t);
       sum = {sum.box + kAuxWeight * a.box, sum.obj + kAuxWeight * a.obj, sum.cls + kAuxWeight * a.cls};
     }
@@ -238,49 +238,18 @@ OtaLoss::Result OtaLoss::operator()(const std::vector<at::Tensor>& levels, const
   return out;
 }
 
-OtaLoss::Terms OtaLoss::level_terms(int64_t i, const LevelCandidates& c, const at::Tensor& rows,
-                                    const at::Tensor& matched, const at::Tensor& owner, const at::Tensor& level,
-                                    const at::Tensor& t) const {
+LevelTerms OtaLoss::level_terms(int64_t i, const LevelCandidates& c, const at::Tensor& rows, const at::Tensor& matched,
+                                const at::Tensor& owner, const at::Tensor& level, const at::Tensor& t) const {
   const at::Tensor& anchors = anchors_on(t.device());
   const int64_t B = t.size(0), M = t.size(1), ny = level.size(2), nx = level.size(3);
-  const at::Tensor n = matched.sum().to(at::kFloat);  // positives of this level (device scalar)
-
   // The assigned target of every candidate, in this level's grid units relative to the candidate's cell.
   const int64_t slots = M * na_ * kCellOffsets;
   const at::Tensor tgt = t.gather(1, owner.reshape({B, slots, 1}).expand({B, slots, 5})).view({B, M, na_, kCellOffsets, 5});
   const at::Tensor tbox = at::stack({tgt.select(-1, 1) * nx - c.gi.to(at::kFloat),
                                      tgt.select(-1, 2) * ny - c.gj.to(at::kFloat), tgt.select(-1, 3) * nx,
                                      tgt.select(-1, 4) * ny}, -1);  // [B, M, na, 5, 4]
-  const at::Tensor matched4 = matched.unsqueeze(-1);
-
-  // Box: 1 - CIoU, mean over positives. An unmatched slot compares two unit boxes (weight 0), not its cell's
-  // prediction, whose zero height (saturated logits) would make the masked gradient NaN (yolo_loss.cpp).
-  const at::Tensor pxy = rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5;
-  const at::Tensor pwh = (rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors[i].view({1, 1, na_, 1, 2});
-  const at::Tensor pbox = at::where(matched4, at::cat({pxy, pwh}, -1), 1.0);
-  const at::Tensor ciou = bbox_ciou(pbox, at::where(matched4, tbox, 1.0));  // [B, M, na, 5]
-  Terms out;
-  out.box = at::where(matched, 1 - ciou, 0).sum() / n.clamp_min(1);
-
-  // Objectness: detached CIoU clamped at 0 at positive cells (the largest where a cell is assigned twice).
-  const at::Tensor obj_logits = level.select(-1, 4).to(at::kFloat);  // [B, na, ny, nx]
-  const at::Tensor score = at::where(matched, ciou.detach().clamp_min(0), 0);
-  const at::Tensor tobj = at::zeros({obj_logits.numel()}, obj_logits.options())
-                              .scatter_reduce(0, c.lt.cell.view(-1), score.reshape(-1), "amax", /*include_self=*/true)
-                              .view_as(obj_logits);
-  out.obj = bce_elementwise(obj_logits, tobj, options_.obj_pw, options_.fl_gamma).mean() * balance_[i];
-
-  // Classes (only with more than one): smoothed one-hot of the assigned target's class.
-  if (nc_ > 1) {
-    const at::Tensor logits = rows.narrow(-1, 5, nc_);  // [B, M, na, 5, nc]
-    const double cp = 1.0 - 0.5 * options_.label_smoothing, cn = 0.5 * options_.label_smoothing;
-    const at::Tensor hot = at::arange(nc_, t.options().dtype(at::kLong)) == tgt.select(-1, 0).to(at::kLong).unsqueeze(-1);
-    const at::Tensor loss = bce_elementwise(logits, at::where(hot, cp, cn).to(at::kFloat), options_.cls_pw, options_.fl_gamma);
-    out.cls = at::where(matched4, loss, 0).sum() / (n * nc_).clamp_min(1);
-  } else {
-    out.cls = at::zeros({}, obj_logits.options());
-  }
-  return out;
+  return candidate_terms(level, rows, matched, tbox, tgt.select(-1, 0).to(at::kLong), c.lt.cell, anchors[i], nc_,
+                         balance_[i], options_);
 }
 
 }  // namespace kestrel::loss

@@ -93,10 +93,7 @@ class OtaLoss {
   // Level i's box, objectness and class terms for the candidates' assignment, read from `level`
   // ([B, na, ny, nx, no], the lead or the auxiliary level i) and `rows` (its [B, M, na, 5, no] float32 rows
   // at the candidates' cells); t [B, M, 5] the targets with padding zeroed.
-  struct Terms {
-    at::Tensor box, obj, cls;  // scalars
-  };
-  Terms level_terms(int64_t i, const LevelCandidates& c, const at::Tensor& rows, const at::Tensor& matched,
+  LevelTerms level_terms(int64_t i, const LevelCandidates& c, const at::Tensor& rows, const at::Tensor& matched,
                     const at::Tensor& owner, const at::Tensor& level, const at::Tensor& t) const;
   void check_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets, const at::Tensor& mask) const;
   const at::Tensor& anchors_on(const at::Device& device) const;

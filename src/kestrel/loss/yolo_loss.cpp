@@ -154,52 +154,58 @@ void check_loss_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& 
   }
 }
 
-YoloLoss::LevelLoss YoloLoss::level_loss(int64_t i, const at::Tensor& level, const at::Tensor& targets,
-                                         const at::Tensor& mask, const at::Tensor& anchors) const {
-  const int64_t B = level.size(0), ny = level.size(2), nx = level.size(3), no = level.size(4);
-  const int64_t M = targets.size(1);
-  const LevelTargets lt = build_targets(targets, mask, anchors, ny, nx, options_.anchor_t);
-  const at::Tensor n = lt.valid.sum().to(at::kFloat);  // matched candidates (a device scalar, never read back)
+LevelTerms candidate_terms(const at::Tensor& level, const at::Tensor& rows, const at::Tensor& positive, const at::Tensor& tbox,
+                           const at::Tensor& cls, const at::Tensor& cell, const at::Tensor& anchors, int64_t nc,
+                           double balance, const LossOptions& options) {
+  const int64_t na = anchors.size(0);
+  const at::Tensor n = positive.sum().to(at::kFloat);  // positives (a device scalar, never read back)
+  const at::Tensor positive4 = positive.unsqueeze(-1);
 
-  // Gather each candidate's prediction row (in the level's dtype, then float32). [B, M, na, 5, no]
-  const at::Tensor rows =
-      level.reshape({-1, no}).index_select(0, lt.cell.view(-1)).to(at::kFloat).view({B, M, na_, kCellOffsets, no});
-
-  // Box: 1 - CIoU, mean over matched candidates. Unmatched ones compare two unit boxes, not their cell's
+  // Box: 1 - CIoU, mean over positives. Other candidates compare two unit boxes, not their cell's
   // prediction: a prediction of zero height there (saturated logits) would turn the masked-out CIoU's zero
-  // gradient into NaN (0 x inf) in that cell; upstream computes CIoU for matched candidates only.
+  // gradient into NaN (0 x inf) in that cell; upstream computes CIoU for positives only.
   const at::Tensor pxy = rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5;
-  const at::Tensor pwh = (rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors.view({1, 1, na_, 1, 2});
-  const at::Tensor valid4 = lt.valid.unsqueeze(-1);
-  const at::Tensor pbox = at::where(valid4, at::cat({pxy, pwh}, -1), 1.0);  // [B, M, na, 5, 4]
-  const at::Tensor tbox = at::where(valid4, lt.box, 1.0);
-  const at::Tensor iou = bbox_ciou(pbox, tbox);  // [B, M, na, 5]
-  LevelLoss out;
-  out.box = at::where(lt.valid, 1 - iou, 0).sum() / n.clamp_min(1);
+  const at::Tensor pwh = (rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors.view({1, 1, na, 1, 2});
+  const at::Tensor pbox = at::where(positive4, at::cat({pxy, pwh}, -1), 1.0);  // [B, M, na, 5, 4]
+  const at::Tensor iou = bbox_ciou(pbox, at::where(positive4, tbox, 1.0));    // [B, M, na, 5]
+  LevelTerms out;
+  out.box = at::where(positive, 1 - iou, 0).sum() / n.clamp_min(1);
 
-  // Objectness: target = detached CIoU clamped at 0 at matched cells, 0 elsewhere. Several candidates can
+  // Objectness: target = detached CIoU clamped at 0 at positive cells, 0 elsewhere. Several candidates can
   // hit one (image, anchor, cell); upstream keeps whichever write lands last, kestrel keeps the largest IoU
   // (deterministic; equals upstream with sort_obj_iou = True).
   const at::Tensor obj_logits = level.select(-1, 4).to(at::kFloat);  // [B, na, ny, nx]
-  const at::Tensor score = at::where(lt.valid, iou.detach().clamp_min(0), 0);
-  const at::Tensor tobj = at::zeros({B * na_ * ny * nx}, obj_logits.options())
-                              .scatter_reduce(0, lt.cell.view(-1), score.view(-1), "amax", /*include_self=*/true)
+  const at::Tensor score = at::where(positive, iou.detach().clamp_min(0), 0);
+  const at::Tensor tobj = at::zeros({obj_logits.numel()}, obj_logits.options())
+                              .scatter_reduce(0, cell.reshape(-1), score.reshape(-1), "amax", /*include_self=*/true)
                               .view_as(obj_logits);
-  out.obj = bce_elementwise(obj_logits, tobj, options_.obj_pw, options_.fl_gamma).mean() * balance_[i];
+  out.obj = bce_elementwise(obj_logits, tobj, options.obj_pw, options.fl_gamma).mean() * balance;
 
-  // Classes (only with more than one): smoothed one-hot targets, mean over matched candidates x classes.
+  // Classes (only with more than one): smoothed one-hot targets, mean over positives x classes.
   // A class id outside [0, nc) gets no positive entry (cannot be checked here without reading it back).
-  if (nc_ > 1) {
-    const at::Tensor logits = rows.narrow(-1, 5, nc_);  // [B, M, na, 5, nc]
-    const double cp = 1.0 - 0.5 * options_.label_smoothing, cn = 0.5 * options_.label_smoothing;
-    const at::Tensor hot = at::arange(nc_, lt.cls.options()) == lt.cls.view({B, M, 1, 1, 1});
+  if (nc > 1) {
+    const at::Tensor logits = rows.narrow(-1, 5, nc);  // [B, M, na, 5, nc]
+    const double cp = 1.0 - 0.5 * options.label_smoothing, cn = 0.5 * options.label_smoothing;
+    const at::Tensor hot = at::arange(nc, cls.options()) == cls.unsqueeze(-1);
     const at::Tensor t = at::where(hot, cp, cn).to(at::kFloat).expand_as(logits);
-    const at::Tensor loss = bce_elementwise(logits, t, options_.cls_pw, options_.fl_gamma);
-    out.cls = at::where(valid4, loss, 0).sum() / (n * nc_).clamp_min(1);
+    const at::Tensor loss = bce_elementwise(logits, t, options.cls_pw, options.fl_gamma);
+    out.cls = at::where(positive4, loss, 0).sum() / (n * nc).clamp_min(1);
   } else {
     out.cls = at::zeros({}, obj_logits.options());
   }
   return out;
+}
+
+LevelTerms YoloLoss::level_loss(int64_t i, const at::Tensor& level, const at::Tensor& targets, const at::Tensor& mask,
+                                const at::Tensor& anchors) const {
+  const int64_t B = level.size(0), ny = level.size(2), nx = level.size(3), no = level.size(4);
+  const int64_t M = targets.size(1);
+  const LevelTargets lt = build_targets(targets, mask, anchors, ny, nx, options_.anchor_t);
+  // Each candidate's prediction row (in the level's dtype, then float32). [B, M, na, 5, no]
+  const at::Tensor rows =
+      level.reshape({-1, no}).index_select(0, lt.cell.view(-1)).to(at::kFloat).view({B, M, na_, kCellOffsets, no});
+  return candidate_terms(level, rows, lt.valid, lt.box, lt.cls.view({B, M, 1, 1}), lt.cell, anchors, nc_, balance_[i],
+                         options_);
 }
 
 YoloLoss::Result YoloLoss::operator()(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
@@ -208,7 +214,7 @@ YoloLoss::Result YoloLoss::operator()(const std::vector<at::Tensor>& levels, con
   const at::Tensor& anchors = anchors_on(targets.device());
   at::Tensor lbox, lobj, lcls;
   for (int64_t i = 0; i < nl_; ++i) {
-    const LevelLoss l = level_loss(i, levels[i], targets, target_mask, anchors[i]);
+    const LevelTerms l = level_loss(i, levels[i], targets, target_mask, anchors[i]);
     lbox = i == 0 ? l.box : lbox + l.box;
     lobj = i == 0 ? l.obj : lobj + l.obj;
     lcls = i == 0 ? l.cls : lcls + l.cls;

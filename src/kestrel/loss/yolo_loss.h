@@ -60,6 +60,21 @@ LevelTargets build_targets(const at::Tensor& targets, const at::Tensor& mask, co
 // alpha 0.25, before its reduction). logits and target have the same shape.
 at::Tensor bce_elementwise(const at::Tensor& logits, const at::Tensor& target, double pos_weight, double gamma);
 
+// The box, objectness and class terms of one output level from its candidates: the last step of both
+// losses, which differ in how a candidate gets its target. level [B, na, ny, nx, no]; rows [B, M, na, 5, no]
+// float32, the level's rows at the candidates' cells (with grad); positive [B, M, na, 5] bool; tbox
+// [B, M, na, 5, 4] (or broadcastable) the targets, (x, y) relative to the candidate's cell and (w, h), grid
+// units; cls int64 class ids broadcastable to [B, M, na, 5]; cell [B, M, na, 5] flat indices into the
+// level's [B, na, ny, nx] cells; anchors [na, 2] grid units; balance: the level's objectness weight.
+struct LevelTerms {
+  at::Tensor box;  // scalar: 1 - CIoU, mean over positives
+  at::Tensor obj;  // scalar: objectness BCE against the detached CIoU of positive cells, mean x balance
+  at::Tensor cls;  // scalar: smoothed one-hot class BCE, mean over positives x classes (0 for one class)
+};
+LevelTerms candidate_terms(const at::Tensor& level, const at::Tensor& rows, const at::Tensor& positive, const at::Tensor& tbox,
+                           const at::Tensor& cls, const at::Tensor& cell, const at::Tensor& anchors, int64_t nc,
+                           double balance, const LossOptions& options);
+
 // Throws kestrel::Error unless levels are nl floating tensors [B, na, ny_i, nx_i, nc + 5], targets [B, M, 5] and
 // mask bool [B, M], all on one device.
 void check_loss_inputs(const std::vector<at::Tensor>& levels, const at::Tensor& targets, const at::Tensor& mask,
@@ -88,10 +103,7 @@ class YoloLoss {
   const std::vector<double>& balance() const { return balance_; }
 
  private:
-  struct LevelLoss {
-    at::Tensor box, obj, cls;  // scalars: mean 1 - CIoU, balanced objectness BCE, mean class BCE
-  };
-  LevelLoss level_loss(int64_t i, const at::Tensor& level, const at::Tensor& targets, const at::Tensor& mask,
+  LevelTerms level_loss(int64_t i, const at::Tensor& level, const at::Tensor& targets, const at::Tensor& mask,
                        const at::Tensor& anchors) const;
   const at::Tensor& anchors_on(const at::Device& device) const;
 
