@@ -24,6 +24,55 @@ namespace kestrel::app {
 // A bare --resume: the newest run (upstream: --resume with no path).
 constexpr const char* kLatestRun = "latest";
 
+namespace {
+
+// --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
+// --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options). A bare
+// --resume becomes the newest run under --project. Says which given flags are ignored. True: it was bare.
+bool resolve_resume(const CLI::App& cmd, train::TrainOptions& o) {
+  const bool latest = o.resume == kLatestRun && !std::filesystem::exists(kLatestRun);
+  if (latest) {
+    o.resume = train::latest_training_state(o.project);
+    std::cout << "Resuming training from " << o.resume << "\n";
+  }
+  if (o.resume.empty()) return false;
+  std::string ignored;
+  for (const CLI::Option* option : cmd.get_options()) {
+    bool steers = false;
+    for (const char* name : {"--resume", "--device", "--quiet", "--nproc-per-node", "--interrupt-after", "--local_rank"})
+      steers = steers || option->check_name(name);
+    steers = steers || (latest && option->check_name("--project"));  // where the newest run was looked for
+    if (option->count() > 0 && !steers) ignored += " " + option->get_name();
+  }
+  if (!ignored.empty()) std::cerr << "WARNING: --resume continues with the run's saved options; ignored:" << ignored << "\n";
+  return latest;
+}
+
+// Three defaults follow the recipe: YOLOv7's train.py trains 300 epochs, without early stopping or
+// gradient clipping (a YOLOv7 hyp file, one with paste_in or loss_ota, says which recipe it is). Flags
+// given keep their values.
+void apply_recipe_defaults(const CLI::App& cmd, train::TrainOptions& o) {
+  if (o.hyp.empty() || !train::load_hyperparameters(o.hyp).yolov7_recipe) return;
+  if (cmd.get_option("--epochs")->count() == 0) o.epochs = 300;
+  if (cmd.get_option("--patience")->count() == 0) o.patience = 0;
+  if (cmd.get_option("--max-grad-norm")->count() == 0) o.max_grad_norm = 0;
+}
+
+// The command line the launcher runs for each rank: this one, with a bare --resume replaced by the run it
+// was resolved to (`resolved_run`, when not empty), so that the ranks do not look for their own newest run.
+std::vector<std::string> rank_command_line(const std::string& resolved_run) {
+  std::vector<std::string> argv = dist::own_command_line();
+  for (size_t i = 0; !resolved_run.empty() && i < argv.size(); ++i) {
+    if (argv[i] == std::string("--resume=") + kLatestRun) argv[i] = "--resume=" + resolved_run;
+    if (argv[i] != "--resume") continue;
+    if (i + 1 < argv.size() && argv[i + 1] == kLatestRun) argv[i + 1] = resolved_run;
+    else argv[i] = "--resume=" + resolved_run;
+  }
+  return argv;
+}
+
+}  // namespace
+
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
   auto* cmd = app.add_subcommand("train", "train a detector (YOLOv5/YOLOv7 recipes)");
@@ -31,11 +80,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--cfg", o->cfg, "model YAML, or a shipped name such as yolov5s");
   cmd->add_option("--data", o->data, "dataset YAML")->capture_default_str();
   cmd->add_option("--hyp", o->hyp, "hyperparameter YAML (default: hyp.scratch-low values)");
-  // Three defaults follow the recipe: YOLOv7's train.py trains 300 epochs, without early stopping or
-  // gradient clipping (a YOLOv7 hyp file, one with paste_in or loss_ota, says which recipe it is).
-  auto recipe_defaults = std::make_shared<std::vector<CLI::Option*>>();
-  recipe_defaults->push_back(cmd->add_option("--epochs", o->epochs, "total epochs (YOLOv7 recipes: 300)")
-                                 ->capture_default_str()->check(CLI::Range(1, 100000)));
+  // --epochs, --patience and --max-grad-norm default by recipe (apply_recipe_defaults).
+  cmd->add_option("--epochs", o->epochs, "total epochs (YOLOv7 recipes: 300)")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--batch-size,--batch", o->batch_size, "total batch size for all processes; -1: AutoBatch (the batch for 80 % "
                   "of the CUDA device's memory; 16 on the CPU)")->capture_default_str()
       ->check(integer_where([](long long v) { return v == -1 || (v >= 1 && v <= 65536); }, "-1 (AutoBatch) or 1 to 65536"));
@@ -79,9 +125,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--linear-lr", o->linear_lr, "linear schedule for YOLOv7 recipes (which default to cosine, as its train.py)");
   cmd->add_option("--label-smoothing", o->label_smoothing, "class label smoothing epsilon")->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  recipe_defaults->push_back(
-      cmd->add_option("--patience", o->patience, "early stopping: epochs without improvement (0: off; YOLOv7 recipes: off)")
-          ->capture_default_str());
+  cmd->add_option("--patience", o->patience, "early stopping: epochs without improvement (0: off; YOLOv7 recipes: off)")
+      ->capture_default_str();
   cmd->add_option("--freeze", o->freeze, "freeze the first N layers, or several layer indices")->capture_default_str();
   cmd->add_option("--save-period,--save_period", o->save_period, "also save weights every N epochs")->capture_default_str();
   cmd->add_option("--seed", o->seed, "global seed")->capture_default_str()  // numpy's seeds are >= 0 too
@@ -107,14 +152,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "capture the training step as CUDA graphs once the warm-up ends and replay them (one process, CUDA; "
                 "--check-nans then sees a loss after its update)");
-  recipe_defaults->push_back(
-      cmd->add_option("--max-grad-norm", o->max_grad_norm, "gradient-norm clipping (<= 0: off; YOLOv7 recipes: off)")
-          ->capture_default_str()->check(CLI::Validator(
-              [](std::string& v) {  // nan would switch clipping off without a word
-                double x = 0;
-                return CLI::detail::lexical_cast(v, x) && std::isfinite(x) ? std::string() : "must be a finite number, got " + v;
-              },
-              "FINITE")));
+  cmd->add_option("--max-grad-norm", o->max_grad_norm, "gradient-norm clipping (<= 0: off; YOLOv7 recipes: off)")
+      ->capture_default_str()->check(CLI::Validator(
+          [](std::string& v) {  // nan would switch clipping off without a word
+            double x = 0;
+            return CLI::detail::lexical_cast(v, x) && std::isfinite(x) ? std::string() : "must be a finite number, got " + v;
+          },
+          "FINITE"));
   cmd->add_option("--max-boxes", o->max_boxes, "target capacity per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--min-warmup-iters", o->min_warmup_iterations,
@@ -147,7 +191,7 @@ void add_train_command(CLI::App& app) {
   auto* resume_file = cmd->add_option("--resume_evolve,--resume-evolve", population->resume_file,
                                       "with --evolve: the genetic algorithm from a saved evolve_population.yaml");
   cmd->callback([cmd, o, nproc, generations, population, seed_dir, resume_file, img_sizes, yolov7_flags, optimizer, cache,
-                 unsupported, recipe_defaults, local_rank, local_rank_flag] {
+                 unsupported, local_rank, local_rank_flag] {
     if (local_rank_flag->count() > 0 && *local_rank != -1 && *local_rank != dist::read_env().local_rank)
       throw CLI::ValidationError("--local_rank", std::to_string(*local_rank) + ", but the environment makes this process " +
                                  "local rank " + std::to_string(dist::read_env().local_rank) +
@@ -159,26 +203,7 @@ void add_train_command(CLI::App& app) {
       o->exist_ok = !o->resume.empty();
       o->resume.clear();
     }
-    // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
-    // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options).
-    // Say which given flags are ignored.
-    const bool latest = o->resume == kLatestRun && !std::filesystem::exists(kLatestRun);
-    if (latest) {
-      o->resume = train::latest_training_state(o->project);
-      std::cout << "Resuming training from " << o->resume << "\n";
-    }
-    if (!o->resume.empty()) {
-      std::string ignored;
-      for (const CLI::Option* option : cmd->get_options()) {
-        bool steers = false;
-        for (const char* name : {"--resume", "--device", "--quiet", "--nproc-per-node", "--interrupt-after", "--local_rank"})
-          steers = steers || option->check_name(name);
-        steers = steers || (latest && option->check_name("--project"));  // where the newest run was looked for
-        if (option->count() > 0 && !steers) ignored += " " + option->get_name();
-      }
-      if (!ignored.empty())
-        std::cerr << "WARNING: --resume continues with the run's saved options; ignored:" << ignored << "\n";
-    }
+    const bool latest = resolve_resume(*cmd, *o);
     for (const auto& [name, option] : *unsupported)
       if (option->count() > 0)
         throw CLI::ValidationError(name, "kestrel has no W&B or Google Cloud logging; it writes TensorBoard "
@@ -217,12 +242,7 @@ void add_train_command(CLI::App& app) {
     }
     if (yolov7_flags->second) o->cache = "ram";
     if (o->resume.empty()) o->hyp = data::resolve_hyp_path(o->hyp);  // recorded resolved, as train.py's check_yaml
-    if (o->resume.empty() && !o->hyp.empty() && train::load_hyperparameters(o->hyp).yolov7_recipe) {
-      const std::vector<CLI::Option*>& given = *recipe_defaults;  // --epochs, --patience, --max-grad-norm
-      if (given[0]->count() == 0) o->epochs = 300;
-      if (given[1]->count() == 0) o->patience = 0;
-      if (given[2]->count() == 0) o->max_grad_norm = 0;
-    }
+    if (o->resume.empty()) apply_recipe_defaults(*cmd, *o);
     const bool genetic = seed_dir->count() > 0 || resume_file->count() > 0;
     if (seed_dir->count() > 0 && resume_file->count() > 0)
       throw CLI::ValidationError("--resume_evolve", "starts from its saved population; --evolve_population seeds a new one: give one of them");
@@ -242,15 +262,7 @@ void add_train_command(CLI::App& app) {
                                  std::to_string(dist::read_env().local_world_size) +
                                  " (WORLD_SIZE is set in the environment): unset WORLD_SIZE, or drop --nproc-per-node");
     if (*nproc > 1 && !dist::launched_worker()) {
-      // A bare --resume was resolved above: the ranks get that path, not their own newest run.
-      std::vector<std::string> argv = dist::own_command_line();
-      for (size_t i = 0; latest && i < argv.size(); ++i) {
-        if (argv[i] == std::string("--resume=") + kLatestRun) argv[i] = "--resume=" + o->resume;
-        if (argv[i] != "--resume") continue;
-        if (i + 1 < argv.size() && argv[i + 1] == kLatestRun) argv[i + 1] = o->resume;
-        else argv[i] = "--resume=" + o->resume;
-      }
-      const int code = dist::launch_local(*nproc, argv);
+      const int code = dist::launch_local(*nproc, rank_command_line(latest ? o->resume : ""));
       if (code != 0) throw CLI::RuntimeError(code);
       return;
     }
