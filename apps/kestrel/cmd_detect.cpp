@@ -7,14 +7,13 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <algorithm>
-#include <set>
 
 #include <ATen/ATen.h>
 
 #include "commands.h"
+#include "detect_outputs.h"
 #include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/device.h"
@@ -50,122 +49,6 @@ struct DetectOptions {
   bool exist_ok = false;
   bool hide_labels = false, hide_conf = false, half = false, augment = false, save_crop = false, visualize = false;
 };
-
-// Annotated images keep the source's file name and format where kestrel encodes it (JPEG at cv2.imwrite's
-// quality 95, PNG); other formats (BMP, TIFF, WebP ...) are written as JPEG with ".jpg" in place of the
-// extension (upstream: the source's format).
-std::string annotated_name(const fs::path& source) {
-  const std::string ext = ascii_lower(source.extension().string());
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png" ? source.filename().string() : source.stem().string() + ".jpg";
-}
-void write_annotated(const fs::path& path, const cv::Mat& image) {
-  if (ascii_lower(path.extension().string()) == ".png") data::write_png(path.string(), image);
-  else data::write_jpeg(path.string(), image, 95);
-}
-
-// Paths as detect.py prints them: LoadImages resolves its source (absolute, links followed) and lists a
-// folder's files below that, unresolved; a file given by itself or in a list is resolved.
-std::string shown_path(const std::string& path, const std::string& source) {
-  std::error_code ec;
-  if (fs::is_directory(source, ec)) {
-    const fs::path relative =
-        fs::absolute(path, ec).lexically_normal().lexically_relative(fs::absolute(source, ec).lexically_normal());
-    const fs::path root = fs::weakly_canonical(source, ec);
-    if (!ec && !relative.empty() && *relative.begin() != "..") return (root / relative).string();
-  }
-  const fs::path resolved = fs::weakly_canonical(path, ec);
-  return ec ? path : resolved.string();
-}
-
-// Where each image's outputs go, relative to the run folder: upstream's names (the annotated image under
-// its file name, the label file under its stem) for a folder's own images, a file or a list; for images in
-// subfolders of a --source folder (which upstream does not search) the same subfolders, so that a/x.jpg and
-// b/x.jpg do not overwrite each other. Every image first claims its own name; a name wanted by a second
-// image (x.jpg and x.png both label x.txt; a list naming two x.jpg) gets upstream's increment x2, x3, ...,
-// skipping names that other images have as their own. Images whose annotated copy keeps their file name
-// (JPEG, PNG) claim first: x.bmp (written as a JPEG) beside x.jpg gets x2.jpg and labels/x2.txt.
-struct OutputNames {
-  fs::path annotated;  // e.g. a/x.jpg
-  fs::path labels;     // e.g. a/x.txt (under labels/)
-};
-std::vector<OutputNames> output_names(const std::vector<std::string>& images, const std::string& source) {
-  const bool folder = fs::is_directory(source);
-  std::vector<OutputNames> wanted;
-  for (const std::string& image : images) {
-    fs::path dir;
-    if (folder) {
-      const fs::path relative = fs::absolute(image).lexically_normal().lexically_relative(fs::absolute(source).lexically_normal());
-      if (!relative.empty() && *relative.begin() != "..") dir = relative.parent_path();
-    }
-    wanted.push_back({dir / annotated_name(image), dir / (fs::path(image).stem().string() + ".txt")});
-  }
-  std::set<std::string> own_annotated, own_labels;  // names some image wants as its own
-  for (const OutputNames& w : wanted) own_annotated.insert(w.annotated.string()), own_labels.insert(w.labels.string());
-  std::set<std::string> taken_annotated, taken_labels;
-  const auto claim = [](const fs::path& want, const std::set<std::string>& own, std::set<std::string>& taken) {
-    if (taken.insert(want.string()).second) return want;
-    const fs::path dir = want.parent_path();
-    const std::string stem = want.stem().string(), ext = want.extension().string();
-    for (int64_t n = 2;; ++n) {
-      const fs::path candidate = dir / cat(stem, n, ext);
-      if (!own.count(candidate.string()) && taken.insert(candidate.string()).second) return candidate;
-    }
-  };
-  std::vector<size_t> order(images.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_partition(order.begin(), order.end(),
-                        [&](size_t i) { return wanted[i].annotated.filename() == fs::path(images[i]).filename(); });
-  std::vector<OutputNames> names(images.size());
-  for (const size_t i : order)
-    names[i] = {claim(wanted[i].annotated, own_annotated, taken_annotated), claim(wanted[i].labels, own_labels, taken_labels)};
-  return names;
-}
-
-// The output stem of each video of a file source (<run>/<stem>.mp4, labels/<stem>_<frame>.txt): its file's
-// stem ("stream" for an empty one or one with ':'), or stem2, stem3 ... when another video has that stem
-// (a/v.avi, b/v.mov: upstream overwrites one with the other) or, with --save-txt, when an image's label
-// file would be one of its frame files (an image v_1.jpg).
-std::vector<std::string> video_stems(const std::vector<std::string>& videos, const std::vector<OutputNames>& images,
-                                     bool save_txt) {
-  const auto frame_file_of = [](const std::string& stem, const fs::path& label) {
-    const std::string name = label.stem().string();
-    return label.parent_path().empty() && name.size() > stem.size() + 1 && name.compare(0, stem.size() + 1, stem + "_") == 0 &&
-           name.find_first_not_of("0123456789", stem.size() + 1) == std::string::npos;
-  };
-  std::set<std::string> taken;
-  std::vector<std::string> stems;
-  for (const std::string& video : videos) {
-    std::string stem = fs::path(video).stem().string();
-    if (stem.empty() || stem.find(':') != std::string::npos) stem = "stream";
-    for (int64_t n = 1;; ++n) {
-      const std::string candidate = n == 1 ? stem : cat(stem, n);
-      const bool clashes = save_txt && std::any_of(images.begin(), images.end(), [&](const OutputNames& image) {
-                             return frame_file_of(candidate, image.labels);
-                           });
-      if (!clashes && taken.insert(candidate).second) {
-        stems.push_back(candidate);
-        break;
-      }
-    }
-  }
-  return stems;
-}
-
-// upstream's increment_path for a crop: dir/stem.jpg, else dir/stem2.jpg, dir/stem3.jpg, ... Each (folder,
-// stem) remembers where its search ended, so a video's thousands of crops of one class cost one check each
-// (upstream checks from 2 every time), and there is no last number to overwrite (upstream stops at 9999).
-fs::path free_crop_path(const fs::path& dir, const std::string& stem) {
-  static std::map<std::string, int64_t> next_number;  // detect runs once per process
-  int64_t& n = next_number[(dir / stem).string()];
-  if (n == 0) n = 1;
-  for (;; ++n) {
-    const fs::path path = n == 1 ? dir / (stem + ".jpg") : dir / cat(stem, n, ".jpg");
-    if (!fs::exists(path)) {
-      ++n;
-      return path;
-    }
-  }
-}
 
 // Where one image's or frame's outputs go: its label file, the stem of its crops and --visualize folder,
 // and its name in predictions.csv (detect.py's p.name: the image's or video's file name; for images in
@@ -257,21 +140,6 @@ void detect_one(eval::Detector& detector, cv::Mat& image, const DetectOptions& o
   std::snprintf(ms, sizeof ms, "%.1fms", detector.last_inference_ms());
   std::cout << prefix << det.input_size.height << "x" << det.input_size.width << " "
             << eval::summarize_detections(det.boxes, names) << ms << std::endl;
-}
-
-// Python's Path(urllib.parse.unquote(url).split('?')[0]).name: %XX escapes decoded (others kept as written).
-std::string url_file_name(const std::string& url) {
-  std::string decoded;
-  const auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
-  for (size_t i = 0; i < url.size(); ++i) {
-    if (url[i] == '%' && i + 2 < url.size() && hex(url[i + 1]) && hex(url[i + 2])) {
-      decoded += static_cast<char>(std::stoi(url.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      decoded += url[i];
-    }
-  }
-  return fs::path(decoded.substr(0, decoded.find('?'))).filename().string();
 }
 
 // A video file (detect.py's LoadImages; cameras and streams go to detect_streams): every frame (every
