@@ -392,10 +392,7 @@ void TrainingRun::build_step() {
     graph_options.capture = o.cuda_graph_capture;
     graph = std::make_unique<CudaGraphStep>(*step, device, graph_options);  // capturing: a clear error on the CPU
   }
-  std::vector<at::Tensor> trainable;
-  for (const auto& p : model->parameters())
-    if (p.requires_grad()) trainable.push_back(p);
-  reducer.emplace(trainable, dist_ctx);  // all-reduces gradient buckets during backward
+  reducer.emplace(step->trainable(), dist_ctx);  // all-reduces gradient buckets during backward
 }
 
 void TrainingRun::open_run_files() {
