@@ -58,6 +58,35 @@ TEST(PythonRepr, AsPythonOnRandomDoubles) {
   EXPECT_EQ(wrong, 0);
 }
 
+// '%20.5g' % v and '%.5g' % v (results.csv, evolve.csv) against Python's, a NaN with its sign bit set included.
+TEST(PythonRepr, PercentGAsPython) {
+  const std::vector<double> values = {0.0, -0.0, 1.0, 0.1, 123456.0, 1234567.0, 1e-5, 0.00012345678, -2.5, 99999.5,
+                                      std::nan(""), -std::nan(""), HUGE_VAL, -HUGE_VAL, 3.0e300};
+  std::ostringstream script;
+  script << "import struct\nfor h in '''";
+  for (double v : values) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof v);
+    script << std::hex << bits << "\n";
+  }
+  script << "'''.split():\n    v = struct.unpack('<d', int(h, 16).to_bytes(8, 'little'))[0]\n"
+            "    print('%20.5g' % v + '|' + '%.5g' % v)\n";
+  const test::CommandResult r = test::run_python(script.str());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  for (double v : values) {
+    std::string expected;
+    std::getline(lines, expected);
+    EXPECT_EQ(python_percent_g(v, 5, 20) + "|" + python_percent_g(v, 5), expected);
+  }
+}
+
+TEST(CsvRow, CellsAreTrimmedAndEmptyCellsKept) {
+  EXPECT_EQ(split_csv_row("  epoch,  train/box_loss\r"), (std::vector<std::string>{"epoch", "train/box_loss"}));
+  EXPECT_EQ(split_csv_row("1,,\t2 ,"), (std::vector<std::string>{"1", "", "2", ""}));
+  EXPECT_EQ(split_csv_row(""), (std::vector<std::string>{""}));
+}
+
 // repr(s) for names with quotes, backslashes, control characters and printable UTF-8, against Python's.
 TEST(PythonRepr, StringsAsPythonRepr) {
   const std::vector<std::string> names = {"person", "it's", "say \"hi\"", "both ' and \"", "back\\slash", "tab\tnew\nline\r",

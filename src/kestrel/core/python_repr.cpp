@@ -7,6 +7,26 @@
 
 namespace kestrel {
 
+std::string python_percent_g(double v, int precision, int width) {
+  char buf[128];
+  if (std::isnan(v)) std::snprintf(buf, sizeof buf, "%*s", width, "nan");
+  else std::snprintf(buf, sizeof buf, "%*.*g", width, precision, v);
+  return buf;
+}
+
+std::vector<std::string> split_csv_row(const std::string& line) {
+  std::vector<std::string> cells;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = line.find(',', start);
+    const std::string cell = line.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t a = cell.find_first_not_of(" \t\r\n"), b = cell.find_last_not_of(" \t\r\n");
+    cells.push_back(a == std::string::npos ? std::string() : cell.substr(a, b - a + 1));
+    if (comma == std::string::npos) return cells;
+    start = comma + 1;
+  }
+}
+
 std::string python_float_repr(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";

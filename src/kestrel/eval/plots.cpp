@@ -1,3 +1,4 @@
+#include "kestrel/core/python_repr.h"
 #include "kestrel/eval/plots.h"
 
 #include <algorithm>
@@ -283,28 +284,19 @@ void plot_confidence_curve(const ApPerClass& m, CurveKind kind, const std::vecto
 void plot_results(const std::string& csv_path, const std::string& path) {
   std::ifstream in(csv_path);
   if (!in) fail(csv_path, ": cannot read");
-  const auto split = [](const std::string& line) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) {
-      const size_t a = cell.find_first_not_of(" \t\r"), b = cell.find_last_not_of(" \t\r");
-      cells.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
-    }
-    return cells;
-  };
   std::string line;
   if (!std::getline(in, line)) fail(csv_path, ": empty results file");
-  const std::vector<std::string> header = split(line);
+  const std::vector<std::string> header = split_csv_row(line);
   if (header.size() < 11) fail(csv_path, ": ", header.size(), " columns, a YOLOv5 results.csv has at least 11");
   std::vector<std::vector<double>> columns(header.size());
   for (int number = 2; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto cells = split(line);
+    const auto cells = split_csv_row(line);
     if (cells.size() != header.size()) fail(csv_path, ":", number, ": ", cells.size(), " values for ", header.size(), " columns");
     for (size_t i = 0; i < cells.size(); ++i) {
       char* end = nullptr;
       const double v = std::strtod(cells[i].c_str(), &end);
-      if (end == cells[i].c_str()) fail(csv_path, ":", number, ": '", cells[i], "' is not a number");
+      if (cells[i].empty() || *end != '\0') fail(csv_path, ":", number, ": '", cells[i], "' is not a number");
       columns[i].push_back(v);
     }
   }

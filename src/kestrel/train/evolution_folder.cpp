@@ -1,3 +1,4 @@
+#include "kestrel/core/python_repr.h"
 #include "kestrel/train/evolution_folder.h"
 
 #include <algorithm>
@@ -29,18 +30,7 @@ constexpr const char* kStopEvolutionNote = "\nStopping the evolution after this 
 const std::vector<std::string> kResultColumns = {"metrics/precision", "metrics/recall", "metrics/mAP_0.5",
                                                  "metrics/mAP_0.5:0.95", "val/box_loss", "val/obj_loss", "val/cls_loss"};
 
-
-std::string trim(const std::string& s) {
-  const auto a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
-  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
-}
-
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string cell; std::getline(ss, cell, ',');) out.push_back(trim(cell));
-  return out;
-}
+bool blank(const std::string& line) { return line.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 // A number of evolve.csv or results.csv. Results may be nan or inf (a generation that diverged: its val
 // losses; upstream writes and reads them, and its fitness needs only the mAPs); genes must be finite.
@@ -61,9 +51,9 @@ std::vector<double> final_results(const std::string& results_csv) {
   std::string line, last;
   size_t n = 0;
   while (std::getline(in, line))
-    if (!trim(line).empty()) last = line, ++n;
+    if (!blank(line)) last = line, ++n;
   if (n < 2) fail(results_csv, ": no epoch row");
-  const auto cells = split_csv(last);
+  const auto cells = split_csv_row(last);
   if (cells.size() < 11) fail(results_csv, ":", n, ": expected at least 11 columns");
   std::vector<double> r;
   for (size_t c = 4; c <= 10; ++c) r.push_back(parse_number(cells[c], results_csv, n, /*finite=*/false));
@@ -81,14 +71,8 @@ std::string format_row(const std::vector<std::string>& cells) {
   return out + "\n";
 }
 
-// evolve.csv holds upstream's %.5g (Python's: nan and inf without a sign bit's "-nan").
-std::string csv_number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.5g", v);
-  return buf;
-}
+// evolve.csv holds upstream's %.5g.
+std::string csv_number(double v) { return python_percent_g(v, 5); }
 
 }  // namespace
 
@@ -113,8 +97,8 @@ std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
   std::string line;
   std::vector<std::string> header;
   for (size_t n = 1; std::getline(in, line); ++n) {
-    if (trim(line).empty()) continue;
-    const auto cells = split_csv(line);
+    if (blank(line)) continue;
+    const auto cells = split_csv_row(line);
     if (header.empty()) {
       header = cells;
       if (header.size() < kResultColumns.size() + 1 || !std::equal(kResultColumns.begin(), kResultColumns.end(), header.begin()))

@@ -1,3 +1,4 @@
+#include "kestrel/core/python_repr.h"
 #include "kestrel/train/run_files.h"
 
 #include <cerrno>
@@ -60,14 +61,8 @@ void ResultsCsv::append(int epoch, const std::vector<double>& values) const {
     }
     line += "\n";
   }
-  std::snprintf(cell, sizeof cell, "%20.5g", static_cast<double>(epoch));
-  line += cell;
-  for (double v : values) {
-    // Python's '%20.5g' writes nan and inf without the sign bit's "-nan" of glibc
-    if (std::isnan(v)) std::snprintf(cell, sizeof cell, "%20s", "nan");
-    else std::snprintf(cell, sizeof cell, "%20.5g", v);
-    line += "," + std::string(cell);
-  }
+  line += python_percent_g(static_cast<double>(epoch), 5, 20);
+  for (double v : values) line += "," + python_percent_g(v, 5, 20);
   out << line << "\n";
   out.close();  // the buffered row reaches the file here: a full disk shows at the close, not at <<
   if (out.fail()) fail(path_, ": write failed (", std::strerror(errno), ")");
