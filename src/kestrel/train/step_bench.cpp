@@ -112,8 +112,7 @@ struct BenchStep {
 };
 
 std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss::LossOptions& loss_options, int nc) {
-  if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")
-    fail("--precision ", o.precision, ": expected fp32, fp16 or bf16");
+  const std::optional<at::ScalarType> autocast = autocast_type(o.precision, "--precision");
   if (o.fused_bn_silu && !o.channels_last && parse_device(o.device).is_cuda())
     fail("--fused-bn-silu needs --channels-last on CUDA (its kernels take channels-last activations)");
   if (o.cuda_graph && !o.fused_optimizer)
@@ -153,8 +152,7 @@ std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss
   scaler_options.enabled = o.precision == "fp16";
   b->scaler = std::make_unique<GradScaler>(scaler_options, b->device);
   StepOptions step_options;
-  step_options.autocast = o.precision != "fp32";
-  step_options.autocast_dtype = o.precision == "bf16" ? at::kBFloat16 : at::kHalf;
+  step_options.set_precision(autocast);
   step_options.channels_last = o.channels_last;
   const LossFn loss_fn = make_loss_fn(b->model->head(), loss_options, o.img_size, o.ota);
   b->step = std::make_unique<TrainStep>(*b->model, loss_fn, *b->optimizer, *b->scaler, b->ema.get(), step_options);

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "kestrel/core/device.h"
+#include "kestrel/core/error.h"
 #include "kestrel/loss/ota_loss.h"
 
 namespace kestrel::train {
@@ -17,6 +18,13 @@ LossFn make_loss_fn(const models::Detect& head, const loss::LossOptions& options
   }
   const auto loss = std::make_shared<const loss::YoloLoss>(head, options, img_size);
   return [loss](const std::vector<at::Tensor>& l, const at::Tensor& t, const at::Tensor& m) { return (*loss)(l, t, m); };
+}
+
+std::optional<at::ScalarType> autocast_type(const std::string& precision, const std::string& flag) {
+  if (precision == "off" || precision == "fp32") return std::nullopt;
+  if (precision == "fp16") return at::kHalf;
+  if (precision == "bf16") return at::kBFloat16;
+  fail(flag, " ", precision, ": expected fp16, bf16, or off (fp32)");
 }
 
 TrainStep::TrainStep(models::YoloModel& model, LossFn loss, Optimizer& optimizer, GradScaler& scaler, ModelEma* ema,

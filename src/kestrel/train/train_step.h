@@ -7,6 +7,8 @@
 #pragma once
 #include <array>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -28,9 +30,17 @@ using LossFn = std::function<loss::YoloLoss::Result(const std::vector<at::Tensor
 // IAuxDetect head (always), else YOLOv5's.
 LossFn make_loss_fn(const models::Detect& head, const loss::LossOptions& options, int64_t img_size, bool ota);
 
+// The autocast type of a precision name, as `--amp` (off, fp16, bf16) and `bench --precision` (fp32, fp16,
+// bf16) spell them: none for off and fp32. Anything else is an error naming `flag`.
+std::optional<at::ScalarType> autocast_type(const std::string& precision, const std::string& flag);
+
 struct StepOptions {
   bool autocast = false;
   at::ScalarType autocast_dtype = at::kHalf;
+  void set_precision(std::optional<at::ScalarType> type) {  // autocast_type's result
+    autocast = type.has_value();
+    autocast_dtype = type.value_or(at::kHalf);
+  }
   double max_grad_norm = 10.0;  // <= 0: no clipping
   bool channels_last = false;   // images enter in channels-last memory
 };

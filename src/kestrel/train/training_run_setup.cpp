@@ -221,8 +221,7 @@ void TrainingRun::build_data() {
   if (o.batch_size == -1) {  // AutoBatch (one process: join_ranks refuses it for several); saved resolved
     AutoBatchOptions autobatch_options;
     autobatch_options.channels_last = o.channels_last;
-    const std::string precision = resolve_amp(o.amp, device);
-    if (precision != "off") autobatch_options.autocast = precision == "bf16" ? at::kBFloat16 : at::kHalf;
+    autobatch_options.autocast = autocast_type(resolve_amp(o.amp, device), "--amp");
     o.batch_size = autobatch(*model, device, o.img_size, autobatch_options).batch;
   }
   const int nc = static_cast<int>(data_cfg.names.size());
@@ -379,8 +378,7 @@ void TrainingRun::build_step() {
   if (!o.resume.empty()) models::load_state_dict(ema->model(), resume_state.ema, true, o.resume);
   resume_state.ema.clear();
   StepOptions step_options;
-  step_options.autocast = amp != "off";
-  step_options.autocast_dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
+  step_options.set_precision(autocast_type(amp, "--amp"));
   step_options.max_grad_norm = o.max_grad_norm;
   step_options.channels_last = o.channels_last;
   step.emplace(*model, train_loss_fn, *optimizer, *scaler, &*ema, step_options);
