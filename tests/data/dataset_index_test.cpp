@@ -532,6 +532,9 @@ TEST(DatasetConfig, DemoYamlAndErrors) {
   EXPECT_NE(error_of("train: a\nval: a\nnames: {0: x, 2: y}\n").find("without gaps (missing 1)"), std::string::npos);
   EXPECT_NE(error_of("train: [a\n").find("malformed YAML"), std::string::npos);
   EXPECT_NE(error_of("train: a\nval: a\n").find("give 'names'"), std::string::npos);
+  // A list as 'path' was ignored: the splits were then looked for (and reported missing) beside the YAML.
+  EXPECT_NE(error_of("path: [/x]\ntrain: a\nval: a\nnames: [x]\n").find("d.yaml:1: 'path' must be a folder, not a list or mapping"),
+            std::string::npos) << error_of("path: [/x]\ntrain: a\nval: a\nnames: [x]\n");
   // fuzzing finding: a giant nc without names built that many class names (2e9 strings) before any check
   EXPECT_NE(error_of("train: a\nval: a\nnc: 2000000000\n").find("d.yaml: 'nc' is 2000000000, above the limit of 1000000 classes"),
             std::string::npos) << error_of("train: a\nval: a\nnc: 2000000000\n");

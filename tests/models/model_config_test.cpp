@@ -121,7 +121,11 @@ TEST(ModelConfigErrors, KernelStrideAnchorsAndPaddingOutOfRange) {
   msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 999, 2]"));
   EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): convolution: kernel size must be in [1, 64], got 999"), std::string::npos) << msg;
   msg = error_of(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, -2]"));
-  EXPECT_NE(msg.find("layer 0 (Conv): convolution: padding must be >= 0 (or None: automatic), got -2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("layer 0 (Conv): convolution: padding must be in [0, 64] (or None: automatic), got -2"), std::string::npos) << msg;
+  // 1000 took seconds and a gigabyte and a half before the stride check failed
+  msg = error_of(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, 1000]"));
+  EXPECT_NE(msg.find("layer 0 (Conv): convolution: padding must be in [0, 64] (or None: automatic), got 1000"), std::string::npos)
+      << msg;
   const std::string text = replaced(replaced(replaced(kTinyHead, "  - [10,13, 16,30, 33,23]\n", ""), "  - [30,61, 62,45, 59,119]\n", ""),
                                     "anchors:", "anchors: abc");
   msg = error_of(text);
@@ -190,6 +194,11 @@ TEST(ModelConfigErrors, HugeNetworksAreRefusedBeforeAllocating) {
   std::string msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[262144, 64, 2]"));
   EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): the network needs more than 1000000000 parameter values"), std::string::npos)
       << msg;
+  // Tiny widths keep the parameter count low; 1000 x depth_multiple 100 was still 100,000 modules in one row.
+  msg = error_of(replaced(replaced(kTinyHead, "depth_multiple: 0.33", "depth_multiple: 100"), "[-1, 3, C3, [128]]",
+                          "[-1, 1000, C3, [128]]"));
+  EXPECT_NE(msg.find("bad.yaml:11: layer 2 (C3): 1000 x depth_multiple 100 = 100000 repeats; at most 1000 per row"),
+            std::string::npos) << msg;
   msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[2000000000, 1, 1]"));
   EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): output width "), std::string::npos) << msg;
   EXPECT_NE(msg.find(" exceeds 65536 channels"), std::string::npos) << msg;
@@ -203,8 +212,11 @@ TEST(ModelConfigErrors, AnchorCountsAndSizesAreChecked) {
   EXPECT_NE(msg.find("anchors per level must be in [1, 64], got 4611686018427387904"), std::string::npos) << msg;
   for (const char* bad : {"[10,13, 16,.nan, 33,23]", "[10,13, 16,-30, 33,23]", "[10,13, 16,0, 33,23]", "[10,13, 16,.inf, 33,23]"}) {
     msg = error_of(replaced(kTinyHead, "[10,13, 16,30, 33,23]", bad));
-    EXPECT_NE(msg.find("anchor sizes must be finite pixels > 0"), std::string::npos) << bad << ": " << msg;
+    EXPECT_NE(msg.find("anchor sizes must be pixels in (0, 1e6]"), std::string::npos) << bad << ": " << msg;
   }
+  // Finite in double, infinite in the float32 the loss computes in: every loss would be NaN.
+  msg = error_of(replaced(kTinyHead, "[10,13, 16,30, 33,23]", "[10,13, 16,1e300, 33,23]"));
+  EXPECT_NE(msg.find("anchor sizes must be pixels in (0, 1e6], got 1e+300"), std::string::npos) << msg;
 }
 
 // An explicit None is upstream's default only where that default is None (a Conv's padding: autopad;
@@ -302,6 +314,28 @@ TEST(ModelConfigErrors, AnchorLevelsMustMatchTheHeadInputs) {
 TEST(ModelConfigErrors, UnknownActivation) {
   auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 1, nn.Swishy()]"));
   EXPECT_NE(msg.find("unknown activation 'nn.Swishy()'"), std::string::npos) << msg;
+  // A list as the file's default activation was read as "" (SiLU) without a word.
+  msg = error_of(replaced(kTinyHead, "nc: 4\n", "nc: 4\nactivation: [1, 2]\n"));
+  EXPECT_NE(msg.find("bad.yaml:3: 'activation' must be a module such as nn.SiLU(), got a list or mapping"), std::string::npos) << msg;
+}
+
+// A number in place of the head's `nc` must be the model's class count (after a dataset's override): a head
+// of 3 classes trained on 80 never saw classes 3..79, and its weights said 80.
+TEST(ModelConfigErrors, HeadClassCountMustBeTheModels) {
+  auto msg = error_of(replaced(kTinyHead, "Detect, [nc, anchors]", "Detect, [3, anchors]"));
+  EXPECT_NE(msg.find("bad.yaml:16: layer 5 (Detect): the head's class count 3 is not the model's nc 4; write nc"),
+            std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "Detect, [nc, anchors]", "Detect, [0, anchors]"));
+  EXPECT_NE(msg.find("the head's class count 0 is not the model's nc 4"), std::string::npos) << msg;
+  const std::string literal = replaced(kTinyHead, "Detect, [nc, anchors]", "Detect, [4, anchors]");
+  EXPECT_EQ(build_model(parse_model_config(literal, "ok.yaml"))->head().nc(), 4);  // the same number is fine
+  try {
+    build_model(parse_model_config(literal, "ok.yaml"), 80);
+    ADD_FAILURE() << "a dataset of 80 classes built a head of 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the head's class count 4 is not the model's nc 80 (the dataset's)"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Arguments LibTorch itself refuses (with c10::Error, which carried no file or line) are reported with

@@ -3,6 +3,11 @@
 // strides, and conv GFLOPs within 1 %.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
 #include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_summary.h"
 
@@ -60,6 +65,25 @@ TEST_P(ModelFacts, MatchUpstreamCounts) {
   EXPECT_EQ(s.layers, f.layers);
   EXPECT_EQ(s.strides, f.strides);
   EXPECT_NEAR(s.gflops, f.gflops, 0.01 * f.gflops);
+}
+
+// A head that reads three stride-8 maps of a network that goes down to stride 32 trains (grids round up to
+// 32) and is summarised too: the FLOP probe is at least 64 px (twice the head's stride, 16, failed in the
+// neck's concatenations). By hand, against yolov5n: layers 18-23 no longer run (Conv 64-64 k3 at 40x40,
+// C3 128 at 40x40, Conv 128-128 k3 at 20x20, C3 256 at 20x20: 353.9 M multiply-adds = 0.7078 GFLOPs), and
+// the head's 1x1 convolutions to 255 outputs read 3 x 64 channels at 80x80 (0.6267) instead of 64 at 80x80,
+// 128 at 40x40 and 256 at 20x20 (0.3656).
+TEST(ModelSummary, HeadOnOneStrideOfADeeperNetwork) {
+  std::ifstream in("configs/models/yolov5n.yaml");
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  const size_t at = text.find("[[17, 20, 23], 1, Detect");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, std::string("[[17, 20, 23]").size(), "[[17, 17, 17]");
+  auto reference = build_model(load_model_config(resolve_model_config_path("yolov5n")));
+  auto model = build_model(parse_model_config(text, "p3-only.yaml"));
+  const ModelStats s = model_stats(*model, 640);
+  EXPECT_EQ(s.strides, (std::vector<double>{8, 8, 8}));
+  EXPECT_NEAR(s.gflops, model_stats(*reference, 640).gflops - 0.70779 - 0.36557 + 0.62669, 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, ModelFacts, ::testing::ValuesIn(kFacts),

@@ -137,7 +137,10 @@ TEST(Hyperparameters, MissingKeysAreListedAndOutOfRangeValuesRefused) {
       {"hsv_v: 1e9\n", "m.yaml:1: 'hsv_v' must be at most 1, got 1e+09"},
       {"translate: 10\n", "m.yaml:1: 'translate' must be at most 1, got 10"},
       {"shear: 1e6\n", "m.yaml:1: 'shear' must be at most 89, got 1e+06"},
-      {"perspective: 10\n", "m.yaml:1: 'perspective' must be at most 0.1, got 10"}};
+      {"perspective: 10\n", "m.yaml:1: 'perspective' must be at most 0.1, got 10"},
+      // (its warm-up's iteration count overflowed, and the run trained as without a warm-up)
+      {"warmup_epochs: 1e300\n", "m.yaml:1: 'warmup_epochs' must be in [0, 1e+06], got 1e+300"},
+      {"lr0: 0.01\n[a, b]: 1\n", "m.yaml:2: a key must be a plain name, not a list or mapping"}};
   // every shipped file is inside the ranges
   for (const auto& file : std::filesystem::directory_iterator("configs/hyps"))
     EXPECT_EQ(test::error_message([&] { load_hyperparameters(file.path().string()); }), "") << file.path();

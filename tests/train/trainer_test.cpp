@@ -608,6 +608,13 @@ TEST(Trainer, BadOptionsAreClearErrors) {
   o = quick_options(dir);
   o.cuda_graph = true;  // quick_options trains on the CPU: graphs are a CUDA feature
   EXPECT_NE(test::error_message([&] { train(o); }).find("--cuda-graph"), std::string::npos);
+  // A model for one-channel images builds, and failed in its first convolution with LibTorch's words.
+  std::ifstream v5n("configs/models/yolov5n.yaml");
+  test::write_file(dir.file("gray.yaml"), std::string(std::istreambuf_iterator<char>(v5n), {}) + "\nch: 1\n");
+  o = quick_options(dir);
+  o.cfg = dir.file("gray.yaml");
+  EXPECT_EQ(test::error_message([&] { train(o); }),
+            dir.file("gray.yaml") + ": 'ch: 1': the images kestrel trains on have 3 channels (RGB)");
   TrainOptions resume;
   resume.resume = dir.file("nothing-here");
   EXPECT_THROW(train(resume), Error);

@@ -94,6 +94,8 @@ DatasetConfig load_dataset_config(const std::string& path) {
   cfg.source = path;
   const fs::path yaml_dir = fs::absolute(path).parent_path();
   fs::path base = yaml_dir;
+  if (root["path"] && !root["path"].IsNull() && !root["path"].IsScalar())
+    fail(path, ":", root["path"].Mark().line + 1, ": 'path' must be a folder, not a list or mapping");
   if (root["path"] && root["path"].IsScalar() && !root["path"].Scalar().empty()) {
     fs::path p(root["path"].Scalar());
     base = p.is_absolute() ? p : yaml_dir / p;

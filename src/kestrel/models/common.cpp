@@ -59,7 +59,9 @@ Activation Activation::parse(const std::string& text) {
 // ---- Conv ------------------------------------------------------------------------------------
 
 Conv::Conv(const ConvOptions& o) : act_(o.act) {
-  if (o.p < -1) fail("convolution: padding must be >= 0 (or None: automatic), got ", o.p);
+  // At most 64, as the kernel (conv_ops' bound): a larger padding only adds zeros, and a typo of 1000
+  // would allocate gigabytes before the stride check could say so.
+  if (o.p < -1 || o.p > 64) fail("convolution: padding must be in [0, 64] (or None: automatic), got ", o.p);
   const int64_t pad = o.p >= 0 ? o.p : o.d * (o.k - 1) / 2;  // autopad with dilation
   conv = register_module("conv", make_conv2d(torch::nn::Conv2dOptions(o.c1, o.c2, o.k)
                                                        .stride(o.s).padding(pad).groups(o.g).dilation(o.d).bias(false)));

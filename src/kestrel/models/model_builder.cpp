@@ -195,8 +195,9 @@ std::vector<std::vector<double>> read_anchors(const YAML::Node& node, size_t lev
       std::vector<double> wh;
       for (const auto& v : level) {
         const double x = v.as<double>();
-        // a width or height: the loss divides by it and takes its logarithm
-        if (!std::isfinite(x) || x <= 0) fail(args.where(), ": anchor sizes must be finite pixels > 0, got ", x);
+        // a width or height: the loss divides by it and takes its logarithm, in float32 (1e300 is inf there)
+        if (!std::isfinite(x) || x <= 0 || x > 1e6)
+          fail(args.where(), ": anchor sizes must be pixels in (0, 1e6], got ", x);
         wh.push_back(x);
       }
       if (wh.size() > 2 * kMaxAnchorsPerLevel)
@@ -423,6 +424,11 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
     auto channels_of = [&](int f) { return f < 0 ? int64_t{cfg.ch} : ch[f]; };
     const int64_t c1 = channels_of(row.from[0]);
     int n = spec.number > 1 ? std::max(round_half_even(spec.number * cfg.depth_multiple), 1) : spec.number;
+    // The written number is at most 1000; depth_multiple (at most 100) could still make 100,000 modules of
+    // one row (minutes and gigabytes for a 2 KB file). Upstream's deepest row is 9 x 1.33 = 12.
+    if (n > 1000)
+      fail(args.where(), ": ", spec.number, " x depth_multiple ", cfg.depth_multiple, " = ", n,
+           " repeats; at most 1000 per row");
     row.module = spec.module;
     if (head) fail(args.where(), ": the detection head must be the last layer");
 
@@ -476,6 +482,11 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
         args.at_least(2, "[nc, anchors]");
         args.at_most(2, "[nc, anchors]");
         const int64_t head_nc = args.node(0).IsScalar() && args.node(0).Scalar() == "nc" ? cfg.nc : args.integer(0, cfg.nc);
+        // A number in place of `nc` that differs from the model's classes would train a head that never sees
+        // the other classes (upstream's loss fails with an IndexError where the head has fewer).
+        if (head_nc != cfg.nc)
+          fail(args.where(), ": the head's class count ", head_nc, " is not the model's nc ", cfg.nc,
+               nc > 0 && nc != config.nc ? " (the dataset's)" : "", "; write nc, as upstream's configs do");
         const YAML::Node anchor_node = args.node(1).IsScalar() && args.node(1).Scalar() == "anchors" ? cfg.anchors : args.node(1);
         if (!anchor_node) fail(args.where(), ": the head needs anchors but the file has no 'anchors' key");
         std::vector<int64_t> in_ch;

@@ -89,7 +89,11 @@ ModelConfig from_yaml(YAML::Node root, const std::string& source) {
     cfg.ch = scalar<int>(root["ch"], source, "ch");
     if (cfg.ch < 1) fail(where(source, root["ch"]), ": 'ch' must be >= 1, got ", cfg.ch);
   }
-  if (root["activation"]) cfg.activation = root["activation"].Scalar();
+  if (root["activation"]) {
+    if (!root["activation"].IsScalar())
+      fail(where(source, root["activation"]), ": 'activation' must be a module such as nn.SiLU(), got a list or mapping");
+    cfg.activation = root["activation"].Scalar();
+  }
   cfg.anchors = root["anchors"];  // checked by the builder, which knows whether the head needs them
 
   int index = 0;

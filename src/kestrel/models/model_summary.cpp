@@ -1,5 +1,6 @@
 #include "kestrel/models/model_summary.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <ATen/ATen.h>
@@ -33,16 +34,17 @@ double conv_gflops(YoloModel& model, int64_t img) {
   const bool was_training = model.is_training();
   model.eval();
   // A probe of twice the largest stride scaled by area, as upstream's model_info (exact for sizes that are
-  // multiples of the stride; any other size would not run through a P6 model's stride-64 layers).
+  // multiples of the stride; any other size would not run through a P6 model's stride-64 layers). At least
+  // 64 (upstream: at least 32): a head reading only stride-8 maps of a network that goes down to 32 still runs.
   const int64_t stride = model.max_stride();
-  const int64_t probe = 2 * stride;
+  const int64_t probe = std::max<int64_t>(2 * stride, 64);
   FlopCounter counter;
   auto param = model.parameters().front();
   try {
     model.forward(at::zeros({1, model.in_channels(), probe, probe}, param.options()));
   } catch (const c10::Error& e) {
     model.train(was_training);
-    fail(model.name(), ": the network cannot run a ", probe, " x ", probe, " image (twice its largest stride) to count ",
+    fail(model.name(), ": the network cannot run a ", probe, " x ", probe, " image to count ",
          "its FLOPs: ", e.what_without_backtrace());
   }
   model.train(was_training);

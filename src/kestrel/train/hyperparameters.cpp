@@ -70,7 +70,8 @@ Hyperparameters load_hyperparameters(const std::string& given) {
   std::map<std::string, double*> known;
   for (const auto& [key, target] : bindings(h)) known[key] = target;
   for (const auto& item : root) {
-    const std::string key = item.first.as<std::string>();
+    if (!item.first.IsScalar()) fail(path, ":", item.first.Mark().line + 1, ": a key must be a plain name, not a list or mapping");
+    const std::string key = item.first.Scalar();
     double value = 0;
     try {
       value = item.second.as<double>();
@@ -111,7 +112,8 @@ Hyperparameters load_hyperparameters(const std::string& given) {
       {"warmup_momentum", h.warmup_momentum, 0, 1}, {"warmup_bias_lr", h.warmup_bias_lr, 0, 10},
       {"box", h.loss.box, 0, 1000},    {"obj", h.loss.obj, 0, 1000},   {"cls", h.loss.cls, 0, 1000},
       {"cls_pw", h.loss.cls_pw, 1e-6, 1000}, {"obj_pw", h.loss.obj_pw, 1e-6, 1000}, {"iou_t", h.iou_t, 0, 1},
-      {"anchor_t", h.loss.anchor_t, 1, 100}, {"fl_gamma", h.loss.fl_gamma, 0, 10}};
+      {"anchor_t", h.loss.anchor_t, 1, 100}, {"fl_gamma", h.loss.fl_gamma, 0, 10},
+      {"warmup_epochs", h.warmup_epochs, 0, 1e6}};  // (1e300 epochs overflowed the warm-up's iteration count)
   for (const auto& [key, value, low, high] : ranges)
     if (!(value >= low && value <= high)) {
       const YAML::Node node = root[key];

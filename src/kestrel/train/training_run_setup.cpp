@@ -148,6 +148,8 @@ void TrainingRun::build_model() {
   // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
   torch::manual_seed(o.seed);
   model = build();
+  if (model->in_channels() != 3)  // upstream fails at the first step, in the first convolution
+    fail(config_source, ": 'ch: ", model->in_channels(), "': the images kestrel trains on have 3 channels (RGB)");
   if (o.hyp.empty() && !resuming() && models::is_yolov7_family(*model))
     std::cout << "note: " << info.model_name << " trains with kestrel's default recipe, YOLOv5's hyp.scratch-low; YOLOv7's "
               << "train.py defaults to --hyp hyp.scratch.p5.yaml (OTA loss, cosine schedule, 300 epochs): give "
