@@ -63,6 +63,106 @@ at::Tensor labels_as_predictions(const data::DeviceBatch& input, int64_t nc) {
   return at::cat({boxes, at::ones_like(valid), classes}, 2) * valid;
 }
 
+// val.py's three timed phases of one batch (times added to `ms`, in ms): pre-process (to the device, scaled;
+// not the wait for the loader), inference (with the val losses added to loss_sum when `loss` is given, not
+// under --augment, as val.py) and NMS. Returns each image's kept detections [n, 6] on the CPU.
+std::vector<at::Tensor> infer_batch(models::YoloModel& model, data::Batch& batch, const c10::Device& device,
+                                    const ValidationOptions& options, const LossItemsFn& loss, at::Tensor& loss_sum,
+                                    std::array<double, 3>& ms) {
+  auto t = Clock::now();
+  data::trim_targets(batch);
+  const data::DeviceBatch input = data::to_device(batch, device, options.channels_last);
+  synchronize(device);
+  ms[0] += ms_since(t);
+
+  t = Clock::now();
+  at::Tensor predictions;
+  {
+    AutocastGuard autocast(device.type(), at::kHalf, options.half && device.is_cuda());
+    if (options.augment) {
+      predictions = predict_augmented(model, input.images).to(at::kFloat);  // val.py: no loss then
+    } else {
+      const std::vector<at::Tensor> levels = model.forward(input.images);
+      predictions = model.head().decode(levels).to(at::kFloat);
+      if (loss) loss_sum.add_(loss(levels, input.targets, input.target_mask).to(at::kFloat));
+    }
+  }
+  synchronize(device);
+  ms[1] += ms_since(t);
+
+  t = Clock::now();
+  // The head's class count (upstream's prediction.shape[2] - 5), which --single-cls does not change.
+  if (options.save_hybrid) predictions = at::cat({predictions, labels_as_predictions(input, predictions.size(2) - 5)}, 1);
+  NmsOptions nms = options.nms;
+  nms.agnostic = nms.agnostic || options.single_cls;
+  nms.yolov7 = options.metric != MetricStyle::yolov5;  // YOLOv7's test.py runs YOLOv7's NMS
+  std::vector<at::Tensor> kept = non_max_suppression(predictions, nms);
+  for (auto& k : kept) k = k.to(at::kCPU);
+  ms[2] += ms_since(t);
+  return kept;
+}
+
+// What ap_per_class reads, image by image (val.py's stats).
+struct MatchLists {
+  std::vector<at::Tensor> correct, conf, pred_cls, target_cls;
+};
+
+// One image's detections pred [n, 6] (batch pixels) against its labels [nl, 5] (class, normalised cxcywh of
+// the w x h batch image), as val.py's per-image loop: the matches at every IoU threshold and the confusion
+// matrix. Returns val.py's predn [n, 6] (x1, y1, x2, y2 in original pixels, conf, cls); empty without
+// detections.
+at::Tensor score_image(const at::Tensor& pred, const at::Tensor& labels, const data::SampleMeta& meta, double w, double h,
+                       const at::Tensor& iou_thresholds, const ValidationOptions& options, MatchLists& lists) {
+  const at::Tensor tcls = labels.select(1, 0).to(at::kLong);
+  if (pred.size(0) == 0) {
+    if (labels.size(0) == 0) return {};  // val.py: nothing to count
+    // val.py's detections=None: only the label classes count (all missed), so the boxes may stay normalised.
+    if (options.confusion) options.confusion->process_batch(at::Tensor(), labels);
+    lists.correct.push_back(at::zeros({0, iou_thresholds.size(0)}, at::kBool));
+    lists.conf.push_back(at::zeros({0}));
+    lists.pred_cls.push_back(at::zeros({0}));
+    lists.target_cls.push_back(tcls);
+    return {};
+  }
+  const at::Tensor pred_boxes = to_original(pred.slice(1, 0, 4), meta);
+  // Labels: normalised cxcywh of the batch image -> pixel xyxy -> original image.
+  const at::Tensor cxcy = labels.slice(1, 1, 3) * at::tensor({w, h}, at::kFloat);
+  const at::Tensor half_wh = labels.slice(1, 3, 5) * at::tensor({w / 2, h / 2}, at::kFloat);
+  const at::Tensor gt_boxes = to_original(at::cat({cxcy - half_wh, cxcy + half_wh}, 1), meta);
+  const auto match = options.metric == MetricStyle::yolov5 ? match_predictions : match_predictions_yolov7;
+  lists.correct.push_back(match(pred_boxes, pred.select(1, 5), gt_boxes, tcls.to(at::kFloat), iou_thresholds));
+  const at::Tensor predn = at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1);
+  if (options.confusion && labels.size(0) > 0)  // val.py: only images with labels
+    options.confusion->process_batch(predn, at::cat({tcls.to(gt_boxes.dtype()).unsqueeze(1), gt_boxes}, 1));
+  lists.conf.push_back(pred.select(1, 4));
+  lists.pred_cls.push_back(pred.select(1, 5));
+  lists.target_cls.push_back(tcls);
+  return predn;
+}
+
+// --save-txt's label file (appended to, as val.py) and --save-json's COCO results of one image's predn.
+void write_image_outputs(const at::Tensor& predn, const data::SampleMeta& meta, const data::YoloDataset& dataset,
+                         const ValidationOptions& options, const std::vector<int64_t>& coco_ids, ValidationResult& r) {
+  if (!options.txt_dir.empty()) {
+    const std::string path =
+        options.txt_dir + "/" + std::filesystem::path(dataset.records()[meta.index].image).stem().string() + ".txt";
+    std::ofstream out(path, std::ios::app);
+    for (int64_t j = 0; j < predn.size(0); ++j) out << label_line(predn[j], meta.original, options.save_conf) << "\n";
+    if (!out) fail(path, ": write failed");
+  }
+  if (options.save_json) {
+    const int64_t id = coco_ids.at(meta.index);
+    // One copy to the host per image, then plain reads (an element read of a device tensor waits for it).
+    const at::Tensor host = predn.to(at::kCPU, at::kDouble).contiguous();
+    const auto b = host.accessor<double, 2>();
+    for (int64_t j = 0; j < b.size(0); ++j) {
+      const auto c = static_cast<size_t>(b[j][5]);
+      const int category = c < options.coco_category_ids.size() ? options.coco_category_ids[c] : static_cast<int>(c);
+      r.predictions.push_back(coco_detection(id, category, b[j][0], b[j][1], b[j][2], b[j][3], b[j][4]));
+    }
+  }
+}
+
 }  // namespace
 
 ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, const data::YoloDataset& dataset,
@@ -81,106 +181,30 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
     r.image_ids = coco_ids;
   }
   const at::Tensor iou_thresholds = default_iou_thresholds();
-  std::vector<at::Tensor> correct, conf, pred_cls, target_cls;
+  MatchLists lists;
   at::Tensor loss_sum = at::zeros({3}, at::TensorOptions().dtype(at::kFloat).device(device));
   int64_t batches = 0;
   loader.start_epoch(0);
-  while (true) {
-    std::optional<data::Batch> batch = loader.next();
-    if (!batch) break;
-    // val.py's pre-process time: the batch to the device and scaled, not the wait for the loader.
-    auto t = Clock::now();
-    data::trim_targets(*batch);
-    const data::DeviceBatch input = data::to_device(*batch, device, options.channels_last);
-    synchronize(device);
-    r.ms_per_image[0] += ms_since(t);
-
-    t = Clock::now();
-    at::Tensor predictions;
-    {
-      AutocastGuard autocast(device.type(), at::kHalf, options.half && device.is_cuda());
-      if (options.augment) {
-        predictions = predict_augmented(model, input.images).to(at::kFloat);  // val.py: no loss then
-      } else {
-        const std::vector<at::Tensor> levels = model.forward(input.images);
-        predictions = model.head().decode(levels).to(at::kFloat);
-        if (loss) loss_sum.add_(loss(levels, input.targets, input.target_mask).to(at::kFloat));
-      }
-    }
-    synchronize(device);
-    r.ms_per_image[1] += ms_since(t);
-
-    t = Clock::now();
-    // The head's class count (upstream's prediction.shape[2] - 5), which --single-cls does not change.
-    if (options.save_hybrid) predictions = at::cat({predictions, labels_as_predictions(input, predictions.size(2) - 5)}, 1);
-    NmsOptions nms = options.nms;
-    nms.agnostic = nms.agnostic || options.single_cls;
-    nms.yolov7 = options.metric != MetricStyle::yolov5;  // YOLOv7's test.py runs YOLOv7's NMS
-    std::vector<at::Tensor> kept = non_max_suppression(predictions, nms);
-    for (auto& k : kept) k = k.to(at::kCPU);
-    r.ms_per_image[2] += ms_since(t);
+  while (std::optional<data::Batch> batch = loader.next()) {
+    const std::vector<at::Tensor> kept = infer_batch(model, *batch, device, options, loss, loss_sum, r.ms_per_image);
     ++batches;
     if (batches <= options.plot_batches) plot_batch(*batch, kept, dataset, options, batches - 1);
-
     const at::Tensor targets = batch->targets, mask = batch->target_mask;
     const double h = static_cast<double>(batch->images.size(2)), w = static_cast<double>(batch->images.size(3));
     for (size_t i = 0; i < kept.size(); ++i) {
       ++r.images;
       const data::SampleMeta& meta = batch->meta[i];
       const at::Tensor labels = targets[static_cast<int64_t>(i)].index({mask[static_cast<int64_t>(i)]});  // [nl, 5]
-      const at::Tensor tcls = labels.select(1, 0).to(at::kLong);
-      at::Tensor pred = kept[i];
-      if (options.single_cls && pred.size(0)) pred.select(1, 5).zero_();
       r.labels += labels.size(0);
-      for (int64_t j = 0; j < tcls.size(0); ++j) {
-        const int64_t c = tcls[j].item<int64_t>();
+      for (int64_t j = 0; j < labels.size(0); ++j) {
+        const auto c = static_cast<int64_t>(labels[j][0].item<float>());
         if (c < 0 || c >= nc) fail(dataset.records()[meta.index].label, ": class ", c, " is outside 0..", nc - 1);
         ++r.instances[static_cast<size_t>(c)];
       }
-      if (pred.size(0) == 0) {
-        if (labels.size(0) == 0) continue;  // val.py: nothing to count
-        // val.py's detections=None: only the label classes count (all missed), so the boxes may stay normalised.
-        if (options.confusion) options.confusion->process_batch(at::Tensor(), labels);
-        correct.push_back(at::zeros({0, iou_thresholds.size(0)}, at::kBool));
-        conf.push_back(at::zeros({0}));
-        pred_cls.push_back(at::zeros({0}));
-        target_cls.push_back(tcls);
-        continue;
-      }
-      const at::Tensor pred_boxes = to_original(pred.slice(1, 0, 4), meta);
-      // Labels: normalised cxcywh of the batch image -> pixel xyxy -> original image.
-      const at::Tensor cxcy = labels.slice(1, 1, 3) * at::tensor({w, h}, at::kFloat);
-      const at::Tensor half_wh = labels.slice(1, 3, 5) * at::tensor({w / 2, h / 2}, at::kFloat);
-      const at::Tensor gt_boxes = to_original(at::cat({cxcy - half_wh, cxcy + half_wh}, 1), meta);
-      const auto match = options.metric == MetricStyle::yolov5 ? match_predictions : match_predictions_yolov7;
-      correct.push_back(match(pred_boxes, pred.select(1, 5), gt_boxes, tcls.to(at::kFloat), iou_thresholds));
-      // val.py's predn [n, 6]: x1, y1, x2, y2 in original pixels, conf, cls.
-      const at::Tensor predn = at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1);
-      if (options.confusion && labels.size(0) > 0)  // val.py: only images with labels
-        options.confusion->process_batch(predn, at::cat({tcls.to(gt_boxes.dtype()).unsqueeze(1), gt_boxes}, 1));
-      conf.push_back(pred.select(1, 4));
-      pred_cls.push_back(pred.select(1, 5));
-      target_cls.push_back(tcls);
-      if (!options.txt_dir.empty()) {
-        const std::string path = options.txt_dir + "/" +
-                                 std::filesystem::path(dataset.records()[meta.index].image).stem().string() + ".txt";
-        std::ofstream out(path, std::ios::app);
-        for (int64_t j = 0; j < predn.size(0); ++j) out << label_line(predn[j], meta.original, options.save_conf) << "\n";
-        if (!out) fail(path, ": write failed");
-      }
-      if (options.save_json) {
-        const int64_t id = coco_ids.at(meta.index);
-        // One copy to the host per image, then plain reads (an element read of a device tensor waits for it).
-        const at::Tensor boxes_host = pred_boxes.to(at::kCPU, at::kDouble).contiguous();
-        const at::Tensor scores_host = pred.slice(1, 4, 6).to(at::kCPU, at::kFloat).contiguous();  // conf, class
-        const auto b = boxes_host.accessor<double, 2>();
-        const auto sc = scores_host.accessor<float, 2>();
-        for (int64_t j = 0; j < b.size(0); ++j) {
-          const auto c = static_cast<size_t>(sc[j][1]);
-          const int category = c < options.coco_category_ids.size() ? options.coco_category_ids[c] : static_cast<int>(c);
-          r.predictions.push_back(coco_detection(id, category, b[j][0], b[j][1], b[j][2], b[j][3], static_cast<double>(sc[j][0])));
-        }
-      }
+      at::Tensor pred = kept[i];
+      if (options.single_cls && pred.size(0)) pred.select(1, 5).zero_();
+      const at::Tensor predn = score_image(pred, labels, meta, w, h, iou_thresholds, options, lists);
+      if (predn.defined()) write_image_outputs(predn, meta, dataset, options, coco_ids, r);
     }
   }
   if (was_training) model.train();
@@ -190,11 +214,12 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
   }
   if (r.images > 0)
     for (double& ms : r.ms_per_image) ms /= static_cast<double>(r.images);
-  if (correct.empty()) {
+  if (lists.correct.empty()) {
     r.metrics = ap_per_class(at::zeros({0, iou_thresholds.size(0)}, at::kBool), at::zeros({0}), at::zeros({0}),
                              at::zeros({0}), options.metric);
   } else {
-    r.metrics = ap_per_class(at::cat(correct), at::cat(conf), at::cat(pred_cls), at::cat(target_cls), options.metric);
+    r.metrics = ap_per_class(at::cat(lists.correct), at::cat(lists.conf), at::cat(lists.pred_cls), at::cat(lists.target_cls),
+                             options.metric);
   }
   return r;
 }
