@@ -101,97 +101,71 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
-int launch_local(int nproc, const std::vector<std::string>& argv, int master_port) {
-  if (nproc < 1) fail("--nproc-per-node ", nproc, ": expected at least 1");
-  if (argv.empty()) fail("launcher: empty command line");
-  if (master_port == 0) {
-    const char* p = std::getenv("MASTER_PORT");
-    if (p == nullptr || *p == '\0') {
-      master_port = free_port();
-    } else {  // atoi made "abc" port 0
-      char* end = nullptr;
-      const long port = std::strtol(p, &end, 10);
-      if (*end != '\0' || port < 1 || port > 65535) fail("MASTER_PORT=", p, ": expected a port number in [1, 65535]");
-      master_port = static_cast<int>(port);
-    }
+namespace {
+
+// MASTER_PORT from the environment, else a free port.
+int master_port_from_env() {
+  const char* p = std::getenv("MASTER_PORT");
+  if (p == nullptr || *p == '\0') return free_port();
+  char* end = nullptr;  // (atoi made "abc" port 0)
+  const long port = std::strtol(p, &end, 10);
+  if (*end != '\0' || port < 1 || port > 65535) fail("MASTER_PORT=", p, ": expected a port number in [1, 65535]");
+  return static_cast<int>(port);
+}
+
+// How the workers start: the executable, its ports and signals, and each rank's CPUs (empty: unbound).
+struct WorkerSetup {
+  std::string exe;
+  int nproc = 1, master_port = 0;
+  bool int_ignored = false;
+  pid_t launcher_pid = 0;
+  std::vector<std::vector<int>> cpus;  // per rank
+};
+
+// The forked worker of rank r: its own process group (a terminal's Ctrl-C reaches only the launcher, which
+// forwards it once), its own environment, then the same command line. Never returns.
+[[noreturn]] void exec_worker(int r, const WorkerSetup& w, const std::vector<std::string>& argv) {
+  ::setpgid(0, 0);
+  ::signal(SIGINT, w.int_ignored ? SIG_IGN : SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  // A launcher that dies (SIGKILL, a closed terminal's SIGHUP) takes its workers with it: SIGTERM,
+  // which a training worker handles by saving and stopping with the others; none is left orphaned.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != w.launcher_pid) ::_exit(1);  // it died before the line above
+  const std::string rank = std::to_string(r), world = std::to_string(w.nproc), port = std::to_string(w.master_port);
+  ::setenv("RANK", rank.c_str(), 1);
+  ::setenv("LOCAL_RANK", rank.c_str(), 1);
+  ::setenv("GROUP_RANK", "0", 1);
+  ::setenv("WORLD_SIZE", world.c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", port.c_str(), 1);
+  if (!w.cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : w.cpus[r]) CPU_SET(c, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0)
+      std::cerr << "launcher: rank " << r << ": cannot bind to its CPUs: " << std::strerror(errno) << std::endl;
+    // One compute thread per bound core, unless the user chose (OpenMP would otherwise start one
+    // thread per core of the machine, all competing for this rank's cores).
+    ::setenv("OMP_NUM_THREADS", std::to_string(w.cpus[r].size()).c_str(), 0);
+    ::setenv(kBoundEnv, "1", 1);
+  } else if (w.nproc > 1) {
+    ::setenv("OMP_NUM_THREADS", "1", 0);  // as torchrun: do not oversubscribe the cores
   }
-  char exe[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) fail("launcher: cannot resolve /proc/self/exe: ", std::strerror(errno));
-  exe[n] = '\0';
+  std::vector<char*> args;
+  args.push_back(const_cast<char*>(w.exe.c_str()));
+  for (size_t i = 1; i < argv.size(); ++i) args.push_back(const_cast<char*>(argv[i].c_str()));
+  args.push_back(nullptr);
+  ::execv(w.exe.c_str(), args.data());
+  std::cerr << "launcher: cannot execute " << w.exe << ": " << std::strerror(errno) << std::endl;
+  ::_exit(127);
+}
 
-  // An inherited SIGCHLD of SIG_IGN would reap the workers in the kernel: waitpid would answer ECHILD
-  // at once and a failed rank would pass for a finished run.
-  ::signal(SIGCHLD, SIG_DFL);
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  // Started with Ctrl-C ignored (a script's background job): so are the workers, as a single process
-  // keeps ignoring it (core/stop_signal.h).
-  const bool int_ignored = old_int.sa_handler == SIG_IGN;
-  if (int_ignored) ::signal(SIGINT, SIG_IGN);
-
-  std::cout << "launcher: " << nproc << " processes on this node, MASTER_ADDR=127.0.0.1 MASTER_PORT=" << master_port
-            << std::endl;
-  // Each rank on its own range of this process's CPUs (the guides' taskset per rank), unless
-  // KESTREL_CPU_BIND=0 or there are fewer CPUs than ranks.
-  const char* bind_env = std::getenv("KESTREL_CPU_BIND");
-  const bool bind = nproc > 1 && !(bind_env != nullptr && std::string(bind_env) == "0");
-  const std::vector<std::vector<int>> ranges = bind ? split_cpus(allowed_cpus(), nproc) : std::vector<std::vector<int>>();
-  const bool bound = !ranges.empty() && !ranges[0].empty();
-  if (bound)
-    for (int r = 0; r < nproc; ++r)
-      std::cout << "launcher: rank " << r << " on CPUs " << ranges[r].front() << "-" << ranges[r].back() << std::endl;
-  std::vector<pid_t> pids(nproc, -1);
-  const pid_t launcher_pid = ::getpid();
-  for (int r = 0; r < nproc; ++r) {
-    const pid_t pid = ::fork();
-    if (pid < 0) fail("launcher: fork failed: ", std::strerror(errno));
-    if (pid == 0) {
-      // The worker: its own process group (a terminal's Ctrl-C reaches only the launcher, which
-      // forwards it once), its own environment, then the same command line.
-      ::setpgid(0, 0);
-      ::signal(SIGINT, int_ignored ? SIG_IGN : SIG_DFL);
-      ::signal(SIGTERM, SIG_DFL);
-      // A launcher that dies (SIGKILL, a closed terminal's SIGHUP) takes its workers with it: SIGTERM,
-      // which a training worker handles by saving and stopping with the others; none is left orphaned.
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() != launcher_pid) ::_exit(1);  // it died before the line above
-      const std::string rank = std::to_string(r), world = std::to_string(nproc), port = std::to_string(master_port);
-      ::setenv("RANK", rank.c_str(), 1);
-      ::setenv("LOCAL_RANK", rank.c_str(), 1);
-      ::setenv("GROUP_RANK", "0", 1);
-      ::setenv("WORLD_SIZE", world.c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", port.c_str(), 1);
-      if (bound) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        for (int c : ranges[r]) CPU_SET(c, &set);
-        if (::sched_setaffinity(0, sizeof set, &set) != 0)
-          std::cerr << "launcher: rank " << r << ": cannot bind to its CPUs: " << std::strerror(errno) << std::endl;
-        // One compute thread per bound core, unless the user chose (OpenMP would otherwise start one
-        // thread per core of the machine, all competing for this rank's cores).
-        ::setenv("OMP_NUM_THREADS", std::to_string(ranges[r].size()).c_str(), 0);
-        ::setenv(kBoundEnv, "1", 1);
-      } else if (nproc > 1) {
-        ::setenv("OMP_NUM_THREADS", "1", 0);  // as torchrun: do not oversubscribe the cores
-      }
-      std::vector<char*> args;
-      args.push_back(exe);
-      for (size_t i = 1; i < argv.size(); ++i) args.push_back(const_cast<char*>(argv[i].c_str()));
-      args.push_back(nullptr);
-      ::execv(exe, args.data());
-      std::cerr << "launcher: cannot execute " << exe << ": " << std::strerror(errno) << std::endl;
-      ::_exit(127);
-    }
-    pids[r] = pid;
-  }
-
+// Waits for the workers, forwarding Ctrl-C/SIGTERM to them; the first failure kills the others. Returns
+// the run's exit code: 0, the first failed rank's code, or 130 when the ranks stopped and saved.
+int supervise(std::vector<pid_t> pids) {
+  const int nproc = static_cast<int>(pids.size());
   int result = 0, alive = nproc;
   bool failed = false, killed = false;
   while (alive > 0) {
@@ -235,6 +209,56 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
         if (p > 0) ::kill(p, SIGKILL);
     }
   }
+  return result;
+}
+
+}  // namespace
+
+int launch_local(int nproc, const std::vector<std::string>& argv, int master_port) {
+  if (nproc < 1) fail("--nproc-per-node ", nproc, ": expected at least 1");
+  if (argv.empty()) fail("launcher: empty command line");
+  WorkerSetup w;
+  w.nproc = nproc;
+  w.master_port = master_port != 0 ? master_port : master_port_from_env();
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) fail("launcher: cannot resolve /proc/self/exe: ", std::strerror(errno));
+  w.exe.assign(exe, static_cast<size_t>(n));
+
+  // An inherited SIGCHLD of SIG_IGN would reap the workers in the kernel: waitpid would answer ECHILD
+  // at once and a failed rank would pass for a finished run.
+  ::signal(SIGCHLD, SIG_DFL);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  // Started with Ctrl-C ignored (a script's background job): so are the workers, as a single process
+  // keeps ignoring it (core/stop_signal.h).
+  w.int_ignored = old_int.sa_handler == SIG_IGN;
+  if (w.int_ignored) ::signal(SIGINT, SIG_IGN);
+
+  std::cout << "launcher: " << nproc << " processes on this node, MASTER_ADDR=127.0.0.1 MASTER_PORT=" << w.master_port
+            << std::endl;
+  // Each rank on its own range of this process's CPUs (the guides' taskset per rank), unless
+  // KESTREL_CPU_BIND=0 or there are fewer CPUs than ranks.
+  const char* bind_env = std::getenv("KESTREL_CPU_BIND");
+  if (nproc > 1 && !(bind_env != nullptr && std::string(bind_env) == "0")) {
+    w.cpus = split_cpus(allowed_cpus(), nproc);
+    if (w.cpus.empty() || w.cpus[0].empty()) w.cpus.clear();
+  }
+  for (int r = 0; r < nproc && !w.cpus.empty(); ++r)
+    std::cout << "launcher: rank " << r << " on CPUs " << w.cpus[r].front() << "-" << w.cpus[r].back() << std::endl;
+  w.launcher_pid = ::getpid();
+  std::vector<pid_t> pids(nproc, -1);
+  for (int r = 0; r < nproc; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) fail("launcher: fork failed: ", std::strerror(errno));
+    if (pid == 0) exec_worker(r, w, argv);
+    pids[r] = pid;
+  }
+  const int result = supervise(pids);
   ::sigaction(SIGINT, &old_int, nullptr);
   ::sigaction(SIGTERM, &old_term, nullptr);
   return result;
