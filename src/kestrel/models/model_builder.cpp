@@ -392,6 +392,74 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
        "IAuxDetect)");
 }
 
+// A width module (width_modules' entry): its first argument, the output width, scaled by width_multiple
+// (a head-sized width, na x (nc + 5), is left as written, as upstream), then n copies, or n passed in as
+// the module's depth where it takes one (n is 1 afterwards).
+Built build_width_layer(const Args& args, const std::pair<Factory, bool>& entry, const ModelConfig& cfg, int64_t c1, int& n,
+                        const Activation& act) {
+  args.at_least(1, "(the first is the output width)");
+  const int64_t na = cfg.anchors.IsSequence() && cfg.anchors.size() ? cfg.anchors[0].size() / 2
+                     : cfg.anchors.IsScalar()                      ? anchors_per_level(cfg.anchors, cfg.source)
+                                                                   : 3;
+  int64_t c2 = args.integer(0, 0);
+  if (c2 < 1) fail(args.where(), ": the output width must be >= 1");
+  if (c2 != na * (cfg.nc + 5)) c2 = make_divisible(c2 * cfg.width_multiple, cfg.channel_multiple);
+  // Upstream's widest layer has 1,280 channels (yolov7-e6e). A width in the millions (a typo in the width
+  // or width_multiple) stays under the parameter budget after a 3-channel input, but its 128 x 128 map in
+  // the 256 x 256 stride probe needs hundreds of gigabytes, or minutes of computing.
+  constexpr int64_t kMaxWidth = 65536;
+  if (c2 > kMaxWidth)
+    fail(args.where(), ": output width ", c2, " (after width_multiple ", cfg.width_multiple, ") exceeds ", kMaxWidth,
+         " channels");
+  const auto& [factory, takes_repeats] = entry;
+  if (takes_repeats) {
+    Built built = factory(args, c1, c2, n, act);
+    built.arguments = cat("[", c1, ", ", c2, ", ", n, args.rest_from(1), "]");
+    n = 1;
+    return built;
+  }
+  std::vector<std::shared_ptr<Layer>> copies;
+  for (int r = 0; r < n; ++r) copies.push_back(factory(args, r == 0 ? c1 : c2, c2, 1, act).layer);
+  return {n > 1 ? std::make_shared<Repeat>(copies) : copies[0], c2, cat("[", c1, ", ", c2, args.rest_from(1), "]")};
+}
+
+// Concat (of channels) and Shortcut (a sum): no weights; in_ch are the widths of the rows they read.
+Built build_join(const Args& args, const std::string& module, const std::vector<int64_t>& in_ch, int n) {
+  // upstream would chain n of them (nn.Sequential), which fails on the first one's single tensor
+  if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for this module");
+  args.at_most(1, "[dimension]");
+  const int64_t c2 = module == "Shortcut" ? in_ch[0] : std::accumulate(in_ch.begin(), in_ch.end(), int64_t{0});
+  if (module == "Concat" && args.integer(0, 1) != 1) fail(args.where(), ": only channel concatenation (dimension 1) is supported");
+  return {module == "Concat" ? std::shared_ptr<Layer>(std::make_shared<Concat>(1)) : std::make_shared<Shortcut>(), c2,
+          args.size() ? cat("[", args.integer(0, 1), "]") : "[]"};
+}
+
+// Detect, IDetect or IAuxDetect (which reads a lead and an auxiliary map per level) on the maps of widths
+// in_ch; `nc_origin` says where the model's nc came from, for the message when the row's differs.
+std::shared_ptr<Detect> build_head(const Args& args, const std::string& module, const std::vector<int64_t>& in_ch, int n,
+                                   const ModelConfig& cfg, const char* nc_origin, std::string& arguments) {
+  const bool aux = module == "IAuxDetect";
+  if (aux && in_ch.size() % 2 != 0)
+    fail(args.where(), ": IAuxDetect reads a lead and an auxiliary feature map per level, but 'from' lists ", in_ch.size());
+  if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for the detection head");
+  args.at_least(2, "[nc, anchors]");
+  args.at_most(2, "[nc, anchors]");
+  const int64_t head_nc = args.node(0).IsScalar() && args.node(0).Scalar() == "nc" ? cfg.nc : args.integer(0, cfg.nc);
+  // A number in place of `nc` that differs from the model's classes would train a head that never sees
+  // the other classes (upstream's loss fails with an IndexError where the head has fewer).
+  if (head_nc != cfg.nc)
+    fail(args.where(), ": the head's class count ", head_nc, " is not the model's nc ", cfg.nc, nc_origin,
+         "; write nc, as upstream's configs do");
+  const YAML::Node anchor_node = args.node(1).IsScalar() && args.node(1).Scalar() == "anchors" ? cfg.anchors : args.node(1);
+  if (!anchor_node) fail(args.where(), ": the head needs anchors but the file has no 'anchors' key");
+  auto head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, in_ch.size() / (aux ? 2 : 1), args), in_ch,
+                                       module != "Detect", aux);
+  std::string chs;
+  for (auto c : in_ch) chs += (chs.empty() ? "" : ", ") + std::to_string(c);
+  arguments = cat("[", head_nc, ", ", render(anchor_node), ", [", chs, "]]");
+  return head;
+}
+
 }  // namespace
 
 std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
@@ -421,8 +489,8 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
     const Args args(spec, i, cfg);
     LayerInfo row;
     for (int f : spec.from) row.from.push_back(f < 0 ? i + f : f);  // layer 0's -1 stays -1: the image
-    auto channels_of = [&](int f) { return f < 0 ? int64_t{cfg.ch} : ch[f]; };
-    const int64_t c1 = channels_of(row.from[0]);
+    std::vector<int64_t> in_ch;  // widths of the rows read
+    for (int f : row.from) in_ch.push_back(f < 0 ? int64_t{cfg.ch} : ch[f]);
     int n = spec.number > 1 ? std::max(round_half_even(spec.number * cfg.depth_multiple), 1) : spec.number;
     // The written number is at most 1000; depth_multiple (at most 100) could still make 100,000 modules of
     // one row (minutes and gigabytes for a 2 KB file). Upstream's deepest row is 9 x 1.33 = 12.
@@ -438,67 +506,17 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
     try {
       const auto& table = width_modules();
       if (auto it = table.find(spec.module); it != table.end()) {
-        args.at_least(1, "(the first is the output width)");
-        const int64_t na = cfg.anchors.IsSequence() && cfg.anchors.size() ? cfg.anchors[0].size() / 2
-                           : cfg.anchors.IsScalar()                      ? anchors_per_level(cfg.anchors, cfg.source)
-                                                                         : 3;
-        int64_t c2 = args.integer(0, 0);
-        if (c2 < 1) fail(args.where(), ": the output width must be >= 1");
-        if (c2 != na * (cfg.nc + 5)) c2 = make_divisible(c2 * cfg.width_multiple, cfg.channel_multiple);
-        // Upstream's widest layer has 1,280 channels (yolov7-e6e). A width in the millions (a typo in the width
-        // or width_multiple) stays under the parameter budget after a 3-channel input, but its 128 x 128 map in
-        // the 256 x 256 stride probe needs hundreds of gigabytes, or minutes of computing.
-        constexpr int64_t kMaxWidth = 65536;
-        if (c2 > kMaxWidth)
-          fail(args.where(), ": output width ", c2, " (after width_multiple ", cfg.width_multiple, ") exceeds ", kMaxWidth,
-               " channels");
-        const auto& [factory, takes_repeats] = it->second;
-        if (takes_repeats) {
-          built = factory(args, c1, c2, n, default_act);
-          built.arguments = cat("[", c1, ", ", c2, ", ", n, args.rest_from(1), "]");
-          n = 1;
-        } else {
-          std::vector<std::shared_ptr<Layer>> copies;
-          for (int r = 0; r < n; ++r) copies.push_back(factory(args, r == 0 ? c1 : c2, c2, 1, default_act).layer);
-          built = {n > 1 ? std::make_shared<Repeat>(copies) : copies[0], c2, cat("[", c1, ", ", c2, args.rest_from(1), "]")};
-        }
+        built = build_width_layer(args, it->second, cfg, in_ch[0], n, default_act);
       } else if (spec.module == "Concat" || spec.module == "Shortcut") {
-        // upstream would chain n of them (nn.Sequential), which fails on the first one's single tensor
-        if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for this module");
-        args.at_most(1, "[dimension]");
-        int64_t c2 = 0;
-        for (int f : row.from) c2 += channels_of(f);
-        if (spec.module == "Shortcut") c2 = c1;
-        if (spec.module == "Concat" && args.integer(0, 1) != 1) fail(args.where(), ": only channel concatenation (dimension 1) is supported");
-        built = {spec.module == "Concat" ? std::shared_ptr<Layer>(std::make_shared<Concat>(1)) : std::make_shared<Shortcut>(), c2,
-                 args.size() ? cat("[", args.integer(0, 1), "]") : "[]"};
+        built = build_join(args, spec.module, in_ch, n);
       } else if (spec.module == "Detect" || spec.module == "IDetect" || spec.module == "IAuxDetect") {
-        const bool aux = spec.module == "IAuxDetect";  // reads a lead and an auxiliary map per level
-        if (aux && row.from.size() % 2 != 0)
-          fail(args.where(), ": IAuxDetect reads a lead and an auxiliary feature map per level, but 'from' lists ",
-               row.from.size());
         if (i != count - 1) fail(args.where(), ": the detection head must be the last layer");
-        if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for the detection head");
-        args.at_least(2, "[nc, anchors]");
-        args.at_most(2, "[nc, anchors]");
-        const int64_t head_nc = args.node(0).IsScalar() && args.node(0).Scalar() == "nc" ? cfg.nc : args.integer(0, cfg.nc);
-        // A number in place of `nc` that differs from the model's classes would train a head that never sees
-        // the other classes (upstream's loss fails with an IndexError where the head has fewer).
-        if (head_nc != cfg.nc)
-          fail(args.where(), ": the head's class count ", head_nc, " is not the model's nc ", cfg.nc,
-               nc > 0 && nc != config.nc ? " (the dataset's)" : "", "; write nc, as upstream's configs do");
-        const YAML::Node anchor_node = args.node(1).IsScalar() && args.node(1).Scalar() == "anchors" ? cfg.anchors : args.node(1);
-        if (!anchor_node) fail(args.where(), ": the head needs anchors but the file has no 'anchors' key");
-        std::vector<int64_t> in_ch;
-        for (int f : row.from) in_ch.push_back(channels_of(f));
-        head = std::make_shared<Detect>(head_nc, read_anchors(anchor_node, row.from.size() / (aux ? 2 : 1), args), in_ch,
-                                        spec.module != "Detect", aux);
-        std::string chs;
-        for (auto c : in_ch) chs += (chs.empty() ? "" : ", ") + std::to_string(c);
-        built = {head, 0, cat("[", head_nc, ", ", render(anchor_node), ", [", chs, "]]")};
+        head = build_head(args, spec.module, in_ch, n, cfg, nc > 0 && nc != config.nc ? " (the dataset's)" : "", built.arguments);
+        built.layer = head;
+        built.c2 = 0;
       } else {
         if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for this module");
-        built = build_passthrough(spec.module, args, c1);
+        built = build_passthrough(spec.module, args, in_ch[0]);
         built.arguments = "[" + args.rest_from(0).substr(args.size() ? 2 : 0) + "]";
       }
     } catch (const c10::Error& e) {
