@@ -351,6 +351,45 @@ def module_state_dict(module, path: str, prefix: str = "", out=None, dropped=Non
     return out, dropped
 
 
+def module_activations(module, out=None, depth=0):
+    """The activations of the model's layers (children named `act`, as upstream's Conv, RepConv and
+    BottleneckCSP have), as model YAML text: {"nn.SiLU()", "nn.LeakyReLU(0.1)", ...}; Identity left out."""
+    if out is None:
+        out = set()
+    if depth > 200:
+        return out
+    children = module.kestrel_attrs().get("_modules") or {}
+    act = children.get("act") if isinstance(children, dict) else None
+    if is_module(act) and class_name(act) != "Identity":
+        if class_name(act) == "LeakyReLU":
+            slope = act.kestrel_attrs().get("negative_slope", 0.01)
+            out.add(f"nn.LeakyReLU({slope!r})")
+        else:
+            out.add(f"nn.{class_name(act)}()")
+    for child in (children.values() if isinstance(children, dict) else []):
+        if is_module(child):
+            module_activations(child, out, depth + 1)
+    return out
+
+
+def default_activation(model, cfg: dict, path: str):
+    """The `activation:` key the imported YAML needs, or None. Checkpoints before YOLOv5 v4.0 (and YOLOv3
+    v9.5.0's) hard-code their activation in the Conv class (LeakyReLU(0.1), Hardswish), not in the YAML,
+    which kestrel would build with SiLU. YAMLs that name activations themselves (a default, or per row as
+    YOLOv7-tiny's) are taken as written."""
+    def names_one(v):
+        return isinstance(v, str) and v.startswith("nn.") or isinstance(v, list) and any(names_one(x) for x in v)
+    rows = [row for row in cfg["backbone"] + cfg["head"] if isinstance(row, list) and len(row) > 3]
+    if cfg.get("activation") is not None or any(names_one(row[3]) for row in rows):  # a row's arguments
+        return None
+    acts = module_activations(model)
+    if len(acts) > 1:
+        raise ConvertError(f"{path}: the model's layers use {', '.join(sorted(acts))}, and its model.yaml names no "
+                           "activation; kestrel builds one default activation for every layer and cannot import it")
+    act = next(iter(acts), "nn.SiLU()")
+    return None if act == "nn.SiLU()" else act
+
+
 def plain(obj, path: str, what: str, depth: int = 0):
     """A pickled value as plain YAML/JSON data (dicts, lists, str, numbers, bools, None)."""
     if depth > 50:  # a model YAML is a few levels deep; a value that contains itself never ends
@@ -478,6 +517,9 @@ def convert(path: str, out_path: str, which: str | None):
     if isinstance(nc_yaml, int) and nc_yaml != len(names):
         raise ConvertError(f"{path}: model.yaml says nc={nc_yaml} but the model has {len(names)} names")
     cfg["nc"] = len(names)
+    activation = default_activation(model, cfg, path)
+    if activation is not None:
+        cfg["activation"] = activation
     model_yaml = dump_model_yaml(cfg)
 
     yaml_file = attrs.get("yaml_file")
@@ -502,7 +544,7 @@ def convert(path: str, out_path: str, which: str | None):
         metadata["epoch"] = str(ckpt["epoch"])
     write_safetensors(out_path, arrays, metadata)
     return {"keys": len(arrays), "nc": len(names), "names": names, "model_name": stem, "entry": which,
-            "class": class_name(model), "dropped": dropped,
+            "class": class_name(model), "dropped": dropped, "activation": activation,
             "params": int(sum(t.array.size for t in tensors.values()))}
 
 
@@ -528,6 +570,8 @@ def main(argv=None) -> int:
     print(f"  model yaml: {s['model_name']}")
     print(f"  nc: {s['nc']}")
     print(f"  names: [{shown}]")
+    if s["activation"]:
+        print(f"  activation: {s['activation']} (the checkpoint's layers; written into the model yaml)")
     if s["dropped"]:
         print(f"  dropped (recomputed by kestrel): {', '.join(s['dropped'])}")
     return 0

@@ -41,6 +41,7 @@ for name in ("kestrel", "out", "ref_ema", "ref_model", "keys_ema"):
 ap.add_argument("--old-anchor-grid", action="store_true")  # YOLOv5 <= 5.0: Detect.anchor_grid is a buffer
 ap.add_argument("--dict-names", action="store_true")       # YOLOv5 >= 6.2: names is {0: 'person', ...}
 ap.add_argument("--payload")                               # code that would touch this file when unpickled
+ap.add_argument("--act")  # leaky: every Conv's act is LeakyReLU(0.1) (YOLOv5 < 4.0); mixed: the first is Hardswish
 a = ap.parse_args()
 
 with open(a.kestrel, "rb") as f:  # keys in kestrel's (= PyTorch's) state_dict order, as stored
@@ -132,6 +133,10 @@ def build():
     root.device = torch.device("cpu")
     if a.payload:
         root.notes = Payload()
+    if a.act:  # upstream's Conv holds conv, bn and act
+        convs = [m for m in modules.values() if isinstance(getattr(m, "conv", None), nn.Conv2d)]
+        for i, m in enumerate(convs):
+            m.act = nn.Hardswish() if a.act == "mixed" and i == 0 else nn.LeakyReLU(0.1)
     return root
 
 ema, model = build().half(), build().half()
@@ -253,6 +258,26 @@ TEST(ImportPt, YoloV5CheckpointLoadsIntoKestrelWithEqualTensors) {
   const auto r2 = import_pt(f.pt + " " + raw + " --model");
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   expect_equal_to_reference(models::load_model_weights(raw), f.ref_model);
+}
+
+// Checkpoints before YOLOv5 v4.0 (and YOLOv3 v9.5.0's) hold their activation in the Conv modules, not in
+// the model YAML: it is written into the imported YAML (kestrel built SiLU, boxes 26 px off); layers of
+// several activations that the YAML does not name are refused.
+TEST(ImportPt, ActivationOfTheCheckpointsLayersGoesIntoTheYaml) {
+  Fixture f("yolov5n", {"person"}, "--act leaky");
+  const std::string out = f.dir.file("leaky.safetensors");
+  const auto r = import_pt(f.pt + " " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("activation: nn.LeakyReLU(0.1)"), std::string::npos) << r.output;
+  const models::LoadedModel loaded = models::load_model_weights(out);
+  EXPECT_NE(loaded.info.model_yaml.find("\nactivation: nn.LeakyReLU(0.1)\n"), std::string::npos) << loaded.info.model_yaml;
+  expect_equal_to_reference(loaded, f.ref_ema);
+
+  Fixture mixed("yolov5n", {"person"}, "--act mixed");
+  const auto m = import_pt(mixed.pt + " " + mixed.dir.file("mixed.safetensors"));
+  EXPECT_EQ(m.exit_code, 1) << m.output;
+  EXPECT_NE(m.output.find("the model's layers use nn.Hardswish(), nn.LeakyReLU(0.1), and its model.yaml names no activation"),
+            std::string::npos) << m.output;
 }
 
 TEST(ImportPt, YoloV7IDetectCheckpointKeepsAnchorGrid) {
