@@ -150,6 +150,10 @@ void TrainingRun::build_model() {
   model = build();
   if (model->in_channels() != 3)  // upstream fails at the first step, in the first convolution
     fail(config_source, ": 'ch: ", model->in_channels(), "': the images kestrel trains on have 3 channels (RGB)");
+  if (!resuming() && info.model_name.rfind("yolov3", 0) == 0 && !models::is_yolov7_family(*model))
+    std::cout << "note: " << info.model_name << " trains with YOLOv5 v7.0's recipe and metric, as YOLOv5 runs its "
+              << "yolov3 configs; ultralytics/yolov3 v9.6.0's differ (its hyp.scratch.yaml, cosine schedule, 300 "
+              << "epochs, no clipping; docs/parity.md lists them)\n";
   if (o.hyp.empty() && !resuming() && models::is_yolov7_family(*model))
     std::cout << "note: " << info.model_name << " trains with kestrel's default recipe, YOLOv5's hyp.scratch-low; YOLOv7's "
               << "train.py defaults to --hyp hyp.scratch.p5.yaml (OTA loss, cosine schedule, 300 epochs): give "
