@@ -297,6 +297,11 @@ TEST(ModelConfigErrors, EmptyAndMissingFiles) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
+  // A bare name that is neither a file here nor a shipped config (upstream's yolov3-spp): the shipped ones listed.
+  const std::string unknown = test::error_message([] { resolve_model_config_path("yolov3-spp.yaml"); });
+  EXPECT_NE(unknown.find("yolov3-spp.yaml: no such file, and not a config kestrel ships ("), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find(", yolov3, yolov3-tiny, "), std::string::npos) << unknown;
+  EXPECT_EQ(resolve_model_config_path("yolov3-tiny.yaml"), "configs/models/yolov3-tiny.yaml");
 }
 
 TEST(ModelConfigErrors, HeadMustBeLast) {

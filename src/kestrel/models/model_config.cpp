@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "kestrel/core/error.h"
 #include "kestrel/core/yaml_file.h"
@@ -124,7 +125,17 @@ std::string resolve_model_config_path(const std::string& name_or_path) {
     fs::path candidate = dir / (stem + ".yaml");
     if (fs::exists(candidate)) return candidate.string();
   }
-  return name_or_path;  // load_model_config reports it as not found
+  if (!fs::path(name_or_path).parent_path().empty()) return name_or_path;  // load_model_config reports it as not found
+  // A bare name (yolov3-spp, yolov5s6.yaml): say which names are shipped.
+  std::set<std::string> shipped;
+  std::error_code ec;
+  for (const fs::path& dir : {fs::path("configs/models"), fs::path(KESTREL_SOURCE_DIR) / "configs/models"})
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".yaml") shipped.insert(it->path().stem().string());
+  std::string list;
+  for (const std::string& name : shipped) list += (list.empty() ? "" : ", ") + name;
+  fail(name_or_path, ": no such file, and not a config kestrel ships (", list.empty() ? "none found" : list,
+       "); give the path of another upstream model YAML");
 }
 
 }  // namespace kestrel::models

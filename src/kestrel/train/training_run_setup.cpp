@@ -111,6 +111,11 @@ void TrainingRun::load_recipe() {
     else std::cout << "warning: " << own << " is missing: resuming with " << (o.hyp.empty() ? "the default hyperparameters" : o.hyp) << "\n";
   }
   hyp = o.hyp.empty() ? default_hyperparameters() : load_hyperparameters(o.hyp);
+  // train.py's line (values as Python's str of the file's floats; an integer written without a point shows as
+  // 3.0 where upstream shows 3), with the keys the file lacks after its own.
+  std::string listed;
+  for (const auto& [key, value] : hyp.values) listed += cat(listed.empty() ? "" : ", ", key, "=", python_float_repr(value));
+  std::cout << "hyperparameters: " << listed << "\n";
   if (!hyp.unknown_keys.empty()) {
     std::string keys;
     for (const auto& k : hyp.unknown_keys) keys += " " + k;
