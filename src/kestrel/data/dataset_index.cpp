@@ -100,6 +100,53 @@ LabelCache read_cache(const std::string& path, int nc, std::string& note) {
 
 }  // namespace
 
+namespace {
+
+// verify_sample of images[i] for every i in to_verify, into results[i], on options.workers threads (0: one
+// per hardware thread). Results land in image order, so the index is the same for any thread count.
+void verify_in_parallel(const std::vector<std::string>& images, const std::vector<size_t>& to_verify,
+                        const IndexOptions& options, std::vector<SampleCheck>& results) {
+  std::atomic<size_t> next{0};
+  const int threads = std::max(1, options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  const auto join_all = [&pool] {
+    for (auto& th : pool) th.join();
+  };
+  try {  // verify_sample catches everything; a thread that cannot be started must not leave joinable ones behind
+    for (int t = 0; t < std::min<int>(threads, static_cast<int>(std::max<size_t>(to_verify.size(), 1))); ++t)
+      pool.emplace_back([&] {
+        for (size_t k = next++; k < to_verify.size(); k = next++) results[to_verify[k]] = verify_sample(images[to_verify[k]], options.nc);
+      });
+  } catch (...) {
+    next = to_verify.size();  // the running threads stop after their current image
+    join_all();
+    throw;
+  }
+  join_all();
+}
+
+// The split's counts, kept records, skipped files and warnings from every listed image's outcome.
+void tally(std::vector<SampleCheck>& results, DatasetIndex& index) {
+  auto& c = index.counts;
+  c.images = static_cast<int>(results.size());
+  for (auto& v : results) {
+    if (!v.ok) {
+      ++c.corrupt;
+      index.skipped.push_back({v.record.image, v.problem});
+      continue;
+    }
+    c.duplicates += v.duplicates;
+    if (v.label_missing) ++c.missing;
+    else if (v.record.rows.empty()) ++c.empty;
+    else ++c.labelled;
+    c.boxes += static_cast<int>(v.record.rows.size());
+    if (!v.warning.empty()) index.warnings.push_back(v.warning);
+    index.records.push_back(std::move(v.record));
+  }
+}
+
+}  // namespace
+
 DatasetIndex index_split(const std::vector<std::string>& images, const IndexOptions& options) {
   DatasetIndex index;
   index.cache_path = options.use_cache ? cache_path_for(images) : "";
@@ -139,24 +186,7 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     if (it != cache.entries.end()) cache.entries.erase(it);  // what is left: entries of images not listed
   }
 
-  // Verify in parallel; results land in image order so the index is the same for any thread count.
-  std::atomic<size_t> next{0};
-  const int threads = std::max(1, options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  const auto join_all = [&pool] {
-    for (auto& th : pool) th.join();
-  };
-  try {  // verify_sample catches everything; a thread that cannot be started must not leave joinable ones behind
-    for (int t = 0; t < std::min<int>(threads, static_cast<int>(std::max<size_t>(to_verify.size(), 1))); ++t)
-      pool.emplace_back([&] {
-        for (size_t k = next++; k < to_verify.size(); k = next++) results[to_verify[k]] = verify_sample(images[to_verify[k]], options.nc);
-      });
-  } catch (...) {
-    next = to_verify.size();  // the running threads stop after their current image
-    join_all();
-    throw;
-  }
-  join_all();
+  verify_in_parallel(images, to_verify, options, results);
   index.verified = static_cast<int>(to_verify.size());
   std::vector<bool> verified_now(images.size());
   for (size_t i : to_verify) verified_now[i] = true;
@@ -191,22 +221,7 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     }
   }
 
-  auto& c = index.counts;
-  c.images = static_cast<int>(images.size());
-  for (auto& v : results) {
-    if (!v.ok) {
-      ++c.corrupt;
-      index.skipped.push_back({v.record.image, v.problem});
-      continue;
-    }
-    c.duplicates += v.duplicates;
-    if (v.label_missing) ++c.missing;
-    else if (v.record.rows.empty()) ++c.empty;
-    else ++c.labelled;
-    c.boxes += static_cast<int>(v.record.rows.size());
-    if (!v.warning.empty()) index.warnings.push_back(v.warning);
-    index.records.push_back(std::move(v.record));
-  }
+  tally(results, index);
   return index;
 }
 
