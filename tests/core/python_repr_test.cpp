@@ -14,6 +14,21 @@
 namespace kestrel {
 namespace {
 
+// Python's `expression` of each value (as v, bit for bit), one line each.
+std::string python_lines(const std::vector<double>& values, const std::string& expression) {
+  std::ostringstream script;
+  script << "import struct\nfor h in '''";
+  for (double v : values) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof v);
+    script << std::hex << bits << "\n";
+  }
+  script << "'''.split():\n    v = struct.unpack('<d', int(h, 16).to_bytes(8, 'little'))[0]\n    print(" << expression << ")\n";
+  const test::CommandResult r = test::run_python(script.str());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
 TEST(PythonRepr, HandCases) {
   EXPECT_EQ(python_float_repr(1.0), "1.0");
   EXPECT_EQ(python_float_repr(0.1), "0.1");
@@ -38,17 +53,7 @@ TEST(PythonRepr, AsPythonOnRandomDoubles) {
     values.push_back(v);
     values.push_back(std::ldexp(static_cast<double>(rng() % 100000), -static_cast<int>(rng() % 40)));  // short decimals
   }
-  std::ostringstream script;
-  script << "import struct\nfor h in '''";
-  for (double v : values) {
-    uint64_t bits;
-    std::memcpy(&bits, &v, sizeof v);
-    script << std::hex << bits << "\n";
-  }
-  script << "'''.split():\n    print(repr(struct.unpack('<d', int(h, 16).to_bytes(8, 'little'))[0]))\n";
-  const test::CommandResult r = test::run_python(script.str());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::istringstream lines(r.output);
+  std::istringstream lines(python_lines(values, "repr(v)"));
   int wrong = 0;
   for (double v : values) {
     std::string expected;
@@ -62,18 +67,7 @@ TEST(PythonRepr, AsPythonOnRandomDoubles) {
 TEST(PythonRepr, PercentGAsPython) {
   const std::vector<double> values = {0.0, -0.0, 1.0, 0.1, 123456.0, 1234567.0, 1e-5, 0.00012345678, -2.5, 99999.5,
                                       std::nan(""), -std::nan(""), HUGE_VAL, -HUGE_VAL, 3.0e300};
-  std::ostringstream script;
-  script << "import struct\nfor h in '''";
-  for (double v : values) {
-    uint64_t bits;
-    std::memcpy(&bits, &v, sizeof v);
-    script << std::hex << bits << "\n";
-  }
-  script << "'''.split():\n    v = struct.unpack('<d', int(h, 16).to_bytes(8, 'little'))[0]\n"
-            "    print('%20.5g' % v + '|' + '%.5g' % v)\n";
-  const test::CommandResult r = test::run_python(script.str());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::istringstream lines(r.output);
+  std::istringstream lines(python_lines(values, "'%20.5g' % v + '|' + '%.5g' % v"));
   for (double v : values) {
     std::string expected;
     std::getline(lines, expected);
