@@ -292,6 +292,10 @@ void TrainingRun::build_optimiser() {
   sched.warmup_momentum = hyp.warmup_momentum;
   sched.warmup_bias_lr = hyp.warmup_bias_lr;
   // YOLOv5: linear unless --cos-lr; YOLOv7's train.py: cosine (one_cycle) unless --linear-lr.
+  if (o.cos_lr && o.linear_lr) fail("--cos-lr and --linear-lr: give one of them");
+  if (o.linear_lr && !hyp.yolov7_recipe && !resuming())
+    std::cout << "note: --linear-lr is YOLOv7's flag; a YOLOv5 recipe schedules linearly anyway (1 - x/epochs, where "
+                 "YOLOv7's --linear-lr is 1 - x/(epochs - 1))\n";
   sched.cos_lr = o.cos_lr || (hyp.yolov7_recipe && !o.linear_lr);
   sched.yolov7 = hyp.yolov7_recipe;
   sched.epochs = o.epochs;
