@@ -163,6 +163,11 @@ TEST(ExportCli, Yolov7NamesItsOutputAndTheWeightsAreNeverOverwritten) {
   r = test::run_command(test::kestrel_binary() + " export --weights " + dir.file("w.onnx") + " --img 64");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("is the weights file being exported"), std::string::npos) << r.output;
+  // A folder as the output is refused before a folder is made for it (a trailing '/' left an empty one).
+  r = test::run_command(base + " -o " + dir.file("newdir/"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(dir.file("newdir/") + ": names a folder"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("newdir")));
 }
 
 // export.py's other formats and their options: as export.py (which writes each format asked for and

@@ -91,6 +91,16 @@ TEST(WeightsFile, ATrainingStateIsNamedWithTheWeightsToGiveInstead) {
   EXPECT_NE(message.find("weights/last.safetensors and best.safetensors"), std::string::npos) << message;
 }
 
+// An ONNX file given as weights (upstream's detect.py and val.py run them) is named as such, not as a
+// PyTorch checkpoint to convert; a kestrel weights file that is merely called .onnx still loads.
+TEST(WeightsFile, AnOnnxModelIsNamed) {
+  test::TempDir dir;
+  const std::string onnx = dir.file("yolov5n.onnx");
+  test::write_file(onnx, std::string("\x08\x07\x12\x07kestrel", 11));  // ir_version 7, producer_name
+  const std::string message = test::error_message([&] { load_model_weights(onnx); });
+  EXPECT_NE(message.find(onnx + ": not a kestrel weights file but (by its name) an ONNX model"), std::string::npos) << message;
+}
+
 // A tensor missing from the file (removed by hand): the network is built and the strict load names it,
 // rather than the budget refusing a network bigger than the file by that tensor.
 TEST(WeightsFile, AMissingTensorIsNamed) {

@@ -14,8 +14,8 @@
 #include "kestrel/core/error.h"
 #include "kestrel/data/augment.h"
 #include "kestrel/eval/feature_maps.h"
-#include "kestrel/models/common.h"
 #include "kestrel/eval/test_time_augment.h"
+#include "kestrel/models/common.h"
 
 namespace kestrel::eval {
 namespace {

@@ -1,5 +1,6 @@
-#include "kestrel/core/python_repr.h"
 #include "kestrel/eval/plots.h"
+
+#include "kestrel/core/python_repr.h"
 
 #include <algorithm>
 #include <cmath>

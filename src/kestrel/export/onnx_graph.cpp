@@ -221,6 +221,10 @@ void OnnxGraph::save(const std::string& path) const {
   std::string bytes;
   if (!proto_->model.SerializeToString(&bytes)) fail(path, ": could not serialize the ONNX model");
   const std::filesystem::path target(path);
+  // A folder as the output (or a name ending in '/') is refused before any folder is made for it.
+  std::error_code ec;
+  if (!target.has_filename() || std::filesystem::is_directory(target, ec))
+    fail(path, ": names a folder; give the ONNX file's name (-o dir/model.onnx)");
   if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
   write_file_atomic(path, {bytes}, Durability::kFlushed);
 }

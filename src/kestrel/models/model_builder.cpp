@@ -1,4 +1,6 @@
 // build_model(): the YAML rows -> modules, following upstream parse_model's channel and repeat rules.
+#include "kestrel/models/model_builder.h"
+
 #include <cfenv>
 #include <cmath>
 #include <functional>
@@ -14,7 +16,6 @@
 #include "kestrel/models/common.h"
 #include "kestrel/models/csp_blocks.h"
 #include "kestrel/models/ghost_blocks.h"
-#include "kestrel/models/model_builder.h"
 #include "kestrel/models/parameter_budget.h"
 #include "kestrel/models/transformer_blocks.h"
 #include "kestrel/models/yolo_model.h"

@@ -1,4 +1,3 @@
-#include "kestrel/models/model_builder.h"
 #include "kestrel/models/weights_file.h"
 
 #include <filesystem>
@@ -8,10 +7,12 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/regular_file.h"
 #include "kestrel/core/safetensors.h"
 #include "kestrel/core/utf8.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/parameter_budget.h"
 #include "kestrel/models/state_dict.h"
@@ -57,7 +58,16 @@ void save_model_weights(const std::string& path, const YoloModel& model, const W
 }
 
 LoadedModel load_model_weights(const std::string& path) {
-  SafetensorsContents file = load_safetensors(path);
+  SafetensorsContents file;
+  try {
+    file = load_safetensors(path);
+  } catch (const Error&) {
+    // Upstream's detect.py and val.py run .onnx weights (DetectMultiBackend); kestrel runs its own format.
+    if (ascii_lower(std::filesystem::path(path).extension().string()) == ".onnx")
+      fail(path, ": not a kestrel weights file but (by its name) an ONNX model; kestrel runs .safetensors weights, "
+           "ONNX files run in onnxruntime, TensorRT or OpenVINO (docs/deploy.md)");
+    throw;
+  }
   const auto& m = file.metadata;
   const auto format = m.find("format");
   // A training state (train/training_state.h's format) given for weights: say which file to give.

@@ -1,5 +1,6 @@
-#include "kestrel/core/python_repr.h"
 #include "kestrel/train/evolution_folder.h"
+
+#include "kestrel/core/python_repr.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,9 +14,9 @@
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
-#include "kestrel/core/yaml_file.h"
 #include "kestrel/core/regular_file.h"
 #include "kestrel/core/stop_signal.h"
+#include "kestrel/core/yaml_file.h"
 #include "kestrel/eval/plots.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/run_files.h"

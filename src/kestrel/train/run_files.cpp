@@ -1,5 +1,6 @@
-#include "kestrel/core/python_repr.h"
 #include "kestrel/train/run_files.h"
+
+#include "kestrel/core/python_repr.h"
 
 #include <cerrno>
 #include <cmath>

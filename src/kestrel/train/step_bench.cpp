@@ -1,5 +1,6 @@
-#include "kestrel/models/model_builder.h"
 #include "kestrel/train/step_bench.h"
+
+#include "kestrel/models/model_builder.h"
 
 #include <sys/resource.h>
 

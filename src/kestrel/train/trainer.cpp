@@ -1,5 +1,6 @@
-#include "kestrel/models/model_builder.h"
 #include "kestrel/train/trainer.h"
+
+#include "kestrel/models/model_builder.h"
 
 #include "kestrel/train/training_run.h"
 

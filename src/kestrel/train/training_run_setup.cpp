@@ -13,8 +13,8 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/cuda.h>
 
-#include "kestrel/core/device.h"
 #include "kestrel/core/atomic_file.h"
+#include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/python_repr.h"
 #include "kestrel/data/image_files.h"
