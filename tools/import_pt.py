@@ -510,6 +510,8 @@ def convert(path: str, out_path: str, which: str | None):
     for key in ("backbone", "head"):
         if key not in cfg:
             raise ConvertError(f"{path}: model.yaml has no '{key}' section")
+        if not isinstance(cfg[key], list):
+            raise ConvertError(f"{path}: model.yaml's '{key}' is not a list of layers")
     nc_yaml = cfg.get("nc")
     names = class_names(attrs.get("names"), int(nc_yaml) if isinstance(nc_yaml, int) else 0, path)
     if not names:

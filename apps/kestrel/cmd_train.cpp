@@ -225,6 +225,8 @@ void add_train_command(CLI::App& app) {
     if (yolov7_flags->second && cache->count() > 0 && o->cache != "ram")
       throw CLI::ValidationError("--cache-images", "means --cache ram, but --cache " + o->cache + " was given too");
     if (yolov7_flags->first) o->optimizer = "Adam";
+    if (o->cos_lr && o->linear_lr && o->resume.empty())  // (a saved run with both resumes as it trained: cosine)
+      throw CLI::ValidationError("--linear-lr", "and --cos-lr: give one of them");
     // Checked here, before a run folder exists and AutoAnchor runs, rather than where they are used.
     try {
       train::parse_optimizer_kind(o->optimizer);

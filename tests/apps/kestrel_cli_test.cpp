@@ -319,6 +319,11 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   r = test::run_command(test::kestrel_binary() + " val --weights " + dir.file("fake.safetensors"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir.file("fake.safetensors")), std::string::npos) << r.output;
+  // Both schedules (YOLOv7 recipes: --cos-lr won silently): refused before any work, no run folder made.
+  r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --cos-lr --linear-lr --project " + dir.file("runs"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--linear-lr: and --cos-lr: give one of them"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp")));
   // train.py's W&B / Google Cloud flags: refused with the reason, before any work.
   for (const std::string flag : {"--entity me", "--bbox_interval 5", "--artifact_alias latest", "--bucket b", "--upload_dataset"}) {
     r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --project " + dir.file("runs") + " " + flag);

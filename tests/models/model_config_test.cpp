@@ -320,6 +320,9 @@ TEST(ModelConfigErrors, UnknownActivation) {
   auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 1, nn.Swishy()]"));
   EXPECT_NE(msg.find("unknown activation 'nn.Swishy()'"), std::string::npos) << msg;
   // A list as the file's default activation was read as "" (SiLU) without a word.
+  // Empty or null is the default, as upstream's `if act:` (imported checkpoints may carry `activation: null`).
+  for (const char* none : {"activation:\n", "activation: null\n", "activation: ~\n"})
+    EXPECT_EQ(error_of(replaced(kTinyHead, "nc: 4\n", std::string("nc: 4\n") + none)), "(no error)") << none;
   msg = error_of(replaced(kTinyHead, "nc: 4\n", "nc: 4\nactivation: [1, 2]\n"));
   EXPECT_NE(msg.find("bad.yaml:3: 'activation' must be a module such as nn.SiLU(), got a list or mapping"), std::string::npos) << msg;
 }

@@ -99,6 +99,15 @@ TEST(WeightsFile, AnOnnxModelIsNamed) {
   test::write_file(onnx, std::string("\x08\x07\x12\x07kestrel", 11));  // ir_version 7, producer_name
   const std::string message = test::error_message([&] { load_model_weights(onnx); });
   EXPECT_NE(message.find(onnx + ": not a kestrel weights file but (by its name) an ONNX model"), std::string::npos) << message;
+  // A missing file is said to be missing, whatever its name.
+  const std::string missing = test::error_message([&] { load_model_weights(dir.file("none.onnx")); });
+  EXPECT_NE(missing.find("not found"), std::string::npos) << missing;
+  EXPECT_EQ(missing.find("ONNX"), std::string::npos) << missing;
+  // kestrel weights under an .onnx name load.
+  auto model = build_model(load_model_config(resolve_model_config_path("yolov5n")), 2);
+  const std::string named = dir.file("weights.onnx");
+  save_model_weights(named, *model, describe_config("yolov5n", {"a", "b"}));
+  EXPECT_EQ(load_model_weights(named).info.names, (std::vector<std::string>{"a", "b"}));
 }
 
 // A tensor missing from the file (removed by hand): the network is built and the strict load names it,

@@ -380,6 +380,7 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       "save('expanded.pt', cfg, torch.zeros(1).expand(1 << 20), ['a'])\n"
       "save('huge_nc.pt', {'nc': 10 ** 10, 'backbone': [], 'head': []}, torch.zeros(2))\n"
       "save('nan.pt', cfg, torch.tensor([0.0, float('nan')]), ['a'])\n"
+      "save('head_dict.pt', {'nc': 1, 'backbone': [], 'head': {'x': 1}}, torch.zeros(2), ['a'])\n"
       "loop = {'backbone': [], 'head': []}\n"
       "loop['me'] = loop\n"
       "save('loop.pt', loop, torch.zeros(2), ['a'])\n"
@@ -396,6 +397,7 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       {"huge_nc.pt", "model.yaml says nc=10000000000, above the limit of 1000000 classes"},
       {"loop.pt", "model.yaml is nested more than 50 levels deep (or contains itself)"},
       {"nan.pt", "tensor b holds NaN or infinite values"},
+      {"head_dict.pt", "model.yaml's 'head' is not a list of layers"},
   };
   for (const auto& [name, message] : cases) expect_import_error(dir.file(name), dir.file("out.safetensors"), message);
 }

@@ -608,9 +608,6 @@ TEST(Trainer, BadOptionsAreClearErrors) {
   o = quick_options(dir);
   o.cuda_graph = true;  // quick_options trains on the CPU: graphs are a CUDA feature
   EXPECT_NE(test::error_message([&] { train(o); }).find("--cuda-graph"), std::string::npos);
-  o = quick_options(dir);
-  o.cos_lr = o.linear_lr = true;  // YOLOv7 recipes: --cos-lr won silently
-  EXPECT_EQ(test::error_message([&] { train(o); }), "--cos-lr and --linear-lr: give one of them");
   // A model for one-channel images builds, and failed in its first convolution with LibTorch's words.
   std::ifstream v5n("configs/models/yolov5n.yaml");
   test::write_file(dir.file("gray.yaml"), std::string(std::istreambuf_iterator<char>(v5n), {}) + "\nch: 1\n");

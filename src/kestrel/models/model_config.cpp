@@ -90,7 +90,7 @@ ModelConfig from_yaml(YAML::Node root, const std::string& source) {
     cfg.ch = scalar<int>(root["ch"], source, "ch");
     if (cfg.ch < 1) fail(where(source, root["ch"]), ": 'ch' must be >= 1, got ", cfg.ch);
   }
-  if (root["activation"]) {
+  if (root["activation"] && !root["activation"].IsNull()) {  // empty or null: the default, as upstream's `if act:`
     if (!root["activation"].IsScalar())
       fail(where(source, root["activation"]), ": 'activation' must be a module such as nn.SiLU(), got a list or mapping");
     cfg.activation = root["activation"].Scalar();

@@ -63,7 +63,8 @@ LoadedModel load_model_weights(const std::string& path) {
     file = load_safetensors(path);
   } catch (const Error&) {
     // Upstream's detect.py and val.py run .onnx weights (DetectMultiBackend); kestrel runs its own format.
-    if (ascii_lower(std::filesystem::path(path).extension().string()) == ".onnx")
+    std::error_code ec;
+    if (ascii_lower(std::filesystem::path(path).extension().string()) == ".onnx" && std::filesystem::is_regular_file(path, ec))
       fail(path, ": not a kestrel weights file but (by its name) an ONNX model; kestrel runs .safetensors weights, "
            "ONNX files run in onnxruntime, TensorRT or OpenVINO (docs/deploy.md)");
     throw;

@@ -113,6 +113,8 @@ struct BenchStep {
 };
 
 std::unique_ptr<BenchStep> make_bench_step(const StepBenchOptions& o, const loss::LossOptions& loss_options, int nc) {
+  if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")
+    fail("--precision ", o.precision, ": expected fp32, fp16 or bf16");
   const std::optional<at::ScalarType> autocast = autocast_type(o.precision, "--precision");
   if (o.fused_bn_silu && !o.channels_last && parse_device(o.device).is_cuda())
     fail("--fused-bn-silu needs --channels-last on CUDA (its kernels take channels-last activations)");

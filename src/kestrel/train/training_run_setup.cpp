@@ -155,7 +155,7 @@ void TrainingRun::build_model() {
   model = build();
   if (model->in_channels() != 3)  // upstream fails at the first step, in the first convolution
     fail(config_source, ": 'ch: ", model->in_channels(), "': the images kestrel trains on have 3 channels (RGB)");
-  if (!resuming() && info.model_name.rfind("yolov3", 0) == 0 && !models::is_yolov7_family(*model))
+  if (!resuming() && info.model_name.rfind("yolov3", 0) == 0 && !models::is_yolov7_family(*model) && !hyp.yolov7_recipe)
     std::cout << "note: " << info.model_name << " trains with YOLOv5 v7.0's recipe and metric, as YOLOv5 runs its "
               << "yolov3 configs; ultralytics/yolov3 v9.6.0's differ (its hyp.scratch.yaml, cosine schedule, 300 "
               << "epochs, no clipping; docs/parity.md lists them)\n";
@@ -292,7 +292,6 @@ void TrainingRun::build_optimiser() {
   sched.warmup_momentum = hyp.warmup_momentum;
   sched.warmup_bias_lr = hyp.warmup_bias_lr;
   // YOLOv5: linear unless --cos-lr; YOLOv7's train.py: cosine (one_cycle) unless --linear-lr.
-  if (o.cos_lr && o.linear_lr) fail("--cos-lr and --linear-lr: give one of them");
   if (o.linear_lr && !hyp.yolov7_recipe && !resuming())
     std::cout << "note: --linear-lr is YOLOv7's flag; a YOLOv5 recipe schedules linearly anyway (1 - x/epochs, where "
                  "YOLOv7's --linear-lr is 1 - x/(epochs - 1))\n";
