@@ -1,6 +1,5 @@
 // TrainingRun's set-up phases, in the order trainer.cpp calls them: options, ranks, recipe, model,
 // data, autoanchor, optimiser, resume state, run folder, step, run files (training_run.h).
-#include "kestrel/models/model_builder.h"
 #include "kestrel/train/training_run.h"
 
 #include <unistd.h>
@@ -21,6 +20,7 @@
 #include "kestrel/dist/sync_batch_norm.h"
 #include "kestrel/eval/label_plots.h"
 #include "kestrel/models/common.h"
+#include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
 #include "kestrel/models/model_family.h"
 #include "kestrel/train/autoanchor.h"
