@@ -1,9 +1,7 @@
 // kestrel detect: YOLOv5 detect.py on images (a file, a folder or a .txt list), a video file, a camera
 // index or a stream URL: annotated copies (or an annotated .mp4) and, with --save-txt, YOLO label files in runs/detect/<name>/.
-#include <cctype>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -14,7 +12,7 @@
 
 #include "commands.h"
 #include "detect_outputs.h"
-#include "kestrel/core/ascii_lower.h"
+#include "detect_source.h"
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
@@ -22,7 +20,6 @@
 #include "kestrel/core/stop_signal.h"
 #include "kestrel/data/annotate.h"
 #include "kestrel/data/dataset_config.h"
-#include "kestrel/data/image_files.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/data/stream_grabber.h"
 #include "kestrel/data/video_io.h"
@@ -197,28 +194,6 @@ bool detect_video(eval::Detector& detector, data::VideoReader& video, const std:
   return true;
 }
 
-// The sources of a .streams list, one per line (blank lines skipped): camera indices, URLs of any scheme
-// (rtsp, tcp, udp, ... passed to the video backend as they are, as LoadStreams does), devices, video
-// files. A relative file path is taken relative to the list, as kestrel's .txt lists (upstream: the
-// working directory).
-std::vector<std::string> read_stream_list(const std::string& list) {
-  if (!fs::exists(list)) fail("--source ", list, ": file not found");
-  require_regular_file(list);
-  std::ifstream in(list);
-  if (!in) fail("--source ", list, ": cannot be read");
-  std::vector<std::string> sources;
-  for (std::string line; std::getline(in, line);) {
-    const auto a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
-    if (a == std::string::npos) continue;
-    std::string source = line.substr(a, b - a + 1);
-    if (!data::is_camera_source(source) && !data::has_url_scheme(source) && fs::path(source).is_relative())
-      source = (fs::path(list).parent_path() / source).lexically_normal().string();
-    sources.push_back(source);
-  }
-  if (sources.empty()) fail("--source ", list, ": lists no camera, stream or video");
-  return sources;
-}
-
 // A .streams list, or one camera or stream (detect.py's LoadStreams): each source read on its own thread
 // (data/stream_grabber.h: a live source offers its newest frame, a file every frame); each round detects
 // one frame of every source, until one of them ends. Per source, as upstream: <stem>.mp4 at 30 fps,
@@ -329,33 +304,27 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
   if (skipped) std::printf("%lld of %zu %s skipped (unreadable, listed above)\n", static_cast<long long>(skipped), n, what);
 }
 
-// detect.py's screenshot source ("screen", "screen 0 100 100 512 256": any source starting with "screen");
-// an existing file of such a name (screenshot.png) is a file here.
-bool is_screen_source(const std::string& source) {
-  return ascii_lower(source).rfind("screen", 0) == 0 && !fs::exists(source);
+// detect.py's --data names the classes only for weights without names (not .pt files) and is not even read
+// otherwise; kestrel weights always carry theirs. It is read for a warning when its names differ, and a file
+// that cannot be used (missing, malformed, data not downloaded) is only a warning too. Returns the dataset
+// when it could be read.
+std::optional<data::DatasetConfig> check_data_names(const DetectOptions& o, const std::vector<std::string>& names) {
+  if (o.data.empty()) return std::nullopt;
+  try {
+    data::DatasetConfig dataset = data::load_dataset_config(o.data);
+    if (dataset.names != names)
+      std::cout << "WARNING: --data " << o.data << " names " << dataset.nc << " classes unlike the " << names.size()
+                << " of " << o.weights << " (" << (names.empty() ? std::string("none") : names[0])
+                << (names.size() > 1 ? ", ..." : "") << "); the class names come from the weights\n";
+    return dataset;
+  } catch (const Error& e) {
+    std::cout << "WARNING: --data ignored (the class names come from the weights): " << e.what() << "\n";
+    return std::nullopt;
+  }
 }
 
-void run_detect(const DetectOptions& o) {
-  if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
-  const c10::Device device = parse_device(o.device);
-  make_current(device);
-  models::LoadedModel loaded = models::load_model_weights(o.weights);
+eval::DetectorOptions detector_options(const DetectOptions& o, const models::LoadedModel& loaded, c10::Device device) {
   const std::vector<std::string>& names = loaded.info.names;
-  // detect.py's --data names the classes only for weights without names (not .pt files) and is not even
-  // read otherwise; kestrel weights always carry theirs. It is read for a warning when its names differ,
-  // and a file that cannot be used (missing, malformed, data not downloaded) is only a warning too.
-  if (!o.data.empty()) {
-    try {
-      const data::DatasetConfig dataset = data::load_dataset_config(o.data);
-      if (dataset.names != names)
-        std::cout << "WARNING: --data " << o.data << " names " << dataset.nc << " classes unlike the " << names.size()
-                  << " of " << o.weights << " (" << (names.empty() ? std::string("none") : names[0])
-                  << (names.size() > 1 ? ", ..." : "") << "); the class names come from the weights\n";
-    } catch (const Error& e) {
-      std::cout << "WARNING: --data ignored (the class names come from the weights): " << e.what() << "\n";
-    }
-  }
-
   eval::DetectorOptions d;
   d.img_height = o.imgsz[0];  // --imgsz h [w], one value for both (upstream)
   d.img_width = o.imgsz.size() > 1 ? o.imgsz[1] : o.imgsz[0];
@@ -372,113 +341,14 @@ void run_detect(const DetectOptions& o) {
   if (d.nms.yolov7 && !o.max_det_given) d.nms.max_det = 300;
   d.half = o.half || (d.nms.yolov7 && device.is_cuda());  // YOLOv7's detect.py: fp16 whenever on CUDA
   d.augment = o.augment;
-  eval::Detector detector(loaded.model, device, d);
-  const cv::Size net = detector.network_size();
-  if (net.height != d.img_height || net.width != d.img_width)
-    std::cout << "WARNING: --imgsz " << d.img_height << " " << d.img_width << " must be multiple of max stride "
-              << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
+  return d;
+}
 
-  // The source is opened before the run folder is made: a bad source leaves nothing behind.
-  // Upstream downloads an image URL and treats it as a file; kestrel has no downloader.
-  if (data::is_stream_url(o.source) && data::has_image_extension(o.source))
-    fail("--source ", o.source, ": an image URL; download the image and pass the file");
-  if (is_screen_source(o.source))
-    fail("--source ", o.source, ": detect.py's screen capture is not supported (kestrel reads no screen); record the "
-         "screen to a video and pass the file");
-  // A glob (detect.py expands `*`, `?` and `[...]`) is a list even when it ends in a video extension.
-  // (A URL's '?' starts its query.)
-  const bool pattern = !data::is_stream_url(o.source) && !fs::exists(o.source) && o.source.find_first_of("*?[") != std::string::npos;
-  // A camera or a stream URL goes to detect.py's LoadStreams (detect_streams), as a list of one: its newest
-  // frame each time. A video file, local or a URL (upstream downloads it), goes to LoadImages (detect_video).
-  const bool live_source = !pattern && (data::is_camera_source(o.source) ||
-                                        (data::is_stream_url(o.source) && !data::is_video_file(o.source)));
-  const bool video = !pattern && !live_source && data::is_video_file(o.source);
-  const bool stream_list = !pattern && !live_source && !video && fs::path(o.source).extension() == ".streams";
-  std::unique_ptr<data::VideoReader> reader;
-  std::vector<std::string> media;  // a file, folder, glob or .txt list: its images and videos, sorted
-  std::vector<std::string> stream_sources;  // a .streams list, or the camera or stream
-  std::vector<std::unique_ptr<data::VideoReader>> stream_readers;
-  if (live_source) {
-    stream_sources = {o.source};
-    stream_readers.push_back(data::open_video(o.source));
-  } else if (stream_list) {
-    stream_sources = read_stream_list(o.source);
-    for (size_t i = 0; i < stream_sources.size(); ++i) {
-      try {
-        stream_readers.push_back(data::open_video(stream_sources[i]));
-      } catch (const Error& e) {  // upstream stops at a source it cannot open, too
-        fail("--source ", o.source, ": source ", i + 1, "/", stream_sources.size(), ": ", e.what());
-      }
-    }
-  } else if (video) {
-    reader = data::open_video(o.source);
-  } else {
-    // v7.0 and YOLOv7 read a .txt source as streams: kestrel reads paths, so a stream line is named, not dropped.
-    if (fs::path(o.source).extension() == ".txt" && fs::is_regular_file(o.source)) {
-      std::ifstream list(o.source);
-      int number = 0;
-      for (std::string line; std::getline(list, line);) {
-        ++number;
-        const auto a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
-        if (a == std::string::npos) continue;
-        const std::string entry = line.substr(a, b - a + 1);
-        if (data::is_camera_source(entry) || data::has_url_scheme(entry))
-          fail("--source ", o.source, ":", number, ": '", entry, "' is a camera or stream; kestrel reads a .txt source as "
-               "image and video paths: list cameras and streams in a .streams file");
-      }
-    }
-    media = data::list_files(
-        {o.source}, "--source",
-        [](const std::string& path) { return data::has_image_extension(path) || data::is_video_file(path); },
-        cat(data::image_formats_text(), "; ", data::video_formats_text()));
-    if (media.empty()) fail("--source ", o.source, ": no images or videos found");
-  }
-  const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
-  if (o.save_txt) fs::create_directories(save_dir / "labels");
-  if (o.save_csv && fs::exists(save_dir / "predictions.csv")) require_regular_file((save_dir / "predictions.csv").string());
-
-  JsonPredictions json;
-  if (o.save_json) {  // val.py's class map: COCO's category ids when --data is COCO, else the class index
-    std::optional<data::DatasetConfig> dataset;
-    try {
-      if (!o.data.empty()) dataset = data::load_dataset_config(o.data);
-    } catch (const Error&) {  // already warned about above
-    }
-    json.category_ids = eval::coco_category_ids(dataset && eval::is_coco_dataset(*dataset), names.size());
-  }
-  detector.warmup();
-  // Ctrl-C or SIGTERM: finish the frame, close the videos (a killed writer leaves an unplayable .mp4), save
-  // what was found, exit 130.
-  StopSignal stop("\nStopping after this frame (again to stop at once)\n");
-  // The stream readers are stopped last, after the predictions and summary are written: one stuck in a
-  // network read is not waited for (data/stream_grabber.h), but a second Ctrl-C meanwhile must lose nothing.
-  std::vector<std::unique_ptr<data::StreamGrabber>> streams;
-  if (live_source || stream_list) {
-    for (size_t i = 0; i < stream_sources.size(); ++i) {
-      // Live: a camera or device, or a stream without a frame count (a remote file has one: every frame is
-      // read); a regular file never is.
-      std::error_code ec;
-      const bool live = data::is_camera_source(stream_sources[i]) ||
-                        (!fs::is_regular_file(stream_sources[i], ec) && stream_readers[i]->frame_count() <= 0);
-      streams.push_back(std::make_unique<data::StreamGrabber>(std::move(stream_readers[i]), stream_sources[i], live,
-                                                              o.vid_stride));
-    }
-    detect_streams(detector, streams, stream_sources, o, names, save_dir, json);
-  } else if (video) {
-    if (!detect_video(detector, *reader, o.source, "video 1/1", o, names, save_dir, json, /*first_video=*/true))
-      fail(o.source, ": no frame could be read from the video");
-  } else {
-    detect_files(detector, media, o, names, save_dir, json);
-  }
-  if (o.save_json) {
-    const fs::path file = save_dir / "predictions.json";
-    const std::string text = eval::coco_results_json(json.detections);
-    write_file_atomic(file.string(), {text}, Durability::kRename);
-    std::cout << "Saving " << file.string() << " (" << json.detections.size() << " detections, COCO results format)" << std::endl;
-  }
-
+// detect.py's closing lines: the speeds, where the results went, and (kestrel) predictions.csv's fate.
+void print_summary(const DetectOptions& o, const eval::Detector& detector, const fs::path& save_dir) {
   const auto& total = detector.total_ms();
   const double seen = static_cast<double>(std::max<int64_t>(1, detector.images()));  // none when stopped at once
+  const cv::Size net = detector.network_size();
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (1, 3, %d, %d)\n",
               total[0] / seen, total[1] / seen, total[2] / seen, net.height, net.width);
   if (o.save_txt || !o.nosave) {
@@ -495,6 +365,66 @@ void run_detect(const DetectOptions& o) {
     std::cout << (fs::exists(save_dir / "predictions.csv") ? "Predictions saved to " + (save_dir / "predictions.csv").string()
                                                             : std::string("No predictions to save in predictions.csv"))
               << std::endl;
+}
+
+void run_detect(const DetectOptions& o) {
+  if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
+  const c10::Device device = parse_device(o.device);
+  make_current(device);
+  models::LoadedModel loaded = models::load_model_weights(o.weights);
+  const std::vector<std::string>& names = loaded.info.names;
+  const std::optional<data::DatasetConfig> dataset = check_data_names(o, names);
+  const eval::DetectorOptions d = detector_options(o, loaded, device);
+  eval::Detector detector(loaded.model, device, d);
+  const cv::Size net = detector.network_size();
+  if (net.height != d.img_height || net.width != d.img_width)
+    std::cout << "WARNING: --imgsz " << d.img_height << " " << d.img_width << " must be multiple of max stride "
+              << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
+
+  DetectSource source = open_detect_source(o.source);  // before the run folder: a bad source leaves nothing
+  const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
+  if (o.save_txt) fs::create_directories(save_dir / "labels");
+  if (o.save_csv && fs::exists(save_dir / "predictions.csv")) require_regular_file((save_dir / "predictions.csv").string());
+
+  JsonPredictions json;
+  if (o.save_json)  // val.py's class map: COCO's category ids when --data is COCO, else the class index
+    json.category_ids = eval::coco_category_ids(dataset && eval::is_coco_dataset(*dataset), names.size());
+  detector.warmup();
+  // Ctrl-C or SIGTERM: finish the frame, close the videos (a killed writer leaves an unplayable .mp4), save
+  // what was found, exit 130.
+  StopSignal stop("\nStopping after this frame (again to stop at once)\n");
+  // The stream readers are stopped last, after the predictions and summary are written: one stuck in a
+  // network read is not waited for (data/stream_grabber.h), but a second Ctrl-C meanwhile must lose nothing.
+  std::vector<std::unique_ptr<data::StreamGrabber>> streams;
+  switch (source.kind) {
+    case DetectSource::Kind::kStreams:
+      for (size_t i = 0; i < source.stream_sources.size(); ++i) {
+        // Live: a camera or device, or a stream without a frame count (a remote file has one: every frame is
+        // read); a regular file never is.
+        const std::string& name = source.stream_sources[i];
+        std::error_code ec;
+        const bool live = data::is_camera_source(name) ||
+                          (!fs::is_regular_file(name, ec) && source.stream_readers[i]->frame_count() <= 0);
+        streams.push_back(std::make_unique<data::StreamGrabber>(std::move(source.stream_readers[i]), name, live,
+                                                                o.vid_stride));
+      }
+      detect_streams(detector, streams, source.stream_sources, o, names, save_dir, json);
+      break;
+    case DetectSource::Kind::kVideo:
+      if (!detect_video(detector, *source.video, o.source, "video 1/1", o, names, save_dir, json, /*first_video=*/true))
+        fail(o.source, ": no frame could be read from the video");
+      break;
+    case DetectSource::Kind::kFiles:
+      detect_files(detector, source.files, o, names, save_dir, json);
+      break;
+  }
+  if (o.save_json) {
+    const fs::path file = save_dir / "predictions.json";
+    const std::string text = eval::coco_results_json(json.detections);
+    write_file_atomic(file.string(), {text}, Durability::kRename);
+    std::cout << "Saving " << file.string() << " (" << json.detections.size() << " detections, COCO results format)" << std::endl;
+  }
+  print_summary(o, detector, save_dir);
   if (StopSignal::requested()) throw CLI::RuntimeError(130);  // stopped, as a shell reports an interrupt
 }
 

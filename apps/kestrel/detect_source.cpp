@@ -1,0 +1,111 @@
+#include "detect_source.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "kestrel/core/ascii_lower.h"
+#include "kestrel/core/error.h"
+#include "kestrel/core/regular_file.h"
+#include "kestrel/data/image_files.h"
+
+namespace kestrel::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A line without its surrounding blanks; empty for a blank line.
+std::string trimmed(const std::string& line) {
+  const auto a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
+  return a == std::string::npos ? std::string() : line.substr(a, b - a + 1);
+}
+
+// detect.py's screenshot source ("screen", "screen 0 100 100 512 256": any source starting with "screen");
+// an existing file of such a name (screenshot.png) is a file here.
+bool is_screen_source(const std::string& source) {
+  return ascii_lower(source).rfind("screen", 0) == 0 && !fs::exists(source);
+}
+
+// The sources of a .streams list, one per line (blank lines skipped): camera indices, URLs of any scheme
+// (rtsp, tcp, udp, ... passed to the video backend as they are, as LoadStreams does), devices, video
+// files. A relative file path is taken relative to the list, as kestrel's .txt lists (upstream: the
+// working directory).
+std::vector<std::string> read_stream_list(const std::string& list) {
+  if (!fs::exists(list)) fail("--source ", list, ": file not found");
+  require_regular_file(list);
+  std::ifstream in(list);
+  if (!in) fail("--source ", list, ": cannot be read");
+  std::vector<std::string> sources;
+  for (std::string line; std::getline(in, line);) {
+    std::string source = trimmed(line);
+    if (source.empty()) continue;
+    if (!data::is_camera_source(source) && !data::has_url_scheme(source) && fs::path(source).is_relative())
+      source = (fs::path(list).parent_path() / source).lexically_normal().string();
+    sources.push_back(source);
+  }
+  if (sources.empty()) fail("--source ", list, ": lists no camera, stream or video");
+  return sources;
+}
+
+// v7.0 and YOLOv7 read a .txt source as streams: kestrel reads paths, so a stream line is named, not dropped.
+void refuse_streams_in_txt_list(const std::string& list) {
+  std::ifstream in(list);
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    const std::string entry = trimmed(line);
+    if (!entry.empty() && (data::is_camera_source(entry) || data::has_url_scheme(entry)))
+      fail("--source ", list, ":", number, ": '", entry, "' is a camera or stream; kestrel reads a .txt source as "
+           "image and video paths: list cameras and streams in a .streams file");
+  }
+}
+
+}  // namespace
+
+DetectSource open_detect_source(const std::string& source) {
+  // Upstream downloads an image URL and treats it as a file; kestrel has no downloader.
+  if (data::is_stream_url(source) && data::has_image_extension(source))
+    fail("--source ", source, ": an image URL; download the image and pass the file");
+  if (is_screen_source(source))
+    fail("--source ", source, ": detect.py's screen capture is not supported (kestrel reads no screen); record the "
+         "screen to a video and pass the file");
+  // A glob (detect.py expands `*`, `?` and `[...]`) is a list even when it ends in a video extension.
+  // (A URL's '?' starts its query.)
+  const bool pattern = !data::is_stream_url(source) && !fs::exists(source) && source.find_first_of("*?[") != std::string::npos;
+  // A camera or a stream URL goes to detect.py's LoadStreams, as a list of one: its newest frame each time.
+  // A video file, local or a URL (upstream downloads it), goes to LoadImages.
+  const bool live_source =
+      !pattern && (data::is_camera_source(source) || (data::is_stream_url(source) && !data::is_video_file(source)));
+  const bool video = !pattern && !live_source && data::is_video_file(source);
+  const bool stream_list = !pattern && !live_source && !video && fs::path(source).extension() == ".streams";
+
+  DetectSource opened;
+  if (live_source) {
+    opened.kind = DetectSource::Kind::kStreams;
+    opened.stream_sources = {source};
+    opened.stream_readers.push_back(data::open_video(source));
+  } else if (stream_list) {
+    opened.kind = DetectSource::Kind::kStreams;
+    opened.stream_sources = read_stream_list(source);
+    const size_t n = opened.stream_sources.size();
+    for (size_t i = 0; i < n; ++i) {
+      try {
+        opened.stream_readers.push_back(data::open_video(opened.stream_sources[i]));
+      } catch (const Error& e) {  // upstream stops at a source it cannot open, too
+        fail("--source ", source, ": source ", i + 1, "/", n, ": ", e.what());
+      }
+    }
+  } else if (video) {
+    opened.kind = DetectSource::Kind::kVideo;
+    opened.video = data::open_video(source);
+  } else {
+    if (fs::path(source).extension() == ".txt" && fs::is_regular_file(source)) refuse_streams_in_txt_list(source);
+    opened.files = data::list_files(
+        {source}, "--source",
+        [](const std::string& path) { return data::has_image_extension(path) || data::is_video_file(path); },
+        cat(data::image_formats_text(), "; ", data::video_formats_text()));
+    if (opened.files.empty()) fail("--source ", source, ": no images or videos found");
+  }
+  return opened;
+}
+
+}  // namespace kestrel::app
