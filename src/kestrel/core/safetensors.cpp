@@ -1,6 +1,5 @@
 #include "kestrel/core/safetensors.h"
 
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +42,100 @@ uint64_t whole_number(const nlohmann::json& v, const std::string& path, const st
   const std::optional<int64_t> x = json_whole_number(v, 0, INT64_MAX);
   if (!x) fail(path, ": tensor '", key, "': ", what, " must be whole numbers from 0 to 2^63-1, not ", v.dump());
   return static_cast<uint64_t>(*x);
+}
+
+// One tensor's header entry, checked against the data it points into.
+struct Entry {
+  std::string key;
+  at::ScalarType type;
+  std::vector<int64_t> shape;
+  uint64_t begin, end;  // byte offsets in the data after the header
+};
+
+// The header's bytes parsed as JSON: a tensor named twice is refused (nlohmann keeps the last, silently; the
+// format forbids it, as the Rust library).
+nlohmann::json parse_header(const std::string& path, const std::string& text) {
+  std::set<std::string> top_keys;
+  std::string repeated;
+  const nlohmann::json::parser_callback_t note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !top_keys.insert(parsed.get<std::string>()).second &&
+        repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text, note_keys);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": corrupt safetensors header: ", e.what());
+  }
+  if (!repeated.empty()) fail(path, ": corrupt safetensors header: '", repeated, "' is given twice");
+  if (!header.is_object()) fail(path, ": corrupt safetensors header: not a JSON object");
+  return header;
+}
+
+// One tensor's entry: a known dtype, a shape of whole numbers whose bytes do not overflow, offsets inside the
+// data_size bytes and exactly as many bytes as the shape and dtype need. (nlohmann's own type errors are
+// caught by the caller.)
+Entry parse_entry(const std::string& path, const std::string& key, const nlohmann::json& value, uint64_t data_size) {
+  Entry e{key, at::kFloat, {}, 0, 0};
+  const std::string dtype = value.at("dtype").get<std::string>();
+  auto it = dtypes().find(dtype);
+  if (it == dtypes().end()) fail(path, ": tensor '", key, "' has unsupported dtype '", dtype, "'");
+  e.type = it->second;
+  const auto& shape = value.at("shape");
+  if (!shape.is_array()) fail(path, ": tensor '", key, "': shape must be a list");
+  // Bytes the shape needs, multiplied in order as ATen does: an overflow is a lying header, not an allocation.
+  uint64_t bytes = at::elementSize(e.type);
+  bool overflow = false;
+  for (const auto& d : shape) {
+    if (d.is_number_integer() && !d.is_number_unsigned()) fail(path, ": tensor '", key, "' has a negative dimension");
+    const uint64_t dim = whole_number(d, path, key, "shape dimensions");
+    e.shape.push_back(static_cast<int64_t>(dim));
+    overflow |= __builtin_mul_overflow(bytes, dim, &bytes);
+  }
+  if (overflow || bytes > static_cast<uint64_t>(INT64_MAX))
+    fail(path, ": tensor '", key, "' has an impossibly large shape ", shape.dump());
+  const auto& offsets = value.at("data_offsets");
+  if (!offsets.is_array() || offsets.size() != 2) fail(path, ": tensor '", key, "': data_offsets must be [begin, end]");
+  e.begin = whole_number(offsets[0], path, key, "data_offsets");
+  e.end = whole_number(offsets[1], path, key, "data_offsets");
+  if (e.begin > e.end || e.end > data_size)
+    fail(path, ": tensor '", key, "' lies outside the file (offsets ", e.begin, "..", e.end, ", data ", data_size, " bytes; truncated?)");
+  if (e.end - e.begin != bytes)
+    fail(path, ": tensor '", key, "' has ", e.end - e.begin, " bytes but its shape and dtype need ", bytes);
+  return e;
+}
+
+// Sorts the entries by offset and checks that they cover the data exactly: no overlaps, no holes (the
+// format's rule: bytes no tensor owns are a damaged or tampered file).
+void check_layout(const std::string& path, std::vector<Entry>& entries, uint64_t data_size) {
+  // By begin, then end: an empty tensor at the offset where the next one starts is no overlap.
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  for (size_t i = 1; i < entries.size(); ++i)
+    if (entries[i].begin < entries[i - 1].end) fail(path, ": tensors '", entries[i - 1].key, "' and '", entries[i].key, "' overlap");
+  uint64_t covered = 0;
+  for (const Entry& e : entries) {
+    if (e.begin != covered) fail(path, ": corrupt safetensors file: bytes ", covered, "..", e.begin, " of the data belong to no tensor");
+    covered = e.end;
+  }
+  if (covered != data_size) fail(path, ": corrupt safetensors file: bytes ", covered, "..", data_size, " of the data belong to no tensor");
+}
+
+// Reads one tensor's bytes from the data starting at data_start in the file.
+at::Tensor read_tensor(const std::string& path, std::ifstream& in, uint64_t data_start, const Entry& e) {
+  at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
+  in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+  in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
+  if (!in) fail(path, ": truncated while reading tensor '", e.key, "'");
+  // A bool byte other than 0 or 1 is undefined behaviour wherever ATen reads it as bool.
+  if (e.type == at::kBool) {
+    const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (bytes[i] > 1) fail(path, ": tensor '", e.key, "' (BOOL) holds the byte ", int{bytes[i]}, " at element ", i, "; only 0 and 1 are booleans");
+  }
+  return t;
 }
 
 }  // namespace
@@ -97,95 +190,27 @@ SafetensorsContents load_safetensors(const std::string& path) {
   if (n < 2 || n > kMaxHeaderBytes || n > file_size - 8)
     fail(path, ": not a safetensors file (header length ", n, " does not fit a ", file_size, "-byte file; a PyTorch .pt "
                "checkpoint? convert it once with: python tools/import_pt.py W.pt W.safetensors, docs/import.md)");
-  std::string json(n, '\0');
-  in.read(json.data(), static_cast<std::streamsize>(n));
-  nlohmann::json header;
-  // A tensor named twice: nlohmann keeps the last, silently; the format forbids it (as the Rust library).
-  std::set<std::string> top_keys;
-  std::string repeated;
-  const nlohmann::json::parser_callback_t note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !top_keys.insert(parsed.get<std::string>()).second &&
-        repeated.empty())
-      repeated = parsed.get<std::string>();
-    return true;
-  };
-  try {
-    header = nlohmann::json::parse(json, note_keys);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, ": corrupt safetensors header: ", e.what());
-  }
-  if (!repeated.empty()) fail(path, ": corrupt safetensors header: '", repeated, "' is given twice");
-  if (!header.is_object()) fail(path, ": corrupt safetensors header: not a JSON object");
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  const nlohmann::json header = parse_header(path, text);
 
   const uint64_t data_size = file_size - 8 - n;
   SafetensorsContents contents;
-  struct Entry { std::string key; at::ScalarType type; std::vector<int64_t> shape; uint64_t begin, end; };
   std::vector<Entry> entries;
   try {
     for (const auto& [key, value] : header.items()) {
-      if (key == "__metadata__") {
-        if (!value.is_object()) fail(path, ": corrupt safetensors header: __metadata__ is not a JSON object");
-        for (const auto& [k, v] : value.items()) contents.metadata[k] = v.get<std::string>();
+      if (key != "__metadata__") {
+        entries.push_back(parse_entry(path, key, value, data_size));
         continue;
       }
-      Entry e{key, at::kFloat, {}, 0, 0};
-      const std::string dtype = value.at("dtype").get<std::string>();
-      auto it = dtypes().find(dtype);
-      if (it == dtypes().end()) fail(path, ": tensor '", key, "' has unsupported dtype '", dtype, "'");
-      e.type = it->second;
-      const auto& shape = value.at("shape");
-      if (!shape.is_array()) fail(path, ": tensor '", key, "': shape must be a list");
-      // Bytes the shape needs, multiplied in order as ATen does: an overflow is a lying header, not an allocation.
-      uint64_t bytes = at::elementSize(e.type);
-      bool overflow = false;
-      for (const auto& d : shape) {
-        if (d.is_number_integer() && !d.is_number_unsigned()) fail(path, ": tensor '", key, "' has a negative dimension");
-        const uint64_t dim = whole_number(d, path, key, "shape dimensions");
-        e.shape.push_back(static_cast<int64_t>(dim));
-        overflow |= __builtin_mul_overflow(bytes, dim, &bytes);
-      }
-      if (overflow || bytes > static_cast<uint64_t>(INT64_MAX))
-        fail(path, ": tensor '", key, "' has an impossibly large shape ", shape.dump());
-      const auto& offsets = value.at("data_offsets");
-      if (!offsets.is_array() || offsets.size() != 2) fail(path, ": tensor '", key, "': data_offsets must be [begin, end]");
-      e.begin = whole_number(offsets[0], path, key, "data_offsets");
-      e.end = whole_number(offsets[1], path, key, "data_offsets");
-      if (e.begin > e.end || e.end > data_size)
-        fail(path, ": tensor '", key, "' lies outside the file (offsets ", e.begin, "..", e.end, ", data ", data_size, " bytes; truncated?)");
-      if (e.end - e.begin != bytes)
-        fail(path, ": tensor '", key, "' has ", e.end - e.begin, " bytes but its shape and dtype need ", bytes);
-      entries.push_back(std::move(e));
+      if (!value.is_object()) fail(path, ": corrupt safetensors header: __metadata__ is not a JSON object");
+      for (const auto& [k, v] : value.items()) contents.metadata[k] = v.get<std::string>();
     }
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": corrupt safetensors header: ", e.what());
   }
-  // By begin, then end: an empty tensor at the offset where the next one starts is no overlap.
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
-  for (size_t i = 1; i < entries.size(); ++i)
-    if (entries[i].begin < entries[i - 1].end) fail(path, ": tensors '", entries[i - 1].key, "' and '", entries[i].key, "' overlap");
-  // The data must be covered exactly, without holes (the format's rule: bytes no tensor owns are a damaged
-  // or tampered file).
-  uint64_t covered = 0;
-  for (const Entry& e : entries) {
-    if (e.begin != covered) fail(path, ": corrupt safetensors file: bytes ", covered, "..", e.begin, " of the data belong to no tensor");
-    covered = e.end;
-  }
-  if (covered != data_size) fail(path, ": corrupt safetensors file: bytes ", covered, "..", data_size, " of the data belong to no tensor");
-
-  for (const auto& e : entries) {
-    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
-    in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
-    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
-    if (!in) fail(path, ": truncated while reading tensor '", e.key, "'");
-    // A bool byte other than 0 or 1 is undefined behaviour wherever ATen reads it as bool.
-    if (e.type == at::kBool) {
-      const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
-      for (int64_t i = 0; i < t.numel(); ++i)
-        if (bytes[i] > 1) fail(path, ": tensor '", e.key, "' (BOOL) holds the byte ", int{bytes[i]}, " at element ", i, "; only 0 and 1 are booleans");
-    }
-    contents.tensors.emplace_back(e.key, t);
-  }
+  check_layout(path, entries, data_size);
+  for (const Entry& e : entries) contents.tensors.emplace_back(e.key, read_tensor(path, in, 8 + n, e));
   return contents;
 }
 
