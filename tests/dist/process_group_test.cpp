@@ -434,16 +434,31 @@ TEST_F(DistGloo, TcpStoreRendezvousAndMissingRank) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
 }
 
+namespace {
+// The scratch folders (kestrel-rank<r>-<pid>) that ranks > 0 write into under the temporary folder.
+std::vector<std::string> rank_scratch_folders(const std::string& tmp) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp))
+    if (entry.path().filename().string().rfind("kestrel-rank", 0) == 0) found.push_back(entry.path().string());
+  return found;
+}
+}  // namespace
+
 // kestrel train --nproc-per-node 2 end to end (Gloo on CPU): one run folder written by rank 0, the
-// ranks share each epoch (5 images: 3 per rank, batches of 2), and a bad flag on the ranks fails the launch.
+// ranks share each epoch (5 images: 3 per rank, batches of 2), rank 1's scratch folder is gone afterwards,
+// and a bad flag on the ranks fails the launch.
 TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
   namespace fs = std::filesystem;
   const std::string data = test::demo_subset(dir, 5);
   const std::string common = test::kestrel_binary() + " train --nproc-per-node 2 --cfg yolov5n --data " +
                              data + " --img 160 --device cpu --workers 1 --quiet --project " +
                              dir.file("runs");
-  const auto r = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT " + common + " --batch 4 --epochs 2 --noval");
+  const std::string tmp = dir.file("tmp");
+  fs::create_directories(tmp);
+  const auto r = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT TMPDIR=" + tmp + " " + common +
+                                   " --batch 4 --epochs 2 --noval");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(rank_scratch_folders(tmp), std::vector<std::string>{}) << "rank 1's scratch folder was left behind";
   EXPECT_NE(r.output.find("2 batches of 4 per epoch"), std::string::npos) << r.output;  // 3 images per rank
   EXPECT_TRUE(fs::exists(dir.file("runs/exp/weights/last.safetensors")));
   EXPECT_TRUE(fs::exists(dir.file("runs/exp/results.csv")));
@@ -489,10 +504,14 @@ TEST_F(DistGloo, SyncBnRunInterruptedOnTwoRanksResumesOnOne) {
   namespace fs = std::filesystem;
   const std::string data = test::demo_subset(dir, 4);
   const std::string env = "env -u WORLD_SIZE -u RANK -u MASTER_PORT ";
-  const auto first = test::run_command(env + test::kestrel_binary() + " train --nproc-per-node 2 --sync-bn --cfg yolov5n --data " +
-                                       data + " --img 160 --device cpu --workers 1 --quiet --project " +
-                                       dir.file("runs") + " --batch 2 --epochs 2 --noval --interrupt-after 1");
+  const std::string tmp = dir.file("tmp");
+  fs::create_directories(tmp);
+  const auto first = test::run_command(env + "TMPDIR=" + tmp + " " + test::kestrel_binary() +
+                                       " train --nproc-per-node 2 --sync-bn --cfg yolov5n --data " + data +
+                                       " --img 160 --device cpu --workers 1 --quiet --project " + dir.file("runs") +
+                                       " --batch 2 --epochs 2 --noval --interrupt-after 1");
   ASSERT_EQ(first.exit_code, 130) << first.output;  // stopped and saved, as by Ctrl-C
+  EXPECT_EQ(rank_scratch_folders(tmp), std::vector<std::string>{}) << "rank 1's scratch folder was left behind";
   EXPECT_NE(first.output.find("Using SyncBatchNorm() in 57 layers"), std::string::npos) << first.output;  // yolov5n's BNs
   EXPECT_NE(first.output.find("2 batches of 2 per epoch"), std::string::npos) << first.output;
   const auto resumed = test::run_command(env + test::kestrel_binary() + " train --quiet --resume " + dir.file("runs/exp"));

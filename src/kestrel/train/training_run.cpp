@@ -395,10 +395,8 @@ TrainResult TrainingRun::finish() {
   if (!result.interrupted && fs::exists(results->path()) && dist_ctx.is_main() && !o.noplots)
     eval::plot_results(results->path(), (fs::path(save_dir) / "results.png").string());
   std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
-  if (!dist_ctx.is_main()) {
+  if (!dist_ctx.is_main()) {  // its scratch folder goes with the run (ScratchDir), as after an error
     std::cout.rdbuf(cout_buffer);
-    std::error_code ignored;
-    fs::remove_all(save_dir, ignored);
     result.save_dir = run_dir;  // the real run folder (empty for a new run: rank 0 named it)
     result.last.clear();
     result.best.clear();
