@@ -2,9 +2,12 @@
 // trainings) keep an outer request; the handlers found are restored; Ctrl-C ignored at start stays ignored.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -32,6 +35,39 @@ TEST(StopSignal, ASignalIsARequestAndNestedInstancesKeepIt) {
     EXPECT_FALSE(StopSignal::requested()) << "a new outermost instance starts clear";
   }
   EXPECT_EQ(std::signal(SIGTERM, before), SIG_DFL) << "the handler found is restored";
+}
+
+// A system call that the signal interrupts goes on (SA_RESTART, as std::signal's handlers): a thread blocked
+// reading a pipe gets its data, not EINTR, so Ctrl-C does not break a loader's or writer's I/O mid-call.
+TEST(StopSignal, InterruptedSystemCallsRestart) {
+  using namespace std::chrono_literals;
+  const auto before = std::signal(SIGTERM, SIG_DFL);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  {
+    StopSignal stop("");
+    ssize_t got = 0;
+    int error = 0;
+    char byte = 0;
+    std::atomic<bool> started{false};
+    std::thread reader([&] {
+      started = true;
+      got = ::read(fds[0], &byte, 1);
+      error = errno;
+    });
+    while (!started) std::this_thread::yield();
+    std::this_thread::sleep_for(200ms);  // blocked in read() by now
+    ::pthread_kill(reader.native_handle(), SIGTERM);
+    std::this_thread::sleep_for(200ms);
+    ASSERT_EQ(::write(fds[1], "x", 1), 1);
+    reader.join();
+    EXPECT_EQ(got, 1) << "the read ended with errno " << error;
+    EXPECT_EQ(byte, 'x');
+    EXPECT_TRUE(StopSignal::requested()) << "the signal reached the handler";
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
+  std::signal(SIGTERM, before);
 }
 
 TEST(StopSignal, IgnoredCtrlCStaysIgnored) {
