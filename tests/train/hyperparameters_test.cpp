@@ -24,6 +24,20 @@ TEST(Hyperparameters, ScratchLowIsTheDefault) {
   EXPECT_TRUE(file.unknown_keys.empty());
 }
 
+// ultralytics/yolov3 v9.6.0's data/hyps/hyp.scratch.yaml, read by hand from the v9.6.0 tag: every key and value
+// of YOLOv5 v7.0's hyp.scratch-low.yaml, with lrf 0.1 for 0.01.
+TEST(Hyperparameters, Yolov3ScratchIsScratchLowWithLrf01) {
+  const Hyperparameters v3 = load_hyperparameters("configs/hyps/hyp.scratch.yaml");
+  Hyperparameters low = load_hyperparameters("configs/hyps/hyp.scratch-low.yaml");
+  EXPECT_DOUBLE_EQ(v3.lrf, 0.1);
+  for (auto& [key, value] : low.values)
+    if (key == "lrf") value = 0.1;
+  EXPECT_EQ(v3.values, low.values);
+  EXPECT_FALSE(v3.loss_ota);
+  EXPECT_TRUE(v3.unknown_keys.empty());
+  EXPECT_TRUE(v3.defaulted_keys.empty());
+}
+
 // hyp.yaml reads back as the file it came from, an unknown key that is not a plain name included (quoted, as
 // yaml.safe_dump quotes it; written bare it made the run's hyp.yaml malformed and the run unresumable).
 TEST(Hyperparameters, WrittenFileReadsBackWithOddKeys) {

@@ -158,7 +158,8 @@ void TrainingRun::build_model() {
   if (!resuming() && info.model_name.rfind("yolov3", 0) == 0 && !models::is_yolov7_family(*model) && !hyp.yolov7_recipe)
     std::cout << "note: " << info.model_name << " trains with YOLOv5 v7.0's recipe and metric, as YOLOv5 runs its "
               << "yolov3 configs; ultralytics/yolov3 v9.6.0's differ (its hyp.scratch.yaml, cosine schedule, 300 "
-              << "epochs, no clipping; docs/parity.md lists them)\n";
+              << "epochs, no clipping: the first line of configs/hyps/hyp.scratch.yaml gives the flags; docs/parity.md "
+              << "lists what still differs)\n";
   if (o.hyp.empty() && !resuming() && models::is_yolov7_family(*model))
     std::cout << "note: " << info.model_name << " trains with kestrel's default recipe, YOLOv5's hyp.scratch-low; YOLOv7's "
               << "train.py defaults to --hyp hyp.scratch.p5.yaml (OTA loss, cosine schedule, 300 epochs): give "
