@@ -84,6 +84,8 @@ TEST(ModelConfigErrors, UnknownModule) {
   auto msg = error_of(replaced(kTinyHead, "SPPF, [256, 5]", "Frobnicate, [256]"));
   EXPECT_NE(msg.find("bad.yaml:15"), std::string::npos) << msg;
   EXPECT_NE(msg.find("unknown module 'Frobnicate'"), std::string::npos) << msg;
+  for (const char* known : {"C3Ghost", "ResXCSPC", "RepConv", "SPPCSPC", "nn.Upsample", "ReOrg", "IAuxDetect"})
+    EXPECT_NE(msg.find(known), std::string::npos) << known << " missing from: " << msg;
 }
 
 TEST(ModelConfigErrors, WrongArgumentCount) {

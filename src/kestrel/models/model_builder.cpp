@@ -386,11 +386,10 @@ Built build_passthrough(const std::string& module, const Args& a, int64_t c1) {
     a.at_most(0, "[]");
     return {std::make_shared<ReOrg>(), 4 * c1, ""};
   }
-  fail(a.where(), ": unknown module '", module,
-       "' (kestrel knows Conv, DWConv, Focus, Bottleneck, C3, C3TR, SPP, SPPF, GhostConv, GhostBottleneck, C3Ghost, SPPCSPC, "
-       "RepConv, DownC, BottleneckCSPA/B/C, ResCSPA/B/C, ResXCSPA/B/C, Res, ResX, Stem, Concat, Shortcut, nn.Upsample, "
-       "nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Detect, IDetect, "
-       "IAuxDetect)");
+  std::string known;  // the width modules' table, then the rest (those above, the joins, the heads)
+  for (const auto& entry : width_modules()) known += entry.first + ", ";
+  fail(a.where(), ": unknown module '", module, "' (kestrel knows ", known,
+       "nn.Upsample, nn.MaxPool2d, nn.ZeroPad2d, MP, SP, ReOrg, Concat, Shortcut, Detect, IDetect, IAuxDetect)");
 }
 
 // A width module (width_modules' entry): its first argument, the output width, scaled by width_multiple
