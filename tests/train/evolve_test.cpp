@@ -207,6 +207,10 @@ TEST(Evolve, ThreeGenerationsEndToEnd) {
   const fs::path generation = fs::path(r.save_dir) / "generation";
   EXPECT_TRUE(fs::exists(generation / "results.csv"));
   EXPECT_FALSE(fs::exists(generation / "weights")) << "a generation wrote checkpoints";
+  // Nor TensorBoard event files (upstream opens no TensorBoard logger under evolve): one per generation,
+  // each from step 0, in one TensorBoard run.
+  for (const auto& entry : fs::recursive_directory_iterator(r.save_dir))
+    EXPECT_NE(entry.path().filename().string().rfind("events.out.tfevents.", 0), 0u) << entry.path();
   // evolve.png: hyp.scratch-low's 28 keys (lr0 ... copy_paste; `anchors` is not one) in rows of 5.
   ASSERT_EQ(rows[0].hyp.size(), 28u);
   const cv::Mat png = data::decode_image_file((fs::path(r.save_dir) / "evolve.png").string()).image;

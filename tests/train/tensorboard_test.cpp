@@ -240,6 +240,40 @@ print('RESULT ' + json.dumps(out))
   EXPECT_NEAR(got["scalars"]["now"][0][0].get<double>(), unix_time_now(), 60.0);
 }
 
+// A resumed run's session start: its bytes are TensorBoard's own Event{session_log: START}, and over the run
+// folder TensorBoard's reader drops what the earlier file logged from that step on (epochs logged by a run
+// that stopped before saving them) and keeps the rest.
+TEST(TensorBoardWriter, SessionStartDropsLaterStepsOfEarlierFiles) {
+  TempDir tmp;
+  std::string resumed_path;
+  {
+    TensorBoardWriter first(tmp.file("run"));
+    for (int step = 0; step < 3; ++step) first.add_scalar("train/box_loss", 1.0 + step, step, 1700000000.0 + step);
+  }
+  {
+    TensorBoardWriter resumed(tmp.file("run"));
+    resumed_path = resumed.path();
+    resumed.add_session_start(1, 1700000100.5);
+    for (int step = 1; step < 3; ++step) resumed.add_scalar("train/box_loss", 10.0 + step, step, 1700000100.0 + step);
+  }
+  const std::vector<std::string> records = read_records(resumed_path);
+  ASSERT_EQ(records.size(), 4u);
+  const json got = python_result(R"PY(
+import json
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.compat.proto import event_pb2
+start = event_pb2.Event(wall_time=1700000100.5, step=1, session_log=event_pb2.SessionLog(
+    status=event_pb2.SessionLog.START)).SerializeToString().hex()
+acc = EventAccumulator(")PY" + tmp.file("run") + R"PY(")
+acc.Reload()
+print('RESULT ' + json.dumps({'start': start,
+                              'scalars': [[s.step, s.value] for s in acc.Scalars('train/box_loss')]}))
+)PY");
+  ASSERT_TRUE(got.is_object());
+  EXPECT_EQ(hex(records[1]), got["start"].get<std::string>());
+  EXPECT_EQ(got["scalars"], json({{0, 1.0}, {1, 11.0}, {2, 12.0}})) << "the first file's steps 1 and 2 are dropped";
+}
+
 TEST(TensorBoardWriter, FlushMakesRecordsVisibleAndCloseIsFinal) {
   TempDir tmp;
   TensorBoardWriter writer(tmp.path());

@@ -207,6 +207,16 @@ TEST(Trainer, InterruptedAndResumedRunEqualsUninterrupted) {
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
   EXPECT_EQ(read(fs::path(whole.save_dir) / "results.csv"), read(fs::path(second.save_dir) / "results.csv"));
+  // TensorBoard: a second event file (as a new SummaryWriter), which opens with a session start at the
+  // resumed epoch 1, so that readers drop anything an earlier file logged from there on. Its bytes by hand:
+  // step 1 (field 2, varint: 10 01), session_log (field 7, 2 bytes: 3a 02) with status START (08 01).
+  std::vector<std::string> event_files;
+  for (const auto& entry : fs::directory_iterator(second.save_dir))
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) event_files.push_back(read(entry.path()));
+  ASSERT_EQ(event_files.size(), 2u);
+  const std::string session_start("\x10\x01\x3a\x02\x08\x01", 6);
+  EXPECT_EQ((event_files[0].find(session_start) != std::string::npos) + (event_files[1].find(session_start) != std::string::npos), 1)
+      << "one file, the resumed run's, holds the session start at step 1";
 }
 
 // A run trained with --cuda-graph, resumed with --device cpu: without graphs (which need CUDA), said in a

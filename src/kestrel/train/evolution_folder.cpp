@@ -160,6 +160,7 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
   o.noval = true;  // validate after the final epoch only
   o.save_weights = false;  // upstream: evolve implies nosave, and no final checkpoint either
   o.noplots = true;  // upstream: plots = not evolve
+  o.tensorboard = false;  // upstream: no TensorBoard logger under evolve (one event file per generation else)
   o.project = dir_;
   o.name = "generation";
   o.exist_ok = true;

@@ -77,7 +77,11 @@ void put_bytes(std::string& out, uint32_t field, const std::string& bytes) {
 
 // tensorflow/core/util/event.proto and summary.proto field numbers.
 namespace event {
-constexpr uint32_t kWallTime = 1, kStep = 2, kFileVersion = 3, kSummary = 5;
+constexpr uint32_t kWallTime = 1, kStep = 2, kFileVersion = 3, kSummary = 5, kSessionLog = 7;
+}
+namespace session_log {
+constexpr uint32_t kStatus = 1;
+constexpr uint64_t kStart = 1;  // SessionLog.SessionStatus.START
 }
 namespace summary {
 constexpr uint32_t kValue = 1;
@@ -172,6 +176,20 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
   std::lock_guard<std::mutex> lock(mutex_);
   write_record(event);
   if (unix_time_now() - last_flush_ >= kFlushSeconds) flush_locked();
+}
+
+void TensorBoardWriter::add_session_start(int64_t step, double wall_time) {
+  std::string session;
+  put_key(session, session_log::kStatus, kVarint);
+  put_varint(session, session_log::kStart);
+  std::string event;
+  put_double(event, event::kWallTime, wall_time);
+  put_int64(event, event::kStep, step);
+  put_bytes(event, event::kSessionLog, session);
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_record(event);
+  flush_locked();
 }
 
 void TensorBoardWriter::flush() {

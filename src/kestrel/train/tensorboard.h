@@ -36,6 +36,10 @@ class TensorBoardWriter {
   // One Event{wall_time, step, summary{value{tag, simple_value}}}. The value is stored as a float,
   // as TensorBoard's simple_value is.
   void add_scalar(const std::string& tag, double value, int64_t step, double wall_time = unix_time_now());
+  // One Event{wall_time, step, session_log{status: START}}: TensorBoard's readers then drop the events of
+  // this run (this file and earlier ones in the folder) at steps >= step that were written before it, as
+  // for a restarted job.
+  void add_session_start(int64_t step, double wall_time = unix_time_now());
   void flush();
   // Flushes and closes the file; later calls to add_scalar/flush throw. Closing twice is harmless.
   void close();

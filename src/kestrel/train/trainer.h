@@ -23,6 +23,7 @@ struct TrainOptions {
   bool nosave = false;                 // only the final checkpoint
   bool noval = false;                  // validate only after the final epoch
   bool noplots = false;                // no plot files: labels.jpg, results.png, the final validation's charts
+  bool tensorboard = true;             // TensorBoard event files (upstream writes none under --evolve)
   bool v5_metric = false;              // YOLOv7 --v5-metric: YOLOv7 models' AP with recall sentinel 1.0
   bool noautoanchor = false;           // skip AutoAnchor (the anchor check and search before training)
   std::string cache;                   // "", "ram" or "disk" (resized images next to the originals)

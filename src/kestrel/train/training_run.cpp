@@ -345,6 +345,7 @@ void TrainingRun::log_epoch(int epoch, const std::array<double, 3>& train_loss, 
                                    last_val.metrics.mr, last_val.metrics.map50, last_val.metrics.map, last_val.loss[0],
                                    last_val.loss[1], last_val.loss[2], logged_lr[0], logged_lr[1], logged_lr[2]};
   results->append(epoch, row);
+  if (!tensorboard) return;
   for (size_t k = 0; k < row.size(); ++k) tensorboard->add_scalar(ResultsCsv::columns()[k + 1], row[k], epoch);
   if (totals.images_per_second > 0) tensorboard->add_scalar("x/images_per_second", totals.images_per_second, epoch);
   tensorboard->flush();

@@ -432,7 +432,13 @@ void TrainingRun::open_run_files() {
       std::cout << "results.csv: dropped " << dropped << " row(s) of epochs from " << progression.epoch
                 << " on, logged before the run stopped without saving them\n";
   }
-  tensorboard.emplace(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
+  if (o.tensorboard) {
+    tensorboard.emplace(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
+    // A resumed run's earlier event files may hold epochs from progression.epoch on that were logged but
+    // never saved (as results.csv's dropped rows): a session start at that step makes TensorBoard's readers
+    // discard them (their out-of-order purge) instead of showing both.
+    if (resuming()) tensorboard->add_session_start(progression.epoch);
+  }
   last_path = (weights_dir / "last.safetensors").string();
   best_path = (weights_dir / "best.safetensors").string();
   state_path = (weights_dir / "last.state.safetensors").string();
