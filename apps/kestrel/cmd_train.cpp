@@ -14,6 +14,7 @@
 #include "kestrel/train/autobatch.h"
 #include "kestrel/train/evolve.h"
 #include "kestrel/train/evolve_population.h"
+#include "kestrel/train/grad_scaler.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/optimizer.h"
 #include "kestrel/train/trainer.h"
@@ -138,8 +139,9 @@ void add_train_command(CLI::App& app) {
           [](std::string& s) -> std::string {
             char* end = nullptr;
             const double v = std::strtod(s.c_str(), &end);
-            return !s.empty() && *end == '\0' && std::isfinite(v) && v > 0 ? std::string()
-                                                                          : "expected a positive number, got " + s;
+            return !s.empty() && *end == '\0' && train::is_valid_loss_scale(v)
+                       ? std::string()
+                       : "expected a positive number a float32 holds (about 1.2e-38 to 3.4e38), got " + s;
           },
           "POSITIVE"));
   cmd->add_flag("--check-nans", o->check_nans, "stop at the first non-finite loss and say where (reads the loss back every step: the GPU is drained each time)");

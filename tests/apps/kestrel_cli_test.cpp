@@ -311,9 +311,12 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   // A negative seed (numpy refuses one upstream) did wrap to 2^64 - 1; a loss scale of 0 printed DBL_MAX.
   r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --seed -1");
   EXPECT_NE(r.output.find("--seed: expected a seed >= 0, got -1"), std::string::npos) << r.output;
-  for (const char* scale : {"0", "-1", "inf", "nan", "x"}) {
+  // The scale lives in a float32 tensor: 1e39 overflowed it (LibTorch's error, naming no flag), 1e-46 rounded
+  // to 0 (every gradient unscaled to NaN).
+  for (const char* scale : {"0", "-1", "inf", "nan", "x", "1e39", "1e-46"}) {
     r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --loss-scale " + scale);
-    EXPECT_NE(r.output.find(std::string("--loss-scale: expected a positive number, got ") + scale), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(std::string("--loss-scale: expected a positive number a float32 holds (about 1.2e-38 to 3.4e38), got ") + scale),
+              std::string::npos) << r.output;
   }
   test::write_file(dir.file("fake.safetensors"), "not a safetensors file at all");
   r = test::run_command(test::kestrel_binary() + " val --weights " + dir.file("fake.safetensors"));

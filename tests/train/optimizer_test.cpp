@@ -98,6 +98,48 @@ TEST_P(Optimizers, SgdNesterovMatchesTorchOptimWithThreeGroups) {
   expect_same(mine.all, reference.all, 1e-6);
 }
 
+// A warm-up that starts at momentum 0 (hyp warmup_momentum: 0): torch's SGD then takes a plain step and
+// makes no momentum buffer, so the first step with momentum > 0 starts its buffer from that step's gradient.
+// (LibTorch's fused kernel refused the buffers outright at momentum 0.)
+TEST_P(Optimizers, SgdWarmupFromMomentumZeroMatchesTorchOptim) {
+  Problem mine(8), reference = mine.clone();
+  Optimizer opt(mine.groups, options(OptimizerKind::sgd, /*weight_decay=*/5e-4));
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(wd));
+  };
+  groups.emplace_back(std::vector<at::Tensor>{reference.all[0], reference.all[1]}, options(0));
+  groups.emplace_back(std::vector<at::Tensor>{reference.all[2], reference.all[3]}, options(5e-4));
+  groups.emplace_back(std::vector<at::Tensor>{reference.all[4]}, options(0));
+  torch::optim::SGD sgd(groups, torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
+  const std::array<double, 4> momenta = {0.0, 0.5, 0.937, 0.937};  // the warm-up's ramp from 0
+  for (int step = 0; step < 4; ++step) {
+    for (auto& group : sgd.param_groups()) static_cast<torch::optim::SGDOptions&>(group.options()).momentum(momenta[step]);
+    mine.set_grads(step);
+    reference.set_grads(step);
+    opt.step({0.1, 0.1, 0.1}, momenta[step]);
+    sgd.step();
+  }
+  expect_same(mine.all, reference.all, 1e-6);
+}
+
+// By hand, one parameter: p = 1, gradients 0.5 then 0.25, lr 0.1, momentum 0 then 0.8. Step 1 is plain:
+// p = 1 - 0.1 * 0.5 = 0.95; step 2 starts the buffer at its gradient (0.25) and steps by Nesterov's
+// g + 0.8 * buf = 0.45: p = 0.95 - 0.045 = 0.905.
+TEST_P(Optimizers, SgdStepAtMomentumZeroLeavesNoBuffer) {
+  ParamGroups groups;
+  at::Tensor p = at::ones({1}).set_requires_grad(true);
+  groups.weights = {p};
+  Optimizer opt(groups, options(OptimizerKind::sgd, /*weight_decay=*/0.0));
+  p.mutable_grad() = at::full({1}, 0.5);
+  opt.step({0.1, 0.1, 0.1}, 0.0);
+  EXPECT_NEAR(p.item<double>(), 0.95, 1e-7);
+  p.mutable_grad() = at::full({1}, 0.25);
+  opt.step({0.1, 0.1, 0.1}, 0.8);
+  EXPECT_NEAR(p.item<double>(), 0.905, 1e-7);
+}
+
+
 template <typename TorchOptimizer, typename TorchOptions>
 void check_adam(OptimizerKind kind, bool fused) {
   Problem mine(2), reference = mine.clone();

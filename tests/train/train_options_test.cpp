@@ -71,9 +71,10 @@ TEST(TrainOptions, DamagedAndOlderFiles) {
 TEST(TrainOptions, SavedValuesOutsideTheCommandLinesRangesAreRefused) {
   const std::vector<std::pair<const char*, nlohmann::json>> bad = {
       {"workers", 100000}, {"imgsz", 100000}, {"imgsz", 16}, {"max_boxes", 0}, {"epochs", 0}, {"batch_size", -1},
-      {"label_smoothing", 2.0}, {"loss_scale", 0.0}, {"amp", "fp8"}, {"cache", "gpu"}};
+      {"label_smoothing", 2.0}, {"loss_scale", 0.0}, {"loss_scale", 1e39}, {"loss_scale", 1e-46}, {"amp", "fp8"},
+      {"cache", "gpu"}};
   nlohmann::json large = options_json(unusual());
-  large["loss_scale"] = 1e31;  // the command line takes any finite scale > 0
+  large["loss_scale"] = 1e31;  // the command line takes any scale a float32 holds
   EXPECT_EQ(options_from_json(large, "x").loss_scale, 1e31);
   for (const auto& [key, value] : bad) {
     nlohmann::json j = options_json(unusual());

@@ -96,6 +96,28 @@ TrainOptions short_run(const test::TempDir& dir, int epochs) {
   return o;
 }
 
+// warmup_momentum 0 trains (torch's SGD takes a plain first step: tests/train/optimizer_test.cpp), while
+// momentum 0 is refused before anything is made, as upstream's SGD(nesterov=True) refuses it.
+TEST(Trainer, SgdMomentumZeroRefusedAndWarmupFromZeroTrains) {
+  test::TempDir dir;
+  TrainOptions o = short_run(dir, 1);
+  o.noval = true;
+  std::ofstream(dir.file("warm.yaml")) << "warmup_momentum: 0.0\n";
+  o.hyp = dir.file("warm.yaml");
+  const TrainResult run = train(o);
+  EXPECT_EQ(run.epochs_completed, 1);
+  std::ofstream(dir.file("none.yaml")) << "momentum: 0.0\n";
+  o.hyp = dir.file("none.yaml");
+  o.name = "none";
+  const std::string error = test::error_message([&] { train(o); });
+  EXPECT_NE(error.find(dir.file("none.yaml") + ": 'momentum: 0': SGD's Nesterov momentum needs a momentum above 0"),
+            std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(fs::path(o.project) / "none")) << "a run folder was made";
+  o.optimizer = "Adam";  // beta1 0 is Adam's to take
+  o.epochs = 1;
+  EXPECT_EQ(train(o).epochs_completed, 1);
+}
+
 // --max-boxes is the targets' fixed capacity per image (static shapes): what a mosaic holds beyond it is
 // left out of the loss, and said once an epoch, never silently.
 TEST(Trainer, BoxesBeyondMaxBoxesAreReported) {

@@ -5,6 +5,7 @@
 // nothing here reads a value back to the host, except skipped_steps() (for the log line).
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +19,12 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
 };
+
+// --loss-scale's range: a normal float32 number (about 1.2e-38 to 3.4e38), as the scale lives in a float32
+// tensor; a smaller one rounded to 0, and a zero scale unscales every gradient to NaN.
+inline bool is_valid_loss_scale(double scale) {
+  return scale >= std::numeric_limits<float>::min() && scale <= std::numeric_limits<float>::max();
+}
 
 class GradScaler {
  public:

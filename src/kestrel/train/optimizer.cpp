@@ -20,6 +20,10 @@ using TensorList = std::vector<at::Tensor>;
 void sgd_foreach(const TensorList& params, const TensorList& grads, const TensorList& bufs, double weight_decay,
                  double momentum, double lr) {
   const TensorList g = weight_decay != 0 ? at::_foreach_add(grads, params, weight_decay) : grads;
+  if (momentum == 0) {  // torch: a plain step, the buffers neither made nor updated
+    at::_foreach_add_(params, g, -lr);
+    return;
+  }
   at::_foreach_mul_(bufs, momentum);
   at::_foreach_add_(bufs, g);
   at::_foreach_add_(params, at::_foreach_add(g, bufs, momentum), -lr);
@@ -142,6 +146,9 @@ void Optimizer::step(double momentum, const at::Tensor& grad_scale, const at::Te
       continue;
     }
     if (options_.kind == OptimizerKind::sgd) {
+      // At momentum 0 (a warm-up from warmup_momentum 0) the kernel takes no buffers, and torch's SGD leaves
+      // them alone: the zero buffers then start from the next step's gradient, as torch's first buffer.
+      if (momentum == 0) buf.clear();
       at::_fused_sgd_(params, grads, buf, group.weight_decay, momentum, group.lr, /*dampening=*/0.0, /*nesterov=*/true,
                       /*maximize=*/false, /*is_first_step=*/false, scale, inf);
       continue;

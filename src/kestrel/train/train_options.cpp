@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/train/grad_scaler.h"
 
 namespace kestrel::train {
 namespace {
@@ -109,8 +110,8 @@ void check_saved_ranges(const TrainOptions& o, const std::string& source) {
   in_range("workers", o.workers, 0, 1024);
   in_range("label_smoothing", o.label_smoothing, 0, 1);
   in_range("max_boxes", o.max_boxes, 1, 100000);
-  if (!(o.loss_scale > 0 && std::isfinite(o.loss_scale)))  // the command line's rules
-    fail(source, ": the saved training option 'loss_scale' is ", o.loss_scale, ", not a finite number > 0");
+  if (!is_valid_loss_scale(o.loss_scale))  // the command line's rules
+    fail(source, ": the saved training option 'loss_scale' is ", o.loss_scale, ", not a positive number a float32 holds");
   if (!std::isfinite(o.max_grad_norm))
     fail(source, ": the saved training option 'max_grad_norm' is ", o.max_grad_norm, ", not a finite number");
   for (const auto& [key, value, allowed] :

@@ -126,6 +126,11 @@ void TrainingRun::load_recipe() {
     for (const auto& k : hyp.defaulted_keys) keys += " " + k;
     std::cout << "warning: " << o.hyp << " lacks" << keys << ": hyp.scratch-low's values are used (hyp.yaml lists them)\n";
   }
+  // torch's SGD refuses Nesterov without momentum when upstream builds it ("Nesterov momentum requires a
+  // momentum and zero dampening"); the fused kernel would fail only once the warm-up reached it.
+  if (hyp.momentum == 0 && parse_optimizer_kind(o.optimizer) == OptimizerKind::sgd)
+    fail(o.hyp, ": 'momentum: 0': SGD's Nesterov momentum needs a momentum above 0 (upstream stops there too); give "
+         "one, or --optimizer Adam");
   hyp.loss.label_smoothing = o.label_smoothing;
   data_cfg = data::load_dataset_config(o.data);
   // Upstream keeps a one-class dataset's own name.
