@@ -38,12 +38,23 @@ TEST(AugmentRandom, DrawsEqualPythonRandomForTheSameGeneratorState) {
   for (int i = 0; i < 3; ++i) ours << random_below(rng, 37) << "\n";
   for (int v : sample_indices(rng, 10, 4)) ours << v << "\n";   // pool branch
   for (int v : sample_indices(rng, 90, 20)) ours << v << "\n";  // set branch (n > 21 + 4^3)
+  // load_mosaic's partners and its shuffle: random.choices(indices, k=3), then random.shuffle
+  std::vector<size_t> picks{7};
+  for (int i = 0; i < 3; ++i) picks.push_back(draw_partner(rng, 128, nullptr));
+  python_shuffle(picks, rng);
+  const std::vector<int64_t> weighted = {5, 5, 9, 2, 11};  // --image-weights' draw: choices from its entries
+  for (int i = 0; i < 3; ++i) picks.push_back(draw_partner(rng, 12, &weighted));
+  for (size_t v : picks) ours << v << "\n";
   const auto py = test::run_python("import random\nw = [int(x) for x in '" + state.str() + "'.split()]\n" + R"(
 random.setstate((3, tuple(w), None))
 for _ in range(3): print('%.17g' % random.uniform(-3, 7))
 for _ in range(3): print(random.randrange(37))
 for v in random.sample(range(10), 4): print(v)
 for v in random.sample(range(90), 20): print(v)
+picks = [7] + random.choices(range(128), k=3)
+random.shuffle(picks)
+picks += random.choices([5, 5, 9, 2, 11], k=3)
+for v in picks: print(v)
 )");
   ASSERT_EQ(py.exit_code, 0) << py.output;
   EXPECT_EQ(ours.str(), py.output);

@@ -21,10 +21,18 @@ double random_unit(std::mt19937& rng) {
 double uniform(std::mt19937& rng, double lo, double hi) { return lo + (hi - lo) * random_unit(rng); }
 
 size_t draw_partner(std::mt19937& rng, int n, const std::vector<int64_t>* weighted_draw) {
-  if (!weighted_draw) return static_cast<size_t>(random_below(rng, n));
-  const int64_t image = (*weighted_draw)[static_cast<size_t>(random_below(rng, static_cast<int>(weighted_draw->size())))];
+  // random.choices(population) without weights: population[floor(random() * len(population))].
+  const size_t size = weighted_draw ? weighted_draw->size() : static_cast<size_t>(n);
+  const auto pick = static_cast<size_t>(random_unit(rng) * static_cast<double>(size));
+  if (!weighted_draw) return pick;
+  const int64_t image = (*weighted_draw)[pick];
   if (image < 0 || image >= n) fail("draw_partner: image ", image, " of a weighted draw over ", n, " images");
   return static_cast<size_t>(image);
+}
+
+void python_shuffle(std::vector<size_t>& items, std::mt19937& rng) {
+  // random.shuffle: for i from n - 1 down to 1, swap item i with item _randbelow(i + 1).
+  for (size_t i = items.size(); i-- > 1;) std::swap(items[i], items[static_cast<size_t>(random_below(rng, static_cast<int>(i) + 1))]);
 }
 
 int random_below(std::mt19937& rng, int n) {

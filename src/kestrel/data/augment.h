@@ -3,7 +3,7 @@
 // copy-paste. Boxes (pixels, xyxy) and polygons follow every geometric change.
 //
 // All randomness comes from a caller-supplied std::mt19937, turned into numbers with Python's own
-// formulas (random.random, random.uniform, random.randrange, random.sample), so one seed gives one
+// formulas (random.random, random.uniform, random.randrange, random.sample, random.choices, random.shuffle), so one seed gives one
 // result on every platform, and the draws equal Python's for the same generator state.
 #pragma once
 #include <cstdint>
@@ -28,8 +28,9 @@ double random_unit(std::mt19937& rng);                         // [0, 1), 53 bit
 double uniform(std::mt19937& rng, double lo, double hi);       // random.uniform(lo, hi)
 int random_below(std::mt19937& rng, int n);                    // [0, n): random.randrange(n)
 // A mosaic partner among n images: any image, or with a weighted draw (--image-weights) one of its entries
-// (random.choices(dataset.indices)); one random_below either way, so the stream does not depend on it.
+// (random.choices(dataset.indices)); one random_unit either way, so the stream does not depend on it.
 size_t draw_partner(std::mt19937& rng, int n, const std::vector<int64_t>* weighted_draw);
+void python_shuffle(std::vector<size_t>& items, std::mt19937& rng);  // random.shuffle(items)
 std::vector<int> sample_indices(std::mt19937& rng, int n, int k);  // random.sample(range(n), k)
 double beta(std::mt19937& rng, double a, double b);            // Beta(a, b) from two gamma draws
 

@@ -144,7 +144,7 @@ Sample YoloDataset::mosaic(size_t index, std::mt19937& rng, const std::vector<in
   const size_t tiles = nine ? 9 : 4;
   std::vector<size_t> picks{index};
   for (size_t i = 1; i < tiles; ++i) picks.push_back(draw_partner(rng, n, partners));
-  if (!nine && options_.dialect == Dialect::yolov5) std::shuffle(picks.begin(), picks.end(), rng);
+  if (!nine && options_.dialect == Dialect::yolov5) python_shuffle(picks, rng);
   if (nine) {
     std::array<Sample, 9> t;
     for (size_t i = 0; i < 9; ++i) t[i] = load_resized(picks[i]);
