@@ -137,5 +137,39 @@ TEST(Dataset, LoaderWeightedEpochAugmentsEachDraw) {
         << "draw " << k << " is a copy of draw 0";
 }
 
+// YOLOv5 clips the boxes (to [0, size - 1e-3]) before its flips and mirrors the clipped boxes, so a box that
+// touches the left edge ends exactly at the right edge after fliplr (v7.0 dataloaders.py: xyxy2xywhn(clip=True)
+// then labels[:, 1] = 1 - labels[:, 1]); clipped after the flip it ended at 1 - 1e-3 / 96. By hand: the box
+// x 0..19.2 of 96 px flips to 76.8..96: cx 0.9, w 0.2, right edge 1.
+TEST(Dataset, Yolov5FlipsTheClippedBoxes) {
+  test::TempDir dir;
+  DatasetIndex index;
+  ImageRecord r;
+  r.image = dir.file("edge.png");
+  r.width = r.height = 96;
+  test::write_png(r.image, cv::Mat(96, 96, CV_8UC3, cv::Scalar(10, 200, 30)));
+  LabelRow row;
+  row.box = {0.f, 0.1f, 0.5f, 0.2f, 0.4f};  // x from 0 to 0.2
+  r.rows.push_back(row);
+  index.records.push_back(r);
+  DatasetOptions o = plain_options();
+  o.hyp.mosaic = 0;  // letterbox (none at 96 px) and a warp that moves nothing
+  o.hyp.translate = o.hyp.scale = 0;
+  o.hyp.fliplr = 1;
+  auto ds = std::make_shared<const YoloDataset>(index, o);
+  LoaderOptions lo;
+  lo.batch_size = 1;
+  lo.workers = 0;
+  DataLoader loader(ds, lo);
+  loader.start_epoch(0);
+  const auto batch = loader.next();
+  ASSERT_TRUE(batch);
+  ASSERT_EQ(batch->boxes, 1);
+  const at::Tensor t = batch->targets[0][0];  // class, cx, cy, w, h
+  EXPECT_NEAR(t[1].item<double>(), 0.9, 1e-6);
+  EXPECT_NEAR(t[3].item<double>(), 0.2, 1e-6);
+  EXPECT_NEAR(t[1].item<double>() + t[3].item<double>() / 2, 1.0, 1e-6) << "the flipped box ends at the right edge";
+}
+
 }  // namespace
 }  // namespace kestrel::data

@@ -426,6 +426,12 @@ void flip_ud(Sample& sample) {
     for (cv::Point2f& p : poly) p.y = h - p.y;
 }
 
+void clip_boxes(Sample& sample, float margin) {
+  const float w = float(sample.image.cols) - margin, h = float(sample.image.rows) - margin;
+  for (Box& b : sample.boxes)
+    b = Box{b.cls, std::clamp(b.x1, 0.f, w), std::clamp(b.y1, 0.f, h), std::clamp(b.x2, 0.f, w), std::clamp(b.y2, 0.f, h)};
+}
+
 void random_flips(Sample& sample, const AugmentOptions& options, std::mt19937& rng) {
   if (random_unit(rng) < options.flipud) flip_ud(sample);
   if (random_unit(rng) < options.fliplr) flip_lr(sample);

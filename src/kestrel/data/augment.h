@@ -139,6 +139,12 @@ bool box_candidate(const Box& before, const Box& after, const CandidateThreshold
 void flip_lr(Sample& sample);  // mirror left-right: x -> w - x
 void flip_ud(Sample& sample);  // mirror up-down: y -> h - y
 
+// Boxes clamped to [0, width - margin] x [0, height - margin]; polygons are left as they are.
+void clip_boxes(Sample& sample, float margin);
+// YOLOv5's clip of the boxes before its flips (xyxy2xywhn(clip=True, eps=1E-3)), which mirror the clipped
+// boxes: a box that touches the left edge flips to end exactly at the right one.
+constexpr float kYolov5ClipMargin = 1e-3f;
+
 // Upstream order: up-down with probability flipud, then left-right with probability fliplr
 // (one draw each, always, so the stream does not depend on the probabilities).
 void random_flips(Sample& sample, const AugmentOptions& options, std::mt19937& rng);

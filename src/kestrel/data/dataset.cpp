@@ -186,6 +186,7 @@ Sample YoloDataset::training_sample(size_t index, cv::Size shape, std::mt19937& 
     const auto load = [this](size_t i) { return load_resized(i); };
     paste_in(s, collect_paste_objects(load, records_.size(), options_.img_size, rng, partners), rng);
   }
+  if (options_.dialect == Dialect::yolov5) clip_boxes(s, kYolov5ClipMargin);  // then the flips, as upstream
   random_flips(s, hyp, rng);
   return s;
 }

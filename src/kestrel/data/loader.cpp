@@ -186,7 +186,9 @@ Batch DataLoader::build_batch(int64_t batch) const {
   const size_t start = static_cast<size_t>(batch) * b, end = std::min(order_.size(), start + b);
   // Validation keeps every label, however small (as upstream val.py: its gt count includes them).
   const float min_box_pixels = dataset_->options().augment ? 1.f : 0.f;
-  const float edge_margin = dataset_->options().dialect == Dialect::yolov7 ? 0.f : 1e-3f;  // BatchWriter's note
+  // BatchWriter's note; YOLOv5's training samples were clipped before their flips (training_sample).
+  const bool yolov5_clip = dataset_->options().dialect == Dialect::yolov5 && !dataset_->options().augment;
+  const float edge_margin = yolov5_clip ? kYolov5ClipMargin : 0.f;
   BatchWriter writer(static_cast<int64_t>(end - start), options_.max_boxes, options_.pin_memory, min_box_pixels,
                      edge_margin);
   // Rectangular batches: one shape for the batch, its first sample's (the padding that evens the ranks

@@ -95,8 +95,9 @@ class DataLoader {
 
 // Collates samples (same image size) into a Batch, one at a time (the loader adds each as soon as it is
 // made, while its pixels are in cache): HWC BGR -> CHW RGB bytes, boxes -> normalised cxcywh clipped to
-// [0, size - edge_margin] (YOLOv5's xyxy2xywhn(clip=True, eps=1e-3): 1e-3; YOLOv7 converts without a clip,
-// its augmentations having clipped to [0, size]: 0), boxes narrower or lower than min_box_pixels after
+// [0, size - edge_margin] (YOLOv5's xyxy2xywhn(clip=True, eps=1e-3): 1e-3, where the dataset has not clipped
+// already, before the flips of a training sample; YOLOv7 converts without a clip, its augmentations having
+// clipped to [0, size]: 0), boxes narrower or lower than min_box_pixels after
 // clipping dropped (training: 1; validation: 0, every label counts). Reusable after finish().
 class BatchWriter {
  public:
