@@ -66,6 +66,20 @@ TEST(Ciou, AlphaCarriesNoGradient) {
   EXPECT_NEAR(box1.grad()[2].item<double>(), expected, 1e-6);
 }
 
+// YOLOv7's bbox_iou: eps added to the heights (union and aspect term), so a predicted box of zero size (a w/h
+// logit so negative that (2 sigmoid)^2 underflows) stays finite. By hand, box1 (0.5, 0.5, 0, 0) against the
+// unit box: IoU 0, rho 0, v = 4/pi^2 (atan(1 / (1 + 2 eps)) - atan(0))^2 = 1/4 (to ~1e-7), alpha = v / (v + 1)
+// = 1/5: CIoU = -v alpha = -0.05. YOLOv5's formula divides 0 by 0 there, as upstream v7.0 does.
+TEST(Ciou, Yolov7KeepsAZeroSizeBoxFinite) {
+  const at::Tensor empty = at::tensor({0.5, 0.5, 0.0, 0.0}, at::kDouble), unit = at::tensor({0.5, 0.5, 1.0, 1.0}, at::kDouble);
+  EXPECT_NEAR(bbox_ciou(empty, unit, 1e-7, /*yolov7=*/true).item<double>(), -0.05, 1e-6);
+  EXPECT_TRUE(std::isnan(bbox_ciou(empty, unit).item<double>()));
+  // Ordinary boxes: the two agree to the eps terms (same shape shifted 1 in x, as above).
+  EXPECT_NEAR(bbox_ciou(at::tensor({0.0, 0.0, 2.0, 2.0}, at::kDouble), at::tensor({1.0, 0.0, 2.0, 2.0}, at::kDouble), 1e-7, true)
+                  .item<double>(),
+              2.0 / 6 - 1.0 / 13, 1e-6);
+}
+
 TEST(BuildTargets, AnchorRatioThreshold) {
   // 4x4 grid, anchor 1x1 cell: w = 0.999 * 4 = 3.996 (ratio < 4: match), 4.0 (= anchor_t: no),
   // 0.0625 * 4 = 0.25 (1/r = 4: no), 0.0626 * 4 = 0.2504 (1/r < 4: match), h too large with w fine: no.

@@ -62,6 +62,7 @@ OtaLoss::OtaLoss(const models::Detect& head, LossOptions options, int64_t img_si
       top_ious_(head.aux() ? kAuxTopIous : kTopIous), strides_(head.strides()) {
   check_loss_setup(head, options);
   options_ = scale_gains(options, nl_, nc_, img_size);
+  options_.yolov7_iou = true;  // YOLOv7's loss code, whatever the recipe
   balance_ = level_balance(nl_);
   anchors_ = head.anchors().detach().to(at::kFloat).clone();  // [nl, na, 2], on the head's device
 }
@@ -195,6 +196,9 @@ OtaLoss::Assignment OtaLoss::assign(const std::vector<at::Tensor>& levels, const
   if (auxiliary && !aux_) fail("loss: an auxiliary assignment needs an IAuxDetect head");
   const std::vector<at::Tensor> lead(levels.begin(), levels.begin() + std::min<int64_t>(nl_, levels.size()));
   check_loss_inputs(lead, targets, target_mask, nl_, na_, nc_);
+  if (targets.size(1) == 0)  // as operator(): one padding row
+    return assign(levels, at::zeros({targets.size(0), 1, 5}, targets.options()),
+                  at::zeros({targets.size(0), 1}, target_mask.options()), auxiliary);
   at::NoGradGuard no_grad;
   return assign(candidates(lead, targets, target_mask, auxiliary ? kAuxOffsetBias : kLeadOffsetBias), lead, targets,
                 target_mask);
@@ -203,6 +207,10 @@ OtaLoss::Assignment OtaLoss::assign(const std::vector<at::Tensor>& levels, const
 OtaLoss::Result OtaLoss::operator()(const std::vector<at::Tensor>& levels, const at::Tensor& targets,
                                     const at::Tensor& target_mask) const {
   check_inputs(levels, targets, target_mask);
+  // No target rows at all: one padding row instead, which matches nothing (the assignment's top-k needs a row).
+  if (targets.size(1) == 0)
+    return (*this)(levels, at::zeros({targets.size(0), 1, 5}, targets.options()),
+                   at::zeros({targets.size(0), 1}, target_mask.options()));
   const std::vector<at::Tensor> lead(levels.begin(), levels.begin() + nl_);
   const std::vector<LevelCandidates> cands = candidates(lead, targets, target_mask, kLeadOffsetBias);
   const Assignment assigned = assign(cands, lead, targets, target_mask);

@@ -57,11 +57,15 @@ std::vector<double> level_balance(int64_t nl) {
   return std::vector<double>(p3_p7.begin(), p3_p7.begin() + nl);
 }
 
-at::Tensor bbox_ciou(const at::Tensor& box1, const at::Tensor& box2, double eps) {
-  const at::Tensor x1 = box1.select(-1, 0), y1 = box1.select(-1, 1), w1 = box1.select(-1, 2), h1 = box1.select(-1, 3);
-  const at::Tensor x2 = box2.select(-1, 0), y2 = box2.select(-1, 1), w2 = box2.select(-1, 2), h2 = box2.select(-1, 3);
+at::Tensor bbox_ciou(const at::Tensor& box1, const at::Tensor& box2, double eps, bool yolov7) {
+  const at::Tensor x1 = box1.select(-1, 0), y1 = box1.select(-1, 1), x2 = box2.select(-1, 0), y2 = box2.select(-1, 1);
+  at::Tensor w1 = box1.select(-1, 2), h1 = box1.select(-1, 3), w2 = box2.select(-1, 2), h2 = box2.select(-1, 3);
   const at::Tensor l1 = x1 - w1 / 2, r1 = x1 + w1 / 2, t1 = y1 - h1 / 2, b1 = y1 + h1 / 2;
   const at::Tensor l2 = x2 - w2 / 2, r2 = x2 + w2 / 2, t2 = y2 - h2 / 2, b2 = y2 + h2 / 2;
+  if (yolov7) {
+    w1 = r1 - l1, h1 = b1 - t1 + eps;
+    w2 = r2 - l2, h2 = b2 - t2 + eps;
+  }
   const at::Tensor inter = (at::minimum(r1, r2) - at::maximum(l1, l2)).clamp_min(0) *
                            (at::minimum(b1, b2) - at::maximum(t1, t2)).clamp_min(0);
   const at::Tensor iou = inter / (w1 * h1 + w2 * h2 - inter + eps);
@@ -69,7 +73,8 @@ at::Tensor bbox_ciou(const at::Tensor& box1, const at::Tensor& box2, double eps)
   const at::Tensor ch = at::maximum(b1, b2) - at::minimum(t1, t2);
   const at::Tensor c2 = cw.pow(2) + ch.pow(2) + eps;
   const at::Tensor rho2 = ((l2 + r2 - l1 - r1).pow(2) + (t2 + b2 - t1 - b1).pow(2)) / 4;  // centre distance^2
-  const at::Tensor v = (4 / (kPi * kPi)) * (at::atan(w2 / h2) - at::atan(w1 / h1)).pow(2);
+  const double h_eps = yolov7 ? eps : 0.0;
+  const at::Tensor v = (4 / (kPi * kPi)) * (at::atan(w2 / (h2 + h_eps)) - at::atan(w1 / (h1 + h_eps))).pow(2);
   const at::Tensor alpha = (v / (v - iou + (1 + eps))).detach();  // a weight, not a path for the gradient
   return iou - (rho2 / c2 + v * alpha);
 }
@@ -167,7 +172,7 @@ LevelTerms candidate_terms(const at::Tensor& level, const at::Tensor& rows, cons
   const at::Tensor pxy = rows.narrow(-1, 0, 2).sigmoid() * 2 - 0.5;
   const at::Tensor pwh = (rows.narrow(-1, 2, 2).sigmoid() * 2).pow(2) * anchors.view({1, 1, na, 1, 2});
   const at::Tensor pbox = at::where(positive4, at::cat({pxy, pwh}, -1), 1.0);  // [B, M, na, 5, 4]
-  const at::Tensor iou = bbox_ciou(pbox, at::where(positive4, tbox, 1.0));    // [B, M, na, 5]
+  const at::Tensor iou = bbox_ciou(pbox, at::where(positive4, tbox, 1.0), 1e-7, options.yolov7_iou);  // [B, M, na, 5]
   LevelTerms out;
   out.box = at::where(positive, 1 - iou, 0).sum() / n.clamp_min(1);
 

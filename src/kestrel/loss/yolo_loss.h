@@ -23,6 +23,7 @@ struct LossOptions {
   double anchor_t = 4.0;          // a target matches an anchor when max(r, 1/r) < anchor_t for w and h
   double fl_gamma = 0.0;          // focal loss gamma (0 = plain BCE); alpha is 0.25 as upstream
   double label_smoothing = 0.0;   // eps: class targets 1 - eps/2 (positive) and eps/2 (negative)
+  bool yolov7_iou = false;        // YOLOv7's CIoU (bbox_ciou below): its recipes' losses; OtaLoss always
 };
 
 // The gains as upstream train.py rescales them for the model and image size:
@@ -34,8 +35,10 @@ std::vector<double> level_balance(int64_t nl);
 
 // Complete IoU of boxes given as (cx, cy, w, h) in the last dimension (broadcasting): [..., 4] x [..., 4] -> [...].
 // IoU - rho^2/c^2 - alpha v, v = 4/pi^2 (atan(w2/h2) - atan(w1/h1))^2, alpha = v / (v - IoU + 1 + eps) taken
-// without gradient, eps 1e-7 in the union, the enclosing diagonal and alpha (upstream bbox_iou(CIoU=True)).
-at::Tensor bbox_ciou(const at::Tensor& box1, const at::Tensor& box2, double eps = 1e-7);
+// without gradient, eps 1e-7 in the union, the enclosing diagonal and alpha (YOLOv5's bbox_iou(CIoU=True)).
+// yolov7: YOLOv7's bbox_iou, which takes w and h from the corners, adds eps to h (in the union too) and again
+// in v's w/(h + eps): a box of zero size stays finite, where YOLOv5's divides 0 by 0.
+at::Tensor bbox_ciou(const at::Tensor& box1, const at::Tensor& box2, double eps = 1e-7, bool yolov7 = false);
 
 // Number of cell offsets per (target, anchor): the own cell, then left, up, right, down neighbours
 // (upstream's j, k, l, m). A neighbour is used when the centre's fraction in the cell is < g towards

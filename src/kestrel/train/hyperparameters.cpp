@@ -93,6 +93,7 @@ Hyperparameters load_hyperparameters(const std::string& given) {
   }
   // YOLOv7's train.py trains with OTA when loss_ota is 1 or missing; any other value means its plain loss.
   if (h.yolov7_recipe && !root["loss_ota"]) h.loss_ota = true;
+  h.loss.yolov7_iou = h.yolov7_recipe;  // YOLOv7's train.py and test.py compute their losses with its bbox_iou
   for (const auto& [key, target] : bindings(h)) {
     const std::string name = key;
     if (root[name] || name == "mosaic9" || (name == "paste_in" && !h.yolov7_recipe)) continue;
