@@ -16,6 +16,9 @@
 #   5. bench e2e (loader + copy + step) on the carried coco128 images; the loader alone on 16 cores
 #   6. if time is left: yolov5n, yolov7-w6 at 1280 (aux OTA), the allocator row, a training run, AutoBatch's
 #      choice and a TensorRT engine from export --end2end and --include-nms (where TensorRT is installed)
+# The device tool brings back at most 8 files from $OUT and the last 12,000 characters of the output: the
+# steps' logs are written under $RUNS/figures and packed at the end (also when stopped) into
+# $OUT/figures.tgz, with $OUT/summary.txt, the figures' lines of every log, printed last.
 # `bash bench/gpu/run.sh tests` runs step 1 and 2 only (a rerun after a fix).
 # `bash bench/gpu/run.sh cpu-check` runs every step HERE, on the CPU at toy sizes (batch 2, 64 px, 2 steps),
 # with build/'s binaries (or $K and $T): the test suite's check that the commands below are still accepted,
@@ -25,7 +28,24 @@ WHAT=${1:-all}
 BUDGET=${BUDGET:-480}
 OUT=${OUT:-/tmp/kestrel-gpu-out}
 RUNS=${RUNS:-/tmp/kruns}
-mkdir -p "$OUT"
+LOGS=$RUNS/figures  # the steps' logs, packed into $OUT at exit
+rm -rf "$LOGS" && mkdir -p "$OUT" "$LOGS"  # a rerun on a warm machine starts its logs afresh
+# The figures' lines of every log (each step's header and exit, the --json lines, the tables' rows and
+# speed lines), then everything packed: two files in $OUT whatever the number of steps.
+pack_figures() {
+  {
+    for log in "$LOGS"/*.txt; do
+      [ -f "$log" ] || continue
+      echo "--- $(basename "$log")"
+      grep -E '^(=== |exit [0-9]+ after|\{|\[  (PASSED|FAILED)|kestrel |libtorch|cuda|cudnn|gpu)|[0-9]x +[0-9]|images/s|ms/step|peak|AutoBatch|epochs completed|^ +all +[0-9]|[Ee]rror|FAILED|captured|engine built|parsed|exported ' "$log" |
+        grep -vE '^(train|val): |^\[ +(RUN|OK) +\]|^\[-' | cut -c1-400 | head -60
+    done
+    echo "skipped for time: ${SKIPPED[*]:-none}"
+  } >"$OUT/summary.txt"
+  tar czf "$OUT/figures.tgz" -C "$LOGS" .
+  echo; echo "===== summary ($OUT/summary.txt; every log in $OUT/figures.tgz)"; cat "$OUT/summary.txt"
+}
+trap pack_figures EXIT
 PY=${KESTREL_PYTHON:-python3}
 if [ "$WHAT" = cpu-check ]; then
   K=${K:-${KESTREL_BUILD_DIR:-build}/kestrel}
@@ -49,7 +69,7 @@ fi
 SKIPPED=()
 
 # run_step NAME LIMIT OUTFILE COMMAND...: the command under timeout min(LIMIT, budget left), its output
-# appended to $OUT/OUTFILE and shown (the last 25 lines); skipped when under 25 s of the budget are left.
+# appended to $LOGS/OUTFILE and shown (the last 25 lines); skipped when under 25 s of the budget are left.
 run_step() {
   local name=$1 limit=$2 file=$3
   shift 3
@@ -58,8 +78,8 @@ run_step() {
   [ "$limit" -gt "$left" ] && limit=$left
   echo; echo "=== $name (limit ${limit}s, ${SECONDS}s used)"
   [ "$WHAT" = cpu-check ] && set -- bash -c 'toy_sizes "$@"' toy_sizes "$@"
-  { echo "=== $name"; timeout "$limit" "$@" 2>&1; echo "exit $? after ${SECONDS}s"; } >>"$OUT/$file"
-  tail -25 "$OUT/$file"
+  { echo "=== $name"; timeout "$limit" "$@" 2>&1; echo "exit $? after ${SECONDS}s"; } >>"$LOGS/$file"
+  tail -25 "$LOGS/$file"
 }
 
 # cpu-check: runs a step's command with the CPU and toy sizes in place of the GPU's settings.
@@ -84,7 +104,7 @@ toy_sizes() {
 export -f toy_sizes  # run by timeout through bash
 
 # Loading: an older C++ runtime there takes the one built against; anything else missing is named.
-if ! $K --help >/dev/null 2>"$OUT/load_check.txt" && grep -q GLIBCXX "$OUT/load_check.txt"; then
+if ! $K --help >/dev/null 2>"$LOGS/load_check.txt" && grep -q GLIBCXX "$LOGS/load_check.txt"; then
   export LD_LIBRARY_PATH="$PWD/build-device/lib-fallback:$LD_LIBRARY_PATH"
   echo "using the carried libstdc++ (this machine's is older)"
 fi
@@ -105,25 +125,26 @@ run_step "cuda tests" 120 cuda_tests.txt $T '--gtest_filter=*Cuda*:*CUDA*:Device
 run_step "train --cuda-graph across epochs" 90 train_graph.txt \
   $K train --cfg yolov5n --data "$DATA" --epochs 9 --batch-size 64 --img 320 --device 0 --workers 8 --cache ram \
   --cuda-graph --min-warmup-iters 0 --noval --project $RUNS --name graph --exist-ok --quiet
-[ "$WHAT" = tests ] && { echo; echo "skipped: ${SKIPPED[*]:-none}; figures in $OUT"; exit 0; }
+[ "$WHAT" = tests ] && exit 0
 
 run_step "ablation yolov5s" 170 ablation_yolov5s.txt $K bench train --cfg yolov5s --batch-size 64 --img 640 --device 0 --ablation "${REF[@]}"
 run_step "bench yolov7 --ota" 60 bench_models.txt $K bench train --cfg yolov7 --ota "${FAST[@]}" "${REF_OTA[@]}" --json
 run_step "bench yolov7 --ota --cuda-graph" 60 bench_models.txt $K bench train --cfg yolov7 --ota --cuda-graph "${FAST[@]}" "${REF_OTA[@]}" --json
 run_step "bench yolov3" 50 bench_models.txt $K bench train --cfg yolov3 "${FAST[@]}" "${REF[@]}" --json
-# --repeat 43: 48 carried images as 2,064 per epoch (32 batches of 64), as the reference's coco128 x 16
-# (2,048), so that 16 workers have work and the timed steps cover whole epochs. The reference e2e is
-# fp16 NCHW; this is kestrel's fast configuration (channels-last), the NCHW row follows if time allows.
-run_step "bench e2e ($DATA)" 90 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --workers 16 --repeat 43 --steps 64
-run_step "loader 16 workers ($DATA)" 60 bench_data.txt $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 43 --epochs 3
+# --repeat 40: 48 carried images as 1,920 per epoch, 30 whole batches of 64 (the loader keeps a short last
+# batch: 48 x 43 made 32 of 64 and one of 16, a shape of its own), near the reference's coco128 x 16
+# (2,048), so that 16 workers have work; 60 timed steps are two whole epochs. The reference e2e is fp16 NCHW;
+# this is kestrel's fast configuration (channels-last), the NCHW row follows if time allows.
+run_step "bench e2e ($DATA)" 90 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --workers 16 --repeat 40 --steps 60
+run_step "loader 16 workers ($DATA)" 60 bench_data.txt $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 40 --epochs 3
 
 # Only with time left over.
 run_step "bench e2e NCHW, the reference's layout ($DATA)" 60 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s \
-  --batch-size 64 --img 640 --device 0 --precision fp16 --workers 16 --repeat 43 --steps 64
+  --batch-size 64 --img 640 --device 0 --precision fp16 --workers 16 --repeat 40 --steps 60
 run_step "bench yolov5n" 40 bench_models.txt $K bench train --cfg yolov5n "${FAST[@]}" "${REF[@]}" --json
 # YOLOv7's P6 recipe (train_aux.py: 1280 px, the auxiliary-head OTA loss); batch 16 as its README's yolov7-w6 run.
 run_step "bench yolov7-w6 1280 aux OTA" 60 bench_models.txt $K bench train --cfg yolov7-w6 --ota --batch-size 16 --img 1280 --device 0 --precision fp16 --channels-last "${REF_OTA[@]}" --json
-run_step "bench e2e + CUDA graph" 60 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --cuda-graph --workers 16 --repeat 43 --warmup 8 --steps 64
+run_step "bench e2e + CUDA graph" 60 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --cuda-graph --workers 16 --repeat 40 --warmup 8 --steps 60
 # Caching-allocator settings come from PyTorch's own variable (LibTorch reads it): compare peak memory and speed.
 # Its control is the same command in a fresh process without the setting (the ablation's rows share a process).
 run_step "allocator: control" 45 allocator.txt $K bench train --cfg yolov5s "${FAST[@]}" "${REF[@]}"
@@ -139,8 +160,8 @@ run_step "train AutoBatch ($DATA)" 60 train_autobatch.txt $K train --cfg yolov5s
 # build an engine from them?
 W=$RUNS/gpu/weights/last.safetensors
 if [ -f "$W" ] && [ $((BUDGET - SECONDS)) -ge 25 ]; then
-  $K export --weights "$W" --end2end --topk-all 100 --iou-thres 0.65 --conf-thres 0.35 --out $RUNS/e2e_trt.onnx 2>&1 | tee "$OUT/trt_end2end.txt"
-  $K export --weights "$W" --grid --include-nms --out $RUNS/include_nms.onnx 2>&1 | tee -a "$OUT/trt_end2end.txt"
+  $K export --weights "$W" --end2end --topk-all 100 --iou-thres 0.65 --conf-thres 0.35 --out $RUNS/e2e_trt.onnx 2>&1 | tee "$LOGS/trt_end2end.txt"
+  $K export --weights "$W" --grid --include-nms --out $RUNS/include_nms.onnx 2>&1 | tee -a "$LOGS/trt_end2end.txt"
   if command -v trtexec >/dev/null; then
     run_step "trtexec --end2end" 150 trtexec.txt trtexec --onnx=$RUNS/e2e_trt.onnx --saveEngine=$RUNS/e2e.engine --fp16
     run_step "trtexec --include-nms" 150 trtexec.txt trtexec --onnx=$RUNS/include_nms.onnx --saveEngine=$RUNS/include_nms.engine --fp16
@@ -161,7 +182,7 @@ for path in sys.argv[1:]:
 PYEOF
     run_step "TensorRT (Python) build" 200 trt_end2end.txt "$PY" $RUNS/trt_build.py $RUNS/e2e_trt.onnx $RUNS/include_nms.onnx
   else
-    echo "neither trtexec nor the tensorrt Python package here: TensorRT build skipped" | tee -a "$OUT/trt_end2end.txt"
+    echo "neither trtexec nor the tensorrt Python package here: TensorRT build skipped" | tee -a "$LOGS/trt_end2end.txt"
   fi
 fi
-echo; echo "skipped for time: ${SKIPPED[*]:-none}"; echo "figures in $OUT (${SECONDS}s)"
+echo; echo "done in ${SECONDS}s"

@@ -5,10 +5,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "test_support.h"
 
@@ -46,18 +49,32 @@ TEST(GpuRunScript, EveryStepRunsOnTheCpuAtToySizes) {
   EXPECT_NE(r.output.find("skipped for time: none"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("MISSING LIBRARIES"), std::string::npos) << r.output;
 
+  // What comes back from the device tool (at most 8 files): the packed logs and their summary, nothing else.
+  std::vector<std::string> returned;
+  for (const auto& entry : std::filesystem::directory_iterator(out)) returned.push_back(entry.path().filename().string());
+  std::sort(returned.begin(), returned.end());
+  EXPECT_EQ(returned, (std::vector<std::string>{"figures.tgz", "summary.txt"}));
+  const std::string logs_dir = dir.file("logs");
+  ASSERT_EQ(test::run_command("mkdir -p " + logs_dir + " && tar xzf " + out + "/figures.tgz -C " + logs_dir).exit_code, 0);
+
   // The script's top-level steps (indented ones need TensorRT), each run once and each exiting 0.
   const int steps = count_lines_starting(read_text("bench/gpu/run.sh"), "run_step ");
   ASSERT_GE(steps, 10);
   std::string logs;
   for (const char* file : {"env", "cuda_tests", "train_graph", "ablation_yolov5s", "bench_models", "bench_e2e",
                            "bench_data", "allocator", "train_e2e", "train_autobatch"}) {
-    logs += read_text(out + "/" + file + ".txt");
+    logs += read_text(logs_dir + "/" + file + ".txt");
   }
   EXPECT_EQ(count_lines_starting(logs, "=== "), steps) << logs;
   EXPECT_EQ(count_lines_starting(logs, "exit 0 after"), steps) << logs;
+  // The summary, printed last, has every step's header and exit.
+  const std::string summary = read_text(out + "/summary.txt");
+  EXPECT_EQ(count_lines_starting(summary, "=== "), steps) << summary;
+  EXPECT_EQ(count_lines_starting(summary, "exit 0 after"), steps) << summary;
+  EXPECT_NE(r.output.rfind("===== summary"), std::string::npos);
+  EXPECT_NE(summary.find("skipped for time: none"), std::string::npos) << summary;
   // The training run's weights were exported for TensorRT both ways (--end2end, --include-nms).
-  EXPECT_EQ(count_lines_starting(read_text(out + "/trt_end2end.txt"), "exported "), 2) << r.output;
+  EXPECT_EQ(count_lines_starting(read_text(logs_dir + "/trt_end2end.txt"), "exported "), 2) << r.output;
 }
 
 }  // namespace
