@@ -48,9 +48,8 @@ void run_bench_data(const BenchDataOptions& o) {
   for (int r = 1; r < o.repeat; ++r) index.records.insert(index.records.end(), records.begin(), records.end());
   data::DatasetOptions d;
   d.img_size = o.img;
-  d.cache_ram = o.cache == "ram";
+  d.cache_ram = o.cache == "ram";  // checked by the command line: ram, disk or none
   d.cache_disk = o.cache == "disk";
-  if (!o.cache.empty() && o.cache != "ram" && o.cache != "disk") fail("--cache ", o.cache, ": expected ram or disk");
   bool v7_hyp = false;  // a YOLOv7 hyp file brings YOLOv7's augmentations (mosaic-9, its zoom range), as in training
   if (!o.hyp.empty()) d.hyp = data::load_augment_options(o.hyp, &v7_hyp);
   d.dialect = v7_hyp ? data::Dialect::yolov7 : data::Dialect::yolov5;
@@ -157,7 +156,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--workers", o->workers, "loader threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--epochs", o->epochs, "epochs to time (the first fills a RAM cache)")->check(CLI::Range(1, 1000));
   cmd->add_option("--repeat", o->repeat, "use the split N times per epoch")->check(CLI::Range(1, 100000));
-  cmd->add_option("--cache", o->cache, "cache resized images: ram, or disk (.npy next to each image)");
+  cmd->add_option("--cache", o->cache, "cache resized images: ram, disk (.npy next to each image) or none")
+      ->check(CLI::IsMember({"ram", "disk", "none"}));
   cmd->add_flag("--bind", o->bind, "bind worker i to the i-th allowed CPU core");
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->callback([o] { run_bench_data(*o); });
@@ -236,8 +236,10 @@ void add_bench_command(CLI::App& app) {
       return train::bench_e2e(o);
     }();
     if (*ejson) {
-      std::cout << nlohmann::json{{"what", "e2e"}, {"cfg", o.step.cfg}, {"data", o.data}, {"batch", o.step.batch_size},
-                                  {"img", o.step.img_size}, {"workers", r.workers}, {"config", r.step.label},
+      std::cout << nlohmann::json{{"what", "e2e"}, {"cfg", o.step.cfg}, {"data", o.data}, {"batch", r.batch_size},
+                                  {"img", o.step.img_size}, {"workers", r.workers}, {"device", r.device},
+                                  {"cache", o.cache.empty() ? "none" : o.cache}, {"repeat", o.repeat},
+                                  {"steps", o.step.steps}, {"warmup", o.step.warmup}, {"warmup_epochs", o.warmup_epochs}, {"config", r.step.label},
                                   {"images_per_second", r.step.images_per_second}, {"ms_per_step", r.step.ms_per_step},
                                   {"peak_memory_gb", r.step.peak_memory_gb}, {"peak_allocated_gb", r.step.peak_allocated_gb},
                                   {"steady_memory_gb", r.step.steady_memory_gb}, {"data_wait_fraction", r.data_wait_fraction},
@@ -248,7 +250,7 @@ void add_bench_command(CLI::App& app) {
       return;
     }
     std::printf("%s end to end on %s: batch %d, %d px, %d workers, cache %s, %s\n", o.step.cfg.c_str(), o.data.c_str(),
-                o.step.batch_size, o.step.img_size, r.workers, o.cache.empty() ? "none" : o.cache.c_str(), r.step.label.c_str());
+                r.batch_size, o.step.img_size, r.workers, o.cache.empty() ? "none" : o.cache.c_str(), r.step.label.c_str());
     std::printf("%.1f images/s, %.1f ms/step over %d steps, peak memory %.2f GB reserved, %.2f GB allocated; the host waited "
                 "for data %.0f %% of the time%s\n",
                 r.step.images_per_second, r.step.ms_per_step, o.step.steps, r.step.peak_memory_gb, r.step.peak_allocated_gb,

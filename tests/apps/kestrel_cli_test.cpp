@@ -113,6 +113,14 @@ TEST(CliData, SplitWithoutUsableSamplesIsAnError) {
                         "--epochs 1 --json 2>/dev/null");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NO_THROW((void)nlohmann::json::parse(r.output)) << r.output;
+  // --cache is checked with the other flags, before the split is indexed; "none" as bench e2e takes it.
+  r = test::run_command(test::kestrel_binary() + " bench data --data data/demo/demo.yaml --cache foo");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--cache: foo not in {ram,disk,none}"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("images, "), std::string::npos) << "indexed before the flag was refused: " << r.output;
+  r = test::run_command(test::kestrel_binary() + " bench data --data data/demo/demo.yaml --img 64 --batch-size 8 --workers 1 "
+                        "--epochs 1 --cache none");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   r = test::run_command(test::kestrel_binary() + " val --task test --data data/demo/demo.yaml --device cpu --weights w.safetensors");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("data/demo/demo.yaml: no 'test' split"), std::string::npos) << r.output;

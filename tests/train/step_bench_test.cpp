@@ -136,6 +136,8 @@ TEST(StepBench, EndToEndRunsTheTrainingPipeline) {
   o.repeat = 2;
   const E2eBenchResult r = bench_e2e(o);
   EXPECT_EQ(r.batches_per_epoch, 8);
+  EXPECT_EQ(r.batch_size, 8);
+  EXPECT_EQ(r.device, "cpu");
   ASSERT_EQ(r.step.losses.size(), 10u);
   for (double loss : r.step.losses) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
   EXPECT_NE(r.step.losses.front(), r.step.losses.back());
@@ -148,8 +150,10 @@ TEST(StepBench, EndToEndRunsTheTrainingPipeline) {
   v7.hyp = "configs/hyps/hyp.scratch.tiny.yaml";
   v7.step.steps = 2;
   v7.repeat = 1;
+  v7.step.batch_size = 64;  // more than the split's 32 images: the batch used is reported, not the one asked
   const E2eBenchResult ota = bench_e2e(v7);
   EXPECT_NE(ota.step.label.find("+ OTA"), std::string::npos) << ota.step.label;
+  EXPECT_EQ(ota.batch_size, 32);
   o.data = "data/demo/missing.yaml";
   try {
     (void)bench_e2e(o);

@@ -63,6 +63,7 @@ class DataLoader {
   std::optional<Batch> next();
   size_t num_batches() const;
   int workers() const { return options_.workers; }  // the threads building batches
+  int batch_size() const { return options_.batch_size; }  // images per batch (the last may hold fewer)
   // --image-weights: from the next start_epoch on, the epoch's order is dataset-size draws with
   // replacement, sample i with probability weights[i] / sum (seeded by seed and epoch), instead of
   // a permutation. Empty: permutations again. Needs shuffle; all weights >= 0, some > 0. Mosaic partners

@@ -229,6 +229,8 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
   E2eBenchResult r;
   r.batches_per_epoch = static_cast<int64_t>(split.loader->num_batches());
   r.workers = split.loader->workers();
+  r.batch_size = split.loader->batch_size();
+  r.device = device.str();
   r.step.label = label_of(with_loss) + (!with_loss.ota && bench->model->head().aux() ? " + OTA" : "") + " + loader";
   using Clock = std::chrono::steady_clock;
   if (r.batches_per_epoch == 0) fail("bench e2e: ", e.data, ": the training split gives no batch of ", o.batch_size);

@@ -70,6 +70,8 @@ struct E2eBenchResult {
   StepBenchResult step;               // images/s, ms/step and peak memory of the timed steps
   int64_t batches_per_epoch = 0;
   int workers = 0;                    // loader threads used (--workers capped at the cores and the batch)
+  int batch_size = 0;                 // images per batch used (--batch-size capped at the split's images)
+  std::string device;                 // where the steps ran ("cuda:0", "cpu")
   double data_wait_fraction = 0;      // share of the timed wall time the host waited for the loader
 };
 
