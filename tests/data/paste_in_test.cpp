@@ -264,6 +264,43 @@ TEST(PasteIn, CutObjectsCropTheBoxAndMaskTheOutline) {
   EXPECT_LT(inside, 260);
 }
 
+// Upstream's mask: the polygon (points truncated) filled on the whole canvas, then cropped to the truncated,
+// clipped box. Filling in the crop's own frame gave other pixels along the edges into the right-most and
+// bottom vertices (which lie one pixel outside the crop); on random polygons, the masks must equal that
+// whole-canvas fill, points on the canvas border included.
+TEST(PasteIn, CutObjectMasksEqualAWholeCanvasFill) {
+  std::mt19937 draw(5);
+  std::uniform_real_distribution<float> coordinate(0.f, 128.f);
+  for (int trial = 0; trial < 200; ++trial) {
+    Sample canvas = grey(128, 128);
+    Polygon polygon;
+    const int corners = 3 + trial % 6;
+    for (int k = 0; k < corners; ++k) polygon.emplace_back(coordinate(draw), coordinate(draw));
+    if (trial % 4 == 0) polygon[0].x = 128.f;  // on the right border (mosaics clip points to [0, 2s])
+    float x1 = 1e9f, y1 = 1e9f, x2 = -1.f, y2 = -1.f;
+    for (const cv::Point2f& p : polygon)
+      x1 = std::min(x1, p.x), y1 = std::min(y1, p.y), x2 = std::max(x2, p.x), y2 = std::max(y2, p.y);
+    canvas.boxes.push_back(Box{0, x1, y1, x2, y2});
+    canvas.segments.push_back(polygon);
+    std::mt19937 rng(1);
+    const std::vector<PasteObject> objects = cut_objects(canvas, 1.0, rng);
+    const int bx1 = std::clamp(static_cast<int>(x1), 0, 127), by1 = std::clamp(static_cast<int>(y1), 0, 127);
+    const int bx2 = std::clamp(static_cast<int>(x2), 0, 127), by2 = std::clamp(static_cast<int>(y2), 0, 127);
+    if (bx2 <= bx1 || by2 <= by1) {
+      EXPECT_TRUE(objects.empty());
+      continue;
+    }
+    ASSERT_EQ(objects.size(), 1u) << trial;
+    std::vector<std::vector<cv::Point>> contour(1);
+    for (const cv::Point2f& p : polygon) contour[0].emplace_back(static_cast<int>(p.x), static_cast<int>(p.y));
+    cv::Mat whole = cv::Mat::zeros(128, 128, CV_8U);
+    cv::drawContours(whole, contour, -1, cv::Scalar(255), cv::FILLED);
+    const cv::Mat expected = whole(cv::Rect(bx1, by1, bx2 - bx1, by2 - by1));
+    ASSERT_EQ(objects[0].mask.size(), expected.size()) << trial;
+    EXPECT_EQ(cv::countNonZero(objects[0].mask != expected), 0) << "trial " << trial;
+  }
+}
+
 TEST(PasteIn, CutObjectsTakeHalfRoundedToEvenAndSkipEmptyCrops) {
   Sample canvas = grey(64, 64);
   auto add = [&](float x1, float y1, float x2, float y2) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cmath>
 
 #include <opencv2/imgproc.hpp>
@@ -37,15 +38,22 @@ std::vector<PasteObject> cut_objects(const Sample& labels, cv::Size size, const 
     const cv::Rect crop(x1, y1, x2 - x1, y2 - y1);
     PasteObject object;
     object.cls = b.cls;
-    // The polygon filled in the crop's own frame: the same pixels as filling it on the whole canvas
-    // (points truncated as numpy's astype(int32)) and cropping, without a canvas-sized mask per object.
+    // Upstream fills the polygon (points truncated as numpy's astype(int32)) on the whole canvas and crops.
+    // Filled in a frame that holds the crop and every point inside the canvas, it gives those pixels without
+    // a canvas-sized mask: OpenCV redraws the edges into points outside its image, so only the canvas's own
+    // borders may cut the polygon (the crop's own frame cut it at its right and bottom vertices).
     std::vector<std::vector<cv::Point>> contour(1);
     for (const cv::Point2f& p : labels.segments[static_cast<size_t>(j)]) {
-      contour[0].emplace_back(static_cast<int>(p.x) - x1, static_cast<int>(p.y) - y1);
+      contour[0].emplace_back(static_cast<int>(p.x), static_cast<int>(p.y));
       object.polygon.emplace_back(p.x - static_cast<float>(x1), p.y - static_cast<float>(y1));
     }
     object.mask = cv::Mat::zeros(crop.size(), CV_8U);
-    if (!contour[0].empty()) cv::drawContours(object.mask, contour, -1, cv::Scalar(255), cv::FILLED);
+    if (!contour[0].empty()) {
+      const cv::Rect frame = (cv::boundingRect(contour[0]) | crop) & cv::Rect(0, 0, w, h);
+      cv::Mat filled = cv::Mat::zeros(frame.size(), CV_8U);
+      cv::drawContours(filled, contour, -1, cv::Scalar(255), cv::FILLED, cv::LINE_8, cv::noArray(), INT_MAX, -frame.tl());
+      filled(crop - frame.tl()).copyTo(object.mask);
+    }
     cv::Mat pixels(crop.size(), CV_8UC3);
     paint(crop, pixels);
     object.image = cv::Mat::zeros(crop.size(), CV_8UC3);

@@ -23,8 +23,11 @@
 // Where kestrel differs (deliberately):
 //  - Upstream turns a 0 channel value inside an object into 255 (its cut-out keeps the mask's 255
 //    where the image is 0); kestrel keeps the object's own pixels.
-//  - Upstream counts the mask over its three identical channels (> 60); kestrel counts pixels (> 20):
-//    the same rule.
+//  - Upstream's mask is its cut-out itself (sample_segments keeps two views of one array, then writes the
+//    pixels into it), so it pastes each channel where the scaled cut-out is non-zero and counts those
+//    channel values (> 60); kestrel pastes where the scaled outline is non-zero and counts pixels (> 20).
+//    They differ on the soft edge only, where a dark object pixel blends to 0 in a channel: upstream keeps
+//    the background's value of that channel (408 of 526,566 pasted channel values on coco128's objects).
 //  - At most 32 side mosaics per sample (upstream loops until 30 objects, which can take thousands of
 //    mosaics when few images have polygons).
 //  - Side mosaics ignore the boxes of images without polygons (kestrel keeps polygons only for images
