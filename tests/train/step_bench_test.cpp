@@ -44,6 +44,9 @@ TEST(StepBench, EveryAblationOptionGivesThePlainLoss) {
   for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(unfused.losses[i], plain.losses[i], 1e-5 * plain.losses[i]);
   EXPECT_EQ(unfused.label, "fp32");
   EXPECT_EQ(plain.label, "fp32 + fused optimiser");
+  StepBenchOptions adamw = small("fp32", false);  // another optimiser than upstream's SGD is named
+  adamw.optimizer = "adamw";
+  EXPECT_EQ(bench_train_step(adamw).label, "fp32 + fused optimiser (AdamW)");
   // Batch norm + SiLU fused (the CPU runs the kernels' arithmetic as loops): the same training.
   StepBenchOptions fused_bn = small("fp32", true);
   fused_bn.fused_bn_silu = true;

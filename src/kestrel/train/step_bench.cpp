@@ -65,6 +65,8 @@ std::string label_of(const StepBenchOptions& o) {
   std::string label = o.precision;
   if (o.channels_last) label += " + channels-last";
   if (o.fused_optimizer) label += " + fused optimiser";
+  const OptimizerKind kind = parse_optimizer_kind(o.optimizer);
+  if (kind != OptimizerKind::sgd) label += " (" + optimizer_name(kind) + ")";  // SGD, upstream's default, unnamed
   if (o.fused_bn_silu) label += " + fused BN-SiLU";
   if (o.cuda_graph) label += " + CUDA graph";
   if (o.checkpoint_layers != 0)
