@@ -382,6 +382,27 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
 
 // --batch-size -1 (YOLOv5's AutoBatch) on the CPU trains with the default 16, as upstream, and the run
 // records the batch it used (a resume trains on with it).
+// --single-cls merges every class into 0 before the labels meet the YAML's nc, as upstream: a one-class YAML
+// over multi-class labels trains on all of them (kestrel skipped every image with a class >= nc), and so
+// does val. Without --single-cls those images are label errors, named.
+TEST(CliTrain, SingleClsMergesClassesAboveTheYamlsNc) {
+  test::TempDir dir;
+  test::demo_subset(dir, 3);  // COCO classes 0..79 in their labels
+  test::write_file(dir.file("one.yaml"), "path: " + dir.path() + "\ntrain: images/train\nval: images/train\nnames: ['thing']\n");
+  const std::string common = test::kestrel_binary() + " train --cfg yolov5n --data " + dir.file("one.yaml") +
+                             " --img 64 --epochs 1 --batch-size 3 --device cpu --workers 1 --noplots --project " + dir.file("runs");
+  auto r = test::run_command(common + " --single-cls");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("train: 3 images, 3 labelled"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exceeds the dataset's nc"), std::string::npos) << r.output;
+  r = test::run_command(test::kestrel_binary() + " val --single-cls --img 64 --device cpu --workers 1 --data " + dir.file("one.yaml") +
+                        " --weights " + dir.file("runs/exp/weights/last.safetensors") + " --project " + dir.file("val"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("3 images, 3 labelled"), std::string::npos) << r.output;
+  r = test::run_command(common + " --name plain");
+  EXPECT_NE(r.output.find("exceeds the dataset's nc=1"), std::string::npos) << r.output;
+}
+
 TEST(CliTrain, AutoBatchOnTheCpuUsesTheDefault) {
   test::TempDir dir;
   // (--name cfg: train.py names the run after the model YAML, here runs/yolov5n.)

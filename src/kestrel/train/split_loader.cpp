@@ -24,11 +24,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // The split's images, verified: their counts, skipped files and warnings reported on stdout (upstream's
-// "Scanning ..." line and messages); --single-cls makes every class 0.
+// "Scanning ..." line and messages); --single-cls makes every class 0, so no class is above the dataset's
+// nc then (upstream merges every class, whatever the YAML's nc; negative or fractional ones stay errors).
 data::DatasetIndex verified_split(const data::DatasetConfig& cfg, const std::string& split, int workers,
                                   int nc_for_check, bool single_cls) {
   const auto images = data::list_images(cfg.existing_split(split), cfg.source);
-  data::DatasetIndex index = data::index_split(images, data::IndexOptions{nc_for_check, workers, true});
+  data::DatasetIndex index = data::index_split(images, data::IndexOptions{single_cls ? 0 : nc_for_check, workers, true});
   std::cout << data::describe(index, split, 20);
   data::require_usable(index, cfg.source, split, cfg.split(split));
   if (single_cls)
