@@ -125,9 +125,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--cos-lr", o->cos_lr, "cosine learning-rate schedule");
   cmd->add_flag("--linear-lr", o->linear_lr, "linear schedule for YOLOv7 recipes (which default to cosine, as its train.py)");
   cmd->add_option("--label-smoothing", o->label_smoothing, "class label smoothing epsilon")->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Validator(  // CLI::Range lets nan through
+          [](std::string& s) -> std::string {
+            double x = 0;
+            return CLI::detail::lexical_cast(s, x) && x >= 0 && x <= 1 ? std::string() : "expected a number in [0, 1], got " + s;
+          },
+          "[0, 1]"));
   cmd->add_option("--patience", o->patience, "early stopping: epochs without improvement (0: off; YOLOv7 recipes: off)")
-      ->capture_default_str();
+      ->capture_default_str()  // upstream takes a negative one as "stop after the first epoch": never meant
+      ->check(integer_where([](long long v) { return v >= 0; }, "0 (off) or a number of epochs"));
   cmd->add_option("--freeze", o->freeze, "freeze the first N layers, or several layer indices")->capture_default_str();
   cmd->add_option("--save-period,--save_period", o->save_period, "also save weights every N epochs")->capture_default_str();
   cmd->add_option("--seed", o->seed, "global seed")->capture_default_str()  // numpy's seeds are >= 0 too

@@ -356,6 +356,12 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       {"train --optimizer Lion", "--optimizer Lion: expected SGD, Adam or AdamW"},
       {"train --rect --image-weights", "WARNING: --rect is incompatible with --image-weights"},
       {"train --max-grad-norm nan", "--max-grad-norm: must be a finite number, got nan"},
+      // nan passed CLI11's range (the loss refused it after the run folder was made); a negative patience
+      // was silently no early stopping (upstream: stop after the first epoch)
+      {"train --label-smoothing nan", "--label-smoothing: expected a number in [0, 1], got nan"},
+      {"train --patience -3", "--patience: expected 0 (off) or a number of epochs, got -3"},
+      // sizes from 16 px round to 0 at stride 32 (upsample to 0 x 0 at the first batch)
+      {"train --cfg yolov7-tiny --img 32 --multi-scale --device cpu", "--multi-scale at --img 32: its smallest sizes (16 px) round down to 0"},
       {"train --batch-size 0", "--batch-size: expected -1 (AutoBatch) or 1 to 65536, got 0"},
       {"train --batch-size 1e3", "--batch-size: expected an integer, got '1e3'"},
       {"train --batch-size -1 --nproc-per-node 2", "AutoBatch with --batch-size -1 is not compatible with data-parallel"},

@@ -217,8 +217,15 @@ EpochTotals TrainingRun::run_batches() {
 // here by batch). images [B, 3, H, W] -> [B, 3, H', W'], the longer side near that size.
 at::Tensor TrainingRun::multi_scale(const at::Tensor& images, int epoch, int64_t i) const {
   std::mt19937 rng(static_cast<uint32_t>(data::sample_seed(o.seed, epoch, static_cast<uint64_t>(i) + (1ull << 40))));
-  const int lo = static_cast<int>(o.img_size * 0.5), hi = static_cast<int>(o.img_size * 1.5) + stride;
-  const int size = std::uniform_int_distribution<int>(lo, hi - 1)(rng) / stride * stride;
+  return multi_scale_resize(images, multi_scale_size(o.img_size, stride, rng), stride);
+}
+
+int multi_scale_size(int img_size, int stride, std::mt19937& rng) {
+  const int lo = static_cast<int>(img_size * 0.5), hi = static_cast<int>(img_size * 1.5) + stride;
+  return (lo + data::random_below(rng, hi - lo)) / stride * stride;
+}
+
+at::Tensor multi_scale_resize(const at::Tensor& images, int size, int stride) {
   const double sf = static_cast<double>(size) / std::max(images.size(2), images.size(3));
   if (sf == 1) return images;
   const int64_t h = static_cast<int64_t>(std::ceil(images.size(2) * sf / stride) * stride);

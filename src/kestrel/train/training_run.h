@@ -12,6 +12,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,13 @@ struct EpochTotals {
 // coco/val2017.txt), else val.py's 0.6; YOLOv7's 0.7 for --data *coco.yaml with 80 classes (the only case
 // where YOLOv7 validates at the end, last and best; kestrel validates best in every case, at 0.6 otherwise).
 double final_validation_iou_thres(bool yolov7_recipe, const data::DatasetConfig& data, int64_t nc);
+
+// Upstream --multi-scale's size for a batch: random.randrange(int(img * 0.5), int(img * 1.5) + stride)
+// rounded down to a multiple of the stride (Python's draw on the MT19937 stream).
+int multi_scale_size(int img_size, int stride, std::mt19937& rng);
+// images [B, 3, H, W] resized (bilinear, align_corners false) so that the longer side is `size`: each side
+// x size / max(H, W), rounded up to a multiple of the stride; unchanged when the longer side is `size`.
+at::Tensor multi_scale_resize(const at::Tensor& images, int size, int stride);
 
 class TrainingRun {
  public:

@@ -233,6 +233,11 @@ void TrainingRun::build_data() {
     size = rounded;
   };
   check_img_size(o.img_size, yolov7 ? 0 : 2 * stride);
+  // --multi-scale's sizes start at int(img / 2), rounded down to a stride multiple: 0 below one stride (a
+  // YOLOv7 model at --img 32, whose train.py fails there at the first resize; YOLOv5's floor avoids it).
+  if (o.multi_scale && static_cast<int>(o.img_size * 0.5) < stride)
+    fail("--multi-scale at --img ", o.img_size, ": its smallest sizes (", static_cast<int>(o.img_size * 0.5),
+         " px) round down to 0 at the model's stride ", stride, "; use --img ", 2 * stride, " or more");
   if (o.img_size_test > 0) check_img_size(o.img_size_test, 0);
   const int val_img_size = o.img_size_test > 0 ? o.img_size_test : o.img_size;
   if (o.batch_size == -1) {  // AutoBatch (one process: join_ranks refuses it for several); saved resolved
