@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -181,6 +182,30 @@ TEST(Trainer, Yolov5nMemorisesFourImages) {
   for (const auto& entry : fs::directory_iterator(r.save_dir))
     events = events || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   EXPECT_TRUE(events) << "no TensorBoard event file in " << r.save_dir;
+}
+
+// With --multi-scale, train_batch*.jpg show the batches as trained on, resized (upstream plots the resized
+// imgs): a 2 x 2 grid of the 4 images at a size s from randrange(80, 272) // 32 * 32, so 2s square with s a
+// multiple of 32 in 64..256; the seed's three draws are not all the base 160.
+TEST(Trainer, MultiScaleTrainBatchesShowTheResizedImages) {
+  test::TempDir dir;
+  TrainOptions o = quick_options(dir);
+  o.multi_scale = true;
+  o.batch_size = 64;  // one batch of the 4 images per epoch
+  o.epochs = 3;
+  o.noval = true;
+  o.nosave = true;
+  const TrainResult r = train(o);
+  std::set<int> sides;
+  for (int ni = 0; ni < 3; ++ni) {
+    const cv::Size size = data::decode_image_file((fs::path(r.save_dir) / cat("train_batch", ni, ".jpg")).string()).image.size();
+    EXPECT_EQ(size.width, size.height) << ni;
+    EXPECT_EQ(size.width % 64, 0) << ni;
+    EXPECT_GE(size.width, 128) << ni;
+    EXPECT_LE(size.width, 512) << ni;
+    sides.insert(size.width);
+  }
+  EXPECT_NE(sides, std::set<int>{320}) << "every batch drawn at the base size";
 }
 
 // --noplots: the run's files without a chart or drawing (upstream's plots=False); the final validation

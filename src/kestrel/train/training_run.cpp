@@ -137,10 +137,10 @@ class StepThroughput {
 
 }  // namespace
 
-// Upstream's train_batch0..2.jpg (YOLOv7: 0..9): the run's first batches as augmented (before
-// --multi-scale's resize, which upstream draws after), drawn from the host copy (uint8, before the
-// transfer): no device synchronisation, a few JPEG encodes per run on this thread. A file that cannot be
-// written is a warning.
+// Upstream's train_batch0..2.jpg (YOLOv7: 0..9): the run's first batches as trained on, drawn from the host
+// copy (uint8, before the transfer; with --multi-scale resized here as on the device, and back to bytes as
+// plot_images truncates x 255): no device synchronisation, a few JPEG encodes per run on this thread. A file
+// that cannot be written is a warning.
 void TrainingRun::plot_first_batches(data::DevicePrefetcher& prefetcher) {
   const int epoch = progression.epoch;
   const int64_t plotted_batches = hyp.yolov7_recipe ? 10 : 3;
@@ -150,8 +150,12 @@ void TrainingRun::plot_first_batches(data::DevicePrefetcher& prefetcher) {
     if (ni >= plotted_batches) return;
     data::BatchImageOptions options;
     for (const auto& meta : b.meta) options.paths.push_back(train_data.dataset->records()[meta.index].image);
+    data::Batch shown = b;  // tensors shared; the images replaced when resized
+    if (o.multi_scale)
+      shown.images = (multi_scale_resize(b.images.to(at::kFloat) / 255, multi_scale_size_of(epoch, b.index), stride) * 255)
+                         .to(at::kByte);
     try {
-      data::write_jpeg((fs::path(save_dir) / cat("train_batch", ni, ".jpg")).string(), data::render_batch(b, names, options));
+      data::write_jpeg((fs::path(save_dir) / cat("train_batch", ni, ".jpg")).string(), data::render_batch(shown, names, options));
     } catch (const Error& e) {
       std::cerr << "WARNING: " << e.what() << "\n";
     }
@@ -216,8 +220,12 @@ EpochTotals TrainingRun::run_batches() {
 // Upstream --multi-scale: a random size in [0.5, 1.5] x img, a multiple of the stride, per batch (seeded
 // here by batch). images [B, 3, H, W] -> [B, 3, H', W'], the longer side near that size.
 at::Tensor TrainingRun::multi_scale(const at::Tensor& images, int epoch, int64_t i) const {
+  return multi_scale_resize(images, multi_scale_size_of(epoch, i), stride);
+}
+
+int TrainingRun::multi_scale_size_of(int epoch, int64_t i) const {
   std::mt19937 rng(static_cast<uint32_t>(data::sample_seed(o.seed, epoch, static_cast<uint64_t>(i) + (1ull << 40))));
-  return multi_scale_resize(images, multi_scale_size(o.img_size, stride, rng), stride);
+  return multi_scale_size(o.img_size, stride, rng);
 }
 
 int multi_scale_size(int img_size, int stride, std::mt19937& rng) {

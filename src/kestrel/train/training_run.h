@@ -106,6 +106,7 @@ class TrainingRun {
   void transfer_pretrained(const models::LoadedModel& pretrained);
   void plot_first_batches(data::DevicePrefetcher& prefetcher);  // train_batch*.jpg, from the host batches
   at::Tensor multi_scale(const at::Tensor& images, int epoch, int64_t i) const;
+  int multi_scale_size_of(int epoch, int64_t i) const;  // batch i's --multi-scale size (seeded by epoch and i)
   void check_finite_loss(const loss::YoloLoss::Result& step_loss, const data::DeviceBatch& batch, int epoch,
                          int64_t i, int64_t ni);
   bool optimiser_step(const StepSettings& s, int64_t ni);  // true: stop here (Ctrl-C, --interrupt-after)
