@@ -55,6 +55,10 @@ TEST(AutoAnchor, FitStatisticsByHand) {
   EXPECT_DOUBLE_EQ(f.anchors_per_target, 5.0 / 4);
   EXPECT_DOUBLE_EQ(f.fitness, (1 + 0.5 + 0.5 + 0) / 4);
   EXPECT_DOUBLE_EQ(f.mean_best, (1 + 0.5 + 0.5 + 0.2) / 4);
+  // upstream's metric_all (every pair) and past_thr (the pairs above 0.25)
+  EXPECT_DOUBLE_EQ(f.mean_metric, (1 + 0.5 + 1.0 / 3 + 0.5 + 0.25 + 0.5 + 0.2 + 0.1) / 8);
+  EXPECT_DOUBLE_EQ(f.mean_past_thr, (1 + 0.5 + 1.0 / 3 + 0.5 + 0.5) / 5);
+  EXPECT_TRUE(std::isnan(anchor_fit({{2, 10}}, anchors, 4.0).mean_past_thr));
   // A looser threshold lets the last two in: 0.25 > 1/5 and 0.2 is not > 1/5.
   EXPECT_DOUBLE_EQ(anchor_fit(sizes, anchors, 5.0).bpr, 0.75);
   EXPECT_DOUBLE_EQ(anchor_fit(sizes, anchors, 5.01).bpr, 1.0);
@@ -277,7 +281,9 @@ TEST(AutoAnchor, WhereKmeansCannotRunYolov7KeepsTheAnchors) {
     } else {
       EXPECT_NE(r.report.find("WARNING k-means cannot place 9 anchors among 4 labels of at least 2 px, switching strategies"),
                 std::string::npos) << r.report;
-      EXPECT_NE(r.report.find("k-means + 50 generations on 4 labels"), std::string::npos) << r.report;
+      EXPECT_NE(r.report.find("AutoAnchor: Running kmeans for 9 anchors on 4 points...\n"), std::string::npos) << r.report;
+      EXPECT_NE(r.report.find("AutoAnchor: thr=0.25: "), std::string::npos) << r.report;
+      EXPECT_NE(r.report.find("AutoAnchor: n=9, img_size=640, metric_all="), std::string::npos) << r.report;
     }
   }
   std::vector<data::ImageRecord> tiny;
@@ -288,7 +294,7 @@ TEST(AutoAnchor, WhereKmeansCannotRunYolov7KeepsTheAnchors) {
     AutoAnchorResult r;
     EXPECT_NO_THROW(r = check_anchors(head, tiny, 320, o)) << yolov7;
     EXPECT_TRUE(r.searched);
-    EXPECT_NE(r.report.find("extremely small objects found: 20 of 20"), std::string::npos) << r.report;
+    EXPECT_NE(r.report.find("Extremely small objects found: 20 of 20 labels are <3 pixels in size"), std::string::npos) << r.report;
   }
 }
 

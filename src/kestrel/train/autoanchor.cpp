@@ -149,6 +149,8 @@ AnchorFit anchor_fit(const std::vector<BoxSize>& sizes, const std::vector<BoxSiz
   AnchorFit f;
   if (sizes.empty() || anchors.empty()) return f;
   const double limit = 1 / anchor_t;
+  double past_thr_sum = 0;
+  int64_t past_thr = 0;
   for (const auto& s : sizes) {
     double best = 0;
     int fitting = 0;
@@ -156,7 +158,10 @@ AnchorFit anchor_fit(const std::vector<BoxSize>& sizes, const std::vector<BoxSiz
       const double m = ratio_metric(s, a);
       best = std::max(best, m);
       fitting += m > limit;
+      f.mean_metric += m;
+      if (m > limit) past_thr_sum += m;
     }
+    past_thr += fitting;
     f.anchors_per_target += fitting;
     f.bpr += best > limit;
     f.fitness += best > limit ? best : 0;
@@ -164,6 +169,8 @@ AnchorFit anchor_fit(const std::vector<BoxSize>& sizes, const std::vector<BoxSiz
   }
   const double n = static_cast<double>(sizes.size());
   f.bpr /= n, f.anchors_per_target /= n, f.fitness /= n, f.mean_best /= n;
+  f.mean_metric /= n * static_cast<double>(anchors.size());
+  f.mean_past_thr = past_thr > 0 ? past_thr_sum / static_cast<double>(past_thr) : std::nan("");
   return f;
 }
 
@@ -276,8 +283,8 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   const std::vector<BoxSize> sizes = label_sizes(records, img_size, 0.0, o.seed);
   const auto tiny = std::count_if(sizes.begin(), sizes.end(), [](const BoxSize& s) { return s[0] < 3 || s[1] < 3; });
   if (tiny)
-    result.report += cat("AutoAnchor: WARNING extremely small objects found: ", tiny, " of ", sizes.size(),
-                         " labels are smaller than 3 pixels\n");
+    result.report += cat("AutoAnchor: WARNING: Extremely small objects found: ", tiny, " of ", sizes.size(),
+                         " labels are <3 pixels in size\n");
   const std::vector<BoxSize> searched = searchable_sizes(sizes, o);  // kmean_anchors' own, to name their count
   bool random_start = false;
   const std::vector<BoxSize> k = kmean_anchors(sizes, static_cast<int>(nl * na), img_size, o, &random_start);
@@ -290,15 +297,20 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
     return result;
   }
   const AnchorFit found = anchor_fit(jittered, k, o.anchor_t);  // compared with `before`, both jittered
-  // Shown as upstream's print_results: the search's labels (at least min_label_px on a side), the statistics
-  // on every label without the jitter; the fitness is the search's, on its labels (upstream's progress bar).
+  // Shown as upstream's kmean_anchors: the search's labels (at least min_label_px on a side) and its fitness
+  // (upstream's progress bar), then print_results: the statistics on every label without the jitter.
   const AnchorFit shown = anchor_fit(sizes, k, o.anchor_t);
   const double fitness = searched.empty() ? 0.0 : search_fitness(searched, k, 1 / o.anchor_t);
-  result.report += cat("AutoAnchor: k-means + ", o.generations, " generations on ", searched.size(), " labels: ",
-                       format_fixed(shown.bpr, 4), " BPR, ", format_fixed(shown.anchors_per_target, 2),
-                       " anchors/target, fitness ", format_fixed(fitness, 4), "; anchors ", anchors_text(k), "\n");
+  const auto nan_or = [](double v, int digits) { return std::isnan(v) ? std::string("nan") : format_fixed(v, digits); };
+  result.report += cat("AutoAnchor: Running kmeans for ", k.size(), " anchors on ", searched.size(), " points...\n",
+                       "AutoAnchor: Evolving anchors with Genetic Algorithm (", o.generations, " generations): fitness = ",
+                       format_fixed(fitness, 4), "\n", "AutoAnchor: thr=", format_fixed(1 / o.anchor_t, 2), ": ",
+                       format_fixed(shown.bpr, 4), " best possible recall, ", format_fixed(shown.anchors_per_target, 2),
+                       " anchors past thr\n", "AutoAnchor: n=", k.size(), ", img_size=", img_size, ", metric_all=",
+                       format_fixed(shown.mean_metric, 3), "/", format_fixed(shown.mean_best, 3), "-mean/best, past_thr=",
+                       nan_or(shown.mean_past_thr, 3), "-mean: ", anchors_text(k), "\n");
   if (!(f32(found.bpr) > f32(result.before.bpr))) {
-    result.report += "AutoAnchor: original anchors better than new anchors, proceeding with original anchors\n";
+    result.report += "AutoAnchor: Original anchors better than new anchors, proceeding with original anchors\n";
     return result;
   }
   // Smallest anchors on the finest level: levels taken in stride order (usually their own order).
@@ -317,7 +329,7 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
     for (int64_t j = 0; j < na; ++j) result.anchors.push_back({now[i][j][0].item<double>(), now[i][j][1].item<double>()});
   result.after = anchor_fit(jittered, result.anchors, o.anchor_t);
   result.replaced = true;
-  result.report += "AutoAnchor: done, new anchors saved to the model (optional: put them in the model YAML)\n";
+  result.report += "AutoAnchor: Done (optional: update model *.yaml to use these anchors in the future)\n";
   return result;
 }
 

@@ -43,6 +43,8 @@ struct AnchorFit {
   double anchors_per_target = 0;  // mean number of fitting anchors per label
   double fitness = 0;             // mean over labels of best metric, counting 0 where it does not fit
   double mean_best = 0;           // mean over labels of best metric
+  double mean_metric = 0;         // mean over every (label, anchor) pair of the metric (upstream's metric_all)
+  double mean_past_thr = 0;       // mean of the pairs' metrics above 1/anchor_t (past_thr); NaN when none is
 };
 AnchorFit anchor_fit(const std::vector<BoxSize>& sizes, const std::vector<BoxSize>& anchors, double anchor_t);
 
