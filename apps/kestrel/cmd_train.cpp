@@ -276,9 +276,10 @@ void add_train_command(CLI::App& app) {
       if (code != 0) throw CLI::RuntimeError(code);
       return;
     }
-    // Stopped by Ctrl-C or SIGTERM (saved; --resume continues): 130, as a shell reports an interrupt,
-    // so that a script can tell a stopped run from a finished one.
-    if (train::train(*o).interrupted) throw CLI::RuntimeError(130);
+    // Stopped by Ctrl-C or SIGTERM (saved; --resume continues, or all epochs done but the final validation
+    // skipped): 130, as a shell reports an interrupt, so that a script can tell a stopped run from a finished one.
+    const train::TrainResult r = train::train(*o);
+    if (r.interrupted || r.stopped_after_training) throw CLI::RuntimeError(130);
   });
 }
 

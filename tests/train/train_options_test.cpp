@@ -72,10 +72,12 @@ TEST(TrainOptions, SavedValuesOutsideTheCommandLinesRangesAreRefused) {
   const std::vector<std::pair<const char*, nlohmann::json>> bad = {
       {"workers", 100000}, {"imgsz", 100000}, {"imgsz", 16}, {"max_boxes", 0}, {"epochs", 0}, {"batch_size", -1},
       {"label_smoothing", 2.0}, {"loss_scale", 0.0}, {"loss_scale", 1e39}, {"loss_scale", 1e-46}, {"amp", "fp8"},
-      {"cache", "gpu"}};
+      {"cache", "gpu"}, {"patience", -1}};
   nlohmann::json large = options_json(unusual());
   large["loss_scale"] = 1e31;  // the command line takes any scale a float32 holds
   EXPECT_EQ(options_from_json(large, "x").loss_scale, 1e31);
+  large["patience"] = 2147483647;  // and any --patience (an int)
+  EXPECT_EQ(options_from_json(large, "x").patience, 2147483647);
   for (const auto& [key, value] : bad) {
     nlohmann::json j = options_json(unusual());
     j[key] = value;

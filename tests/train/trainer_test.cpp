@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -15,6 +16,7 @@
 
 #include "kestrel/core/error.h"
 #include "kestrel/core/safetensors.h"
+#include "kestrel/core/stop_signal.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/models/model_builder.h"
@@ -394,6 +396,67 @@ TEST(Trainer, ResumeNeedsNotThePretrainedFile) {
   EXPECT_EQ(test::error_message([&] { second = train(resume); }), "");
   EXPECT_FALSE(second.interrupted);
   EXPECT_EQ(second.epochs_completed, 2);
+}
+
+// A resumed run builds the model it trained (its last.safetensors), not what its --cfg file holds now: an
+// edited file (here a wider model, whose weights would not fit the state) and a removed one change nothing.
+// Its opt.yaml stays as the run's start wrote it.
+TEST(Trainer, ResumeBuildsTheRunsOwnModelNotItsCfgFile) {
+  test::TempDir dir;
+  const std::string cfg = dir.file("my_model.yaml");
+  fs::copy_file(models::resolve_model_config_path("yolov5n"), cfg);
+  TrainOptions o = short_run(dir, 2);
+  o.cfg = cfg;
+  const TrainResult first = interrupted_run(o);
+  const std::string original = models::load_model_weights((fs::path(first.save_dir) / "weights" / "last.safetensors").string()).info.model_yaml;
+  std::string wider = original;
+  const size_t at = wider.find("width_multiple: 0.25");
+  ASSERT_NE(at, std::string::npos);
+  wider.replace(at, 20, "width_multiple: 0.50");
+  test::write_file(cfg, wider);
+  const auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string opt_yaml = read(fs::path(first.save_dir) / "opt.yaml");
+  EXPECT_NE(opt_yaml.find("cfg: \"" + cfg + "\""), std::string::npos) << opt_yaml;
+  TrainResult second;
+  EXPECT_EQ(test::error_message([&] { second = train(resume_options(first)); }), "");
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_EQ(read(fs::path(first.save_dir) / "opt.yaml"), opt_yaml) << "opt.yaml keeps how the run started";
+  EXPECT_EQ(models::load_model_weights((fs::path(first.save_dir) / "weights" / "last.safetensors").string()).info.model_yaml, original);
+  fs::remove(cfg);
+  edit_state(first, [](TrainingState& state) { state.progression.epoch = 1, state.progression.next_batch = 0; });
+  EXPECT_EQ(test::error_message([&] { second = train(resume_options(first)); }), "");
+  EXPECT_EQ(second.epochs_completed, 2);
+}
+
+// Ctrl-C or SIGTERM after the last optimiser step (here before a resumed run's last epoch, which has no
+// batch left to step: the request is there from the start) finds every epoch saved: the run ends without its
+// final validation of best weights and plots (results.png) rather than ignoring the request.
+TEST(Trainer, StopAfterTheLastOptimiserStepSkipsTheFinalValidation) {
+  test::TempDir dir;
+  const TrainResult first = interrupted_run(short_run(dir, 2));
+  edit_state(first, [](TrainingState& state) { state.progression.epoch = 1, state.progression.next_batch = 2; });
+  const auto before = std::signal(SIGTERM, SIG_DFL);
+  TrainResult second;
+  {
+    StopSignal outer("");  // as an evolution's around its trainings: an inner one keeps its request
+    std::raise(SIGTERM);
+    ASSERT_TRUE(StopSignal::requested());
+    EXPECT_EQ(test::error_message([&] { second = train(resume_options(first)); }), "");
+  }
+  std::signal(SIGTERM, before);
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_TRUE(second.stopped_after_training);
+  EXPECT_EQ(second.epochs_completed, 2);
+  EXPECT_EQ(models::load_model_weights(second.last).info.extra.at("epoch"), "1") << "the last epoch is saved";
+  EXPECT_FALSE(fs::exists(fs::path(second.save_dir) / "results.png"));
+  // Without the request the same resume validates best and plots.
+  edit_state(first, [](TrainingState& state) { state.progression.epoch = 1, state.progression.next_batch = 2; });
+  const TrainResult third = train(resume_options(first));
+  EXPECT_FALSE(third.stopped_after_training);
+  EXPECT_TRUE(fs::exists(fs::path(third.save_dir) / "results.png"));
 }
 
 // A resumed run trains on with the hyperparameters it started with (upstream: those saved in opt.yaml), not

@@ -78,6 +78,9 @@ struct TrainResult {
   double final_map50 = 0, final_map = 0;
   std::vector<double> epoch_losses;    // mean training loss (box + obj + cls) per epoch run
   bool interrupted = false;
+  // Ctrl-C or SIGTERM after the last optimiser step (the last batches, the last validation): every epoch
+  // is saved; the final validation of best weights and the plots were skipped.
+  bool stopped_after_training = false;
 };
 
 TrainResult train(const TrainOptions& options);

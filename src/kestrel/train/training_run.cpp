@@ -398,6 +398,12 @@ void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_don
 // ---- the end ----------------------------------------------------------------------------------------
 
 void TrainingRun::end_epochs() {
+  // A stop requested after the last optimiser step finds the run complete and saved: what is left, the
+  // final validation of best weights and the plots, is skipped rather than the request ignored.
+  if (!result.interrupted && StopSignal::requested()) {
+    result.stopped_after_training = true;
+    std::cout << "\nStopped after the last epoch (saved): the final validation of best weights is skipped\n";
+  }
   stop_signal.reset();
 }
 
@@ -407,8 +413,9 @@ TrainResult TrainingRun::finish() {
   result.final_map = last_val.metrics.map;
   if (fs::exists(last_path)) result.last = last_path;
   if (fs::exists(best_path)) result.best = best_path;
-  if (!result.interrupted && !result.best.empty() && dist_ctx.is_main()) validate_best();
-  if (!result.interrupted && fs::exists(results->path()) && dist_ctx.is_main() && !o.noplots)
+  const bool stopped = result.interrupted || result.stopped_after_training;
+  if (!stopped && !result.best.empty() && dist_ctx.is_main()) validate_best();
+  if (!stopped && fs::exists(results->path()) && dist_ctx.is_main() && !o.noplots)
     eval::plot_results(results->path(), (fs::path(save_dir) / "results.png").string());
   std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
   if (!dist_ctx.is_main()) {  // its scratch folder goes with the run (ScratchDir), as after an error

@@ -140,12 +140,13 @@ void TrainingRun::load_recipe() {
 
 void TrainingRun::build_model() {
   models::LoadedModel pretrained;
-  // A resumed run's weights come from its state file. Without --cfg its architecture comes from the run's
-  // own last.safetensors (which every save writes beside the state), not from --weights, which may have
-  // moved since: only a fresh run transfers pretrained weights.
-  if (resuming() && o.cfg.empty()) pretrained = models::load_model_weights((fs::path(save_dir) / "weights" / "last.safetensors").string());
-  else if (!resuming() && !o.weights.empty()) pretrained = models::load_model_weights(o.weights);
-  if (!o.cfg.empty()) {
+  // A resumed run's weights come from its state file and its architecture from the run's own
+  // last.safetensors (which every save writes beside the state), not from --cfg or --weights, which may have
+  // moved or changed since (upstream's resume clears opt.cfg and rebuilds from the checkpoint too): only a
+  // fresh run reads its config file and transfers pretrained weights.
+  if (resuming()) pretrained = models::load_model_weights((fs::path(save_dir) / "weights" / "last.safetensors").string());
+  else if (!o.weights.empty()) pretrained = models::load_model_weights(o.weights);
+  if (!o.cfg.empty() && !resuming()) {
     info = models::describe_config(o.cfg, names);
   } else {
     info = pretrained.info;
@@ -153,7 +154,7 @@ void TrainingRun::build_model() {
     info.extra.clear();
   }
   // Errors in the config name the file given with --cfg (the weights' own config: its name).
-  const std::string config_source = o.cfg.empty() ? info.model_name + ".yaml" : models::resolve_model_config_path(o.cfg);
+  const std::string config_source = o.cfg.empty() || resuming() ? info.model_name + ".yaml" : models::resolve_model_config_path(o.cfg);
   auto build = [&] { return models::build_model(models::parse_model_config(info.model_yaml, config_source), nc); };
   // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
   torch::manual_seed(o.seed);
@@ -431,7 +432,11 @@ void TrainingRun::open_run_files() {
         if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), partial)) fs::remove(entry.path(), ec);
   }
   write_file_atomic((fs::path(save_dir) / "hyp.yaml").string(), {hyperparameters_yaml(hyp)}, Durability::kFlushed);
-  write_file_atomic((fs::path(save_dir) / "opt.yaml").string(), {options_yaml(o, save_dir)}, Durability::kFlushed);
+  // opt.yaml says how the run was started; a resumed run keeps it (its options here have absolute paths and
+  // the run's own hyp.yaml as --hyp), and writes one only where it is gone.
+  const fs::path opt_yaml = fs::path(save_dir) / "opt.yaml";
+  if (o.resume.empty() || !fs::exists(opt_yaml))
+    write_file_atomic(opt_yaml.string(), {options_yaml(o, save_dir)}, Durability::kFlushed);
   // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
   if (o.resume.empty() && dist_ctx.is_main() && !o.noplots)
     eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
