@@ -98,7 +98,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--nosave", o->nosave, "only save the final checkpoint");
   cmd->add_flag("--noval,--notest", o->noval, "only validate after the final epoch");
   cmd->add_flag("--noplots", o->noplots, "save no plot files");
-  cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: validate with AP recall sentinel 1.0 (YOLOv7 test.py --v5-metric)");
+  auto* v5_metric = cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: validate with AP recall sentinel 1.0 (YOLOv7 test.py --v5-metric)");
+  cmd->add_flag("--v3-metric", o->v3_metric, "validate as ultralytics/yolov3 v9.6.0's val.py: labels matched once at IoU 0.5 and that IoU reused at every threshold, P and R at the unsmoothed F1 peak, NMS class offset 4096 (docs/parity.md)")->excludes(v5_metric);
   cmd->add_flag("--noautoanchor", o->noautoanchor, "keep the model's anchors (no AutoAnchor check before training)");
   auto* cache = cmd->add_option("--cache", o->cache,
                                 "cache resized images (default: none; a bare --cache: ram): ram, disk (.npy next to each image), or val "

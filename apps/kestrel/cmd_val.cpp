@@ -33,7 +33,7 @@ struct ValOptions {
   double conf_thres = 0.001, iou_thres = 0.6;
   int max_det = 300;
   bool single_cls = false, verbose = false, save_json = false, half = false, exist_ok = false, noplots = false;
-  bool augment = false, save_txt = false, save_conf = false, save_hybrid = false, v5_metric = false;
+  bool augment = false, save_txt = false, save_conf = false, save_hybrid = false, v5_metric = false, v3_metric = false;
   bool iou_thres_given = false;
 };
 
@@ -96,10 +96,10 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   const train::SplitLoader split = train::make_val_loader(cfg, o.task, l);
 
   eval::ValidationOptions v;
-  v.metric = eval::metric_style_for(*m.loaded.model, o.v5_metric);
+  v.metric = eval::metric_style_for(*m.loaded.model, o.v5_metric, o.v3_metric);
   v.nms.conf_thres = o.conf_thres;
-  // YOLOv7's test.py defaults to IoU 0.65 (its README's numbers), val.py to 0.6.
-  v.nms.iou_thres = v.metric != eval::MetricStyle::yolov5 && !o.iou_thres_given ? 0.65 : o.iou_thres;
+  // YOLOv7's test.py defaults to IoU 0.65 (its README's numbers), val.py (v7.0 and yolov3 v9.6.0) to 0.6.
+  v.nms.iou_thres = eval::is_yolov7_style(v.metric) && !o.iou_thres_given ? 0.65 : o.iou_thres;
   v.nms.max_det = o.max_det;
   v.single_cls = o.single_cls;
   // fp16 on a GPU where upstream uses it without being asked: val.py for --task speed and study, YOLOv7's
@@ -349,7 +349,8 @@ void add_val_command(CLI::App& app) {
       });
   cmd->add_flag("--no-trace", "YOLOv7's flag, accepted: kestrel runs the model as built, without tracing");
   cmd->add_flag("--augment", o->augment, "augmented inference (scales 1, 0.83, 0.67; the middle one flipped)");
-  cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: AP with recall sentinel 1.0, as YOLOv7's test.py --v5-metric (YOLOv5 models always use it)");
+  auto* v5_metric = cmd->add_flag("--v5-metric", o->v5_metric, "YOLOv7 models: AP with recall sentinel 1.0, as YOLOv7's test.py --v5-metric (YOLOv5 models always use it)");
+  cmd->add_flag("--v3-metric", o->v3_metric, "validate as ultralytics/yolov3 v9.6.0's val.py: labels matched once at IoU 0.5 and that IoU reused at every threshold, P and R at the unsmoothed F1 peak, NMS class offset 4096 (docs/parity.md)")->excludes(v5_metric);
   cmd->add_option("--project", o->project, "runs folder")->capture_default_str();
   cmd->add_option("--name", o->name, "run name")->capture_default_str();
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");

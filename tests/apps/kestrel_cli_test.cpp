@@ -169,6 +169,11 @@ TEST(CliTrain, TrainsThenValidatesItsWeights) {
   EXPECT_NE(r.output.find("mAP50-95"), std::string::npos) << r.output;
   // 16 val images with 115 label rows (wc -l data/demo/labels/val/*.txt): every label counts, however small
   EXPECT_NE(r.output.find("                   all         16        115"), std::string::npos) << r.output;
+  // --v3-metric's wiring (its numbers: tests/eval/ap_metrics_test.cpp, against v9.6.0's functions).
+  auto v3 = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 128 --device cpu --weights " +
+                              weights + " --v3-metric --project " + dir.file("val") + " --name v3");
+  ASSERT_EQ(v3.exit_code, 0) << v3.output;
+  EXPECT_NE(v3.output.find("                   all         16        115"), std::string::npos) << v3.output;
   // A 2-epoch model scores every box below val's 0.001: as val.py (`if save_json and len(jdict)`), no JSON.
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/exp/best_predictions.json"))) << r.output;
   // --coco-ann scores the written predictions with kestrel's COCOeval. The wiring is what is checked here
@@ -326,6 +331,16 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
     EXPECT_NE(r.output.find(std::string("--loss-scale: expected a positive number a float32 holds (about 1.2e-38 to 3.4e38), got ") + scale),
               std::string::npos) << r.output;
   }
+  // --v3-metric: ultralytics/yolov3 v9.6.0's val.py cannot score a YOLOv7 model (refused before training
+  // starts, not at the first validation), and is not YOLOv7's --v5-metric too.
+  r = test::run_command(test::kestrel_binary() + " train --cfg yolov7-tiny --v3-metric --data data/demo/demo.yaml --img 64 "
+                        "--device cpu --project " + dir.file("runs"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--v3-metric: ultralytics/yolov3 v9.6.0's val.py scores YOLOv3 and YOLOv5 models"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp"))) << r.output;
+  r = test::run_command(test::kestrel_binary() + " val --weights x.safetensors --v3-metric --v5-metric");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--v5-metric excludes --v3-metric"), std::string::npos) << r.output;
   test::write_file(dir.file("fake.safetensors"), "not a safetensors file at all");
   r = test::run_command(test::kestrel_binary() + " val --weights " + dir.file("fake.safetensors"));
   EXPECT_EQ(r.exit_code, 1);

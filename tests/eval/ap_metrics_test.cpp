@@ -95,6 +95,28 @@ TEST(ApMetrics, Yolov7MatchClaimsOnceForAllThresholds) {
   EXPECT_FALSE(match_predictions_yolov7(pred, pred_cls, boxes({}), classes({}), default_iou_thresholds()).any().item<bool>());
 }
 
+TEST(ApMetrics, Yolov3MatchesOnceAtTheFirstThreshold) {
+  // The case above under ultralytics/yolov3 v9.6.0's rule: at 0.5 (IoU >= 0.5, no epsilon) each of p0..p2
+  // keeps g0, which goes to p0, the first; p0 is then correct where its IoU 0.5 reaches the threshold (0.50
+  // only), and p1 (0.62) and p2 (0.96) stay wrong everywhere. p4 on g1 is correct everywhere.
+  const at::Tensor pred = boxes({0, 0, 5, 10, 0, 0, 6.2, 10, 0, 0, 9.6, 10, 0, 0, 10, 10, 20, 0, 30, 10});
+  const at::Tensor pred_cls = classes({0, 0, 0, 1, 1});
+  const at::Tensor gt = boxes({0, 0, 10, 10, 20, 0, 30, 10});
+  const at::Tensor gt_cls = classes({0, 1});
+  const std::vector<bool> none(10, false), all(10, true);
+  std::vector<bool> at_050(10, false);
+  at_050[0] = true;
+  EXPECT_EQ(rows_of(match_predictions_yolov3(pred, pred_cls, gt, gt_cls, default_iou_thresholds())),
+            (std::vector<std::vector<bool>>{at_050, none, none, none, all}));
+  // Without p0, g0 goes to p1 and its IoU 0.62 counts at 0.50, 0.55 and 0.60; p2 (0.96) still loses it.
+  const std::vector<bool> first3 = {true, true, true, false, false, false, false, false, false, false};
+  EXPECT_EQ(rows_of(match_predictions_yolov3(pred.slice(0, 1), pred_cls.slice(0, 1), gt, gt_cls, default_iou_thresholds())),
+            (std::vector<std::vector<bool>>{first3, none, none, all}));
+  EXPECT_EQ(match_predictions_yolov3(boxes({}), classes({}), gt, gt_cls, default_iou_thresholds()).sizes(),
+            at::IntArrayRef({0, 10}));
+  EXPECT_FALSE(match_predictions_yolov3(pred, pred_cls, boxes({}), classes({}), default_iou_thresholds()).any().item<bool>());
+}
+
 at::Tensor all_thresholds(std::vector<bool> per_prediction) {
   at::Tensor out = at::zeros({static_cast<int64_t>(per_prediction.size()), 10}, at::kBool);
   for (size_t i = 0; i < per_prediction.size(); ++i) out[i].fill_(static_cast<bool>(per_prediction[i]));
@@ -275,7 +297,8 @@ struct StyleSettings {
 };
 const StyleSettings kStyles[] = {{MetricStyle::yolov5, "V7_SENTINEL = False\nSMOOTH = True\n"},
                                  {MetricStyle::yolov7, "V7_SENTINEL = True\nSMOOTH = False\n"},
-                                 {MetricStyle::yolov7_v5_metric, "V7_SENTINEL = False\nSMOOTH = False\n"}};
+                                 {MetricStyle::yolov7_v5_metric, "V7_SENTINEL = False\nSMOOTH = False\n"},
+                                 {MetricStyle::yolov3, "V7_SENTINEL = False\nSMOOTH = False\n"}};
 
 TEST(ApMetrics, ApPerClassMatchesNumpy) {
   for (const StyleSettings& setting : kStyles) {
@@ -426,6 +449,97 @@ TEST(ApMetrics, MatchPredictionsYolov7MatchesNumpy) {
     }
   EXPECT_GT(matched, 50);  // of at most 30 gts x 10 thresholds: the case exercises matching at most thresholds
   EXPECT_FALSE(correct.equal(per_threshold)) << "the case should tell YOLOv7's rule from val.py's";
+}
+
+// An independent loop-by-loop reading of ultralytics/yolov3 v9.6.0 val.py's process_batch: val.py v7.0's
+// two steps at the first threshold only (IoU without epsilon: EPS 0), and each matched prediction correct
+// wherever its IoU reaches the threshold.
+const char* kNumpyMatchYolov3 = R"PY(
+best_gt = {}
+for i in range(len(pb)):
+    scores = [(iou(gb[j], pb[i]), -j) for j in range(len(gb)) if gc[j] == pc[i] and iou(gb[j], pb[i]) >= ths[0]]
+    if scores:
+        best_gt[i] = -max(scores)[1]
+owner = {}
+for i in sorted(best_gt):
+    owner.setdefault(best_gt[i], i)
+for j, i in owner.items():
+    out[i] = iou(gb[j], pb[i]) >= ths
+print('RESULT ' + json.dumps(out.tolist()))
+)PY";
+
+TEST(ApMetrics, MatchPredictionsYolov3MatchesNumpy) {
+  const MatchCase c = random_match_case(5);
+  const json expected = run_numpy(kNumpyMatchYolov3, c.data, std::string("EPS = 0.0\n") + kNumpyMatchInputs);
+  const at::Tensor correct = match_predictions_yolov3(c.pred_boxes, c.pred_cls, c.gt_boxes, c.gt_cls, c.thresholds);
+  int64_t matched = 0;
+  for (int64_t i = 0; i < correct.size(0); ++i)
+    for (int t = 0; t < 10; ++t) {
+      EXPECT_EQ(correct[i][t].item<bool>(), expected[i][t].get<bool>()) << i << "," << t;
+      matched += correct[i][t].item<bool>();
+    }
+  EXPECT_GT(matched, 50);
+  EXPECT_FALSE(correct.equal(match_predictions(c.pred_boxes, c.pred_cls, c.gt_boxes, c.gt_cls, c.thresholds)))
+      << "the case should tell v9.6.0's rule from v7.0's";
+  // (YOLOv7's rule gives the same here: the two differ only where an IoU equals a threshold, > against >=,
+  // as in Yolov3MatchesOnceAtTheFirstThreshold.)
+}
+
+// --v3-metric against ultralytics/yolov3 v9.6.0's own functions: val.py's process_batch (taken out of val.py,
+// whose imports download a font) and utils/metrics.py's ap_per_class, on six random images in float32.
+// Needs KESTREL_UPSTREAM_PYTHON (numpy, torch, matplotlib) and KESTREL_YOLOV3_DIR (a v9.6.0 checkout).
+TEST(ApMetrics, Yolov3StyleMatchesUpstreamValPy) {
+  const char* python = std::getenv("KESTREL_UPSTREAM_PYTHON");
+  const char* checkout = std::getenv("KESTREL_YOLOV3_DIR");
+  if (!python || !checkout) GTEST_SKIP() << "set KESTREL_UPSTREAM_PYTHON and KESTREL_YOLOV3_DIR to compare with upstream";
+  std::mt19937 rng(33);
+  json images = json::array();
+  std::vector<at::Tensor> correct, conf, pred_cls, target_cls;
+  for (uint32_t seed = 40; seed < 46; ++seed) {
+    MatchCase c = random_match_case(seed);
+    std::vector<double> confidence(static_cast<size_t>(c.pred_cls.size(0)));
+    for (double& v : confidence) v = uniform(rng);
+    c.data["conf"] = confidence;
+    images.push_back(c.data);
+    const at::Tensor pred_boxes = c.pred_boxes.to(at::kFloat), gt_boxes = c.gt_boxes.to(at::kFloat);
+    correct.push_back(match_predictions_yolov3(pred_boxes, c.pred_cls, gt_boxes, c.gt_cls, default_iou_thresholds()));
+    conf.push_back(at::tensor(confidence, at::kDouble).to(at::kFloat));
+    pred_cls.push_back(c.pred_cls);
+    target_cls.push_back(c.gt_cls);
+  }
+  test::TempDir dir;
+  test::write_file(dir.file("images.json"), images.dump());
+  test::write_file(dir.file("run.py"), "import ast, sys, json, numpy as np, torch\nsys.path.insert(0, '" + std::string(checkout) + "')\n" +
+      "if not hasattr(np, 'trapz'): np.trapz = np.trapezoid  # numpy 2 removed the name v9.6.0 uses\n"
+      "from utils.metrics import ap_per_class, box_iou\n"
+      "tree = ast.parse(open('" + std::string(checkout) + "/val.py').read())\n"
+      "fn = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == 'process_batch']\n"
+      "ns = {'torch': torch, 'np': np, 'box_iou': box_iou}\n"
+      "exec(compile(ast.Module(fn, []), 'val.py', 'exec'), ns)\n"
+      "iouv = torch.linspace(0.5, 0.95, 10)\n"
+      "stats, out = [], []\n"
+      "for d in json.load(open('" + dir.file("images.json") + "')):\n"
+      "    pb = torch.tensor(d['pred_boxes'], dtype=torch.float32).view(-1, 4); gb = torch.tensor(d['gt_boxes'], dtype=torch.float32).view(-1, 4)\n"
+      "    pc = torch.tensor(d['pred_cls'], dtype=torch.float32); gc = torch.tensor(d['gt_cls'], dtype=torch.float32)\n"
+      "    conf = torch.tensor(d['conf'], dtype=torch.float32)\n"
+      "    c = ns['process_batch'](torch.cat([pb, conf[:, None], pc[:, None]], 1), torch.cat([gc[:, None], gb], 1), iouv)\n"
+      "    out.append(c.tolist()); stats.append((c, conf, pc, gc.tolist()))\n"
+      "stats = [np.concatenate(x, 0) for x in zip(*stats)]\n"
+      "p, r, ap, f1, ap_class = ap_per_class(*stats, names={0: 'a', 1: 'b', 2: 'c'})\n"
+      "print('RESULT', json.dumps([out, p.mean(), r.mean(), ap[:, 0].mean(), ap.mean(1).mean()]))\n");
+  const auto run = test::run_command(std::string(python) + " " + dir.file("run.py") + " 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const size_t at = run.output.find("RESULT ");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  const json u = json::parse(run.output.substr(at + 7, run.output.find('\n', at) - at - 7));
+  for (size_t image = 0; image < correct.size(); ++image)
+    EXPECT_EQ(rows_of(correct[image]), u[0][image].get<std::vector<std::vector<bool>>>()) << "image " << image;
+  const ApPerClass r = ap_per_class(at::cat(correct), at::cat(conf), at::cat(pred_cls), at::cat(target_cls), MetricStyle::yolov3);
+  EXPECT_NEAR(r.mp, u[1].get<double>(), 1e-9);
+  EXPECT_NEAR(r.mr, u[2].get<double>(), 1e-9);
+  EXPECT_NEAR(r.map50, u[3].get<double>(), 1e-12);
+  EXPECT_NEAR(r.map, u[4].get<double>(), 1e-12);
+  EXPECT_GT(r.map50, 0.1);  // not a degenerate case
 }
 
 // The whole YOLOv7 metric (NMS at test.py's conf 0.001 / IoU 0.65, matching, AP, P and R) against YOLOv7's

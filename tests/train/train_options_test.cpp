@@ -24,6 +24,7 @@ TrainOptions unusual() {
   o.cos_lr = true; o.linear_lr = true; o.label_smoothing = 0.1; o.patience = 9; o.freeze = {1, 3}; o.save_period = 5;
   o.seed = 1234567890123ull; o.amp = "bf16"; o.loss_scale = 1024; o.check_nans = true; o.freeze_bn = true;
   o.checkpoint = {0, 2}; o.cuda_graph = true; o.max_grad_norm = 3.5; o.max_boxes = 77; o.min_warmup_iterations = 5;
+  o.v3_metric = true;
   return o;
 }
 
@@ -43,6 +44,7 @@ TEST(TrainOptions, EverySavedFieldRoundTrips) {
   EXPECT_EQ(b.loss_scale, a.loss_scale); EXPECT_EQ(b.check_nans, a.check_nans); EXPECT_EQ(b.freeze_bn, a.freeze_bn);
   EXPECT_EQ(b.checkpoint, a.checkpoint); EXPECT_EQ(b.max_grad_norm, a.max_grad_norm); EXPECT_EQ(b.max_boxes, a.max_boxes);
   EXPECT_EQ(b.min_warmup_iterations, a.min_warmup_iterations); EXPECT_EQ(b.cuda_graph, a.cuda_graph);
+  EXPECT_EQ(b.v3_metric, a.v3_metric);
 }
 
 TEST(TrainOptions, DamagedAndOlderFiles) {

@@ -168,25 +168,19 @@ void class_curves(const std::vector<int64_t>& rows, const std::vector<uint8_t>& 
 
 at::Tensor default_iou_thresholds() { return at::linspace(0.5, 0.95, 10, at::kFloat); }
 
-at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
-                             const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
-                             const at::Tensor& iou_thresholds) {
-  check_match_arguments(pred_boxes, pred_classes, gt_boxes, gt_classes, iou_thresholds);
-  const int64_t N = pred_boxes.size(0), M = gt_boxes.size(0), T = iou_thresholds.size(0);
-  const auto device = pred_boxes.device();
-  at::Tensor correct = at::zeros({N, T}, pred_boxes.options().dtype(at::kBool));
-  if (N == 0 || M == 0) return correct;
+namespace {
 
-  const at::Tensor iou = box_iou(gt_boxes.to(pred_boxes.options()), pred_boxes);                  // [M, N]
-  const at::Tensor same_class =
-      gt_classes.to(device, at::kLong).unsqueeze(1) == pred_classes.to(at::kLong).unsqueeze(0);     // [M, N]
+// val.py's two steps at each threshold, from iou [M, N] and same_class [M, N]: winner [T, M], the
+// prediction each gt goes to (N: none).
+at::Tensor winners_per_threshold(const at::Tensor& iou, const at::Tensor& same_class, const at::Tensor& iou_thresholds) {
+  const int64_t M = iou.size(0), N = iou.size(1), T = iou_thresholds.size(0);
   const at::Tensor thresholds = iou_thresholds.to(iou.options()).view({T, 1, 1});
   const at::Tensor candidate = (iou.unsqueeze(0) >= thresholds) & same_class.unsqueeze(0);         // [T, M, N]
 
   // Step 1: each prediction keeps its highest-IoU candidate gt (lowest gt index among equals).
   const at::Tensor scored = at::where(candidate, iou.unsqueeze(0), -1.0);
   const at::Tensor best = scored.amax(1, /*keepdim=*/true);                                        // [T, 1, N]
-  const at::Tensor gt_index = at::arange(M, pred_boxes.options().dtype(at::kLong)).view({1, M, 1});
+  const at::Tensor gt_index = at::arange(M, iou.options().dtype(at::kLong)).view({1, M, 1});
   const at::Tensor best_gt = at::where(candidate & (scored == best), gt_index, M).amin(1);         // [T, N]
   const at::Tensor kept = best_gt < M;
 
@@ -195,9 +189,43 @@ at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pre
   const at::Tensor key = at::arange(T, gt_index.options()).unsqueeze(1) * M + best_gt;             // [T, N]
   at::Tensor winner = at::full({T * M}, N, gt_index.options());
   winner.scatter_reduce_(0, key.masked_select(kept), pred_index.masked_select(kept), "amin");
+  return winner.view({T, M});
+}
+
+at::Tensor same_class_matrix(const at::Tensor& gt_classes, const at::Tensor& pred_classes) {
+  return gt_classes.to(pred_classes.device(), at::kLong).unsqueeze(1) == pred_classes.to(at::kLong).unsqueeze(0);  // [M, N]
+}
+
+}  // namespace
+
+at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
+                             const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
+                             const at::Tensor& iou_thresholds) {
+  check_match_arguments(pred_boxes, pred_classes, gt_boxes, gt_classes, iou_thresholds);
+  const int64_t N = pred_boxes.size(0), M = gt_boxes.size(0), T = iou_thresholds.size(0);
+  at::Tensor correct = at::zeros({N, T}, pred_boxes.options().dtype(at::kBool));
+  if (N == 0 || M == 0) return correct;
+  const at::Tensor iou = box_iou(gt_boxes.to(pred_boxes.options()), pred_boxes);                  // [M, N]
+  const at::Tensor winner = winners_per_threshold(iou, same_class_matrix(gt_classes, pred_classes), iou_thresholds).view(-1);
   const at::Tensor won = winner < N;
-  const at::Tensor threshold_of_key = at::arange(T * M, gt_index.options()).div(M, "floor");
+  const at::Tensor threshold_of_key = at::arange(T * M, winner.options()).div(M, "floor");
   correct.index_put_({winner.masked_select(won), threshold_of_key.masked_select(won)}, true);
+  return correct;
+}
+
+at::Tensor match_predictions_yolov3(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
+                                    const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
+                                    const at::Tensor& iou_thresholds) {
+  check_match_arguments(pred_boxes, pred_classes, gt_boxes, gt_classes, iou_thresholds);
+  const int64_t N = pred_boxes.size(0), M = gt_boxes.size(0), T = iou_thresholds.size(0);
+  at::Tensor correct = at::zeros({N, T}, pred_boxes.options().dtype(at::kBool));
+  if (N == 0 || M == 0 || T == 0) return correct;
+  const at::Tensor iou = box_iou(gt_boxes.to(pred_boxes.options()), pred_boxes, /*eps=*/0.0);     // [M, N]
+  const at::Tensor winner = winners_per_threshold(iou, same_class_matrix(gt_classes, pred_classes), iou_thresholds.slice(0, 0, 1))[0];
+  const at::Tensor won = winner < N;                                                                // [M]
+  const at::Tensor gts = at::arange(M, winner.options()).masked_select(won), preds = winner.masked_select(won);
+  const at::Tensor matched_iou = iou.index({gts, preds});                                          // [K]
+  correct.index_put_({preds}, matched_iou.unsqueeze(1) >= iou_thresholds.to(iou.options()).unsqueeze(0));
   return correct;
 }
 

@@ -15,7 +15,10 @@ namespace kestrel::eval {
 //   yolov7: YOLOv7's test.py (match_predictions_yolov7; AP recall sentinel = last recall + 0.01, the "old
 //           YOLOv5 metric"; P and R where the unsmoothed mean F1 peaks).
 //   yolov7_v5_metric: test.py --v5-metric, i.e. yolov7 with the recall sentinel 1.0.
-enum class MetricStyle { yolov5, yolov7, yolov7_v5_metric };
+//   yolov3: ultralytics/yolov3 v9.6.0's val.py (--v3-metric; match_predictions_yolov3; recall sentinel 1.0;
+//           P and R where the unsmoothed mean F1 peaks).
+enum class MetricStyle { yolov5, yolov7, yolov7_v5_metric, yolov3 };
+inline bool is_yolov7_style(MetricStyle s) { return s == MetricStyle::yolov7 || s == MetricStyle::yolov7_v5_metric; }
 
 // val.py's process_batch for one image: which predictions are correct at each IoU threshold.
 //   pred_boxes [N, 4] xyxy, pred_classes [N], gt_boxes [M, 4] xyxy, gt_classes [M], iou_thresholds [T]
@@ -38,6 +41,14 @@ at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pre
 // serves all thresholds: a later, tighter prediction of a claimed gt stays wrong even at 0.95, where
 // val.py's per-threshold matching would give it the gt.
 at::Tensor match_predictions_yolov7(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
+                                    const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
+                                    const at::Tensor& iou_thresholds);
+
+// ultralytics/yolov3 v9.6.0 val.py's rule for one image, same arguments and result: match_predictions' two
+// steps at the first threshold only, and each matched prediction is then correct at every threshold its
+// IoU reaches (>=). One match serves all thresholds, as in YOLOv7's rule. IoU without v7.0's 1e-7 (v9.6.0's
+// box_iou has none).
+at::Tensor match_predictions_yolov3(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
                                     const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
                                     const at::Tensor& iou_thresholds);
 

@@ -110,7 +110,7 @@ at::Tensor suppress_image(const at::Tensor& x, const NmsOptions& o) {
   const at::Tensor order = std::get<1>(at::sort(rows.select(1, 4), /*stable=*/true, /*dim=*/0, /*descending=*/true));
   rows = rows.index_select(0, order.slice(0, 0, o.max_nms));                     // [min(m, max_nms), 6]
   // Per-class NMS in one call: each class lives in its own kMaxWh-wide tile.
-  const double tile = o.yolov7 ? kMaxWhYolov7 : kMaxWh;
+  const double tile = o.yolov7 || o.yolov3 ? kMaxWhYolov7 : kMaxWh;
   const at::Tensor boxes = o.agnostic ? rows.slice(1, 0, 4) : rows.slice(1, 0, 4) + rows.slice(1, 5, 6) * tile;
   const at::Tensor keep = nms_indices(boxes, rows.select(1, 4), o.iou_thres);  // already descending conf
   return rows.index_select(0, keep.slice(0, 0, o.max_det));

@@ -30,7 +30,7 @@ at::Tensor nms_indices(const at::Tensor& boxes, const at::Tensor& scores, double
 // The per-class offset of YOLOv5's batched NMS: boxes of class c move by c * kMaxWh pixels, so one
 // nms_indices call never lets two classes suppress each other (for images up to 7680 px).
 constexpr double kMaxWh = 7680;
-constexpr double kMaxWhYolov7 = 4096;  // YOLOv7's max_wh
+constexpr double kMaxWhYolov7 = 4096;  // YOLOv7's max_wh (and ultralytics/yolov3 v9.6.0's)
 
 // non_max_suppression's arguments; defaults are upstream's (detect.py passes conf 0.25, iou 0.45;
 // val.py passes conf 0.001, iou 0.6 and multi_label true).
@@ -46,6 +46,9 @@ struct NmsOptions {
   // class score, which its loss never trains for nc = 1; YOLOv5 multiplies as for any nc), and classes are
   // shifted by kMaxWhYolov7 instead of kMaxWh (in float32 that decides IoUs within ~1e-4 of the threshold).
   bool yolov7 = false;
+  // ultralytics/yolov3 v9.6.0's non_max_suppression (--v3-metric): YOLOv5's, with classes shifted by
+  // kMaxWhYolov7, its max_wh.
+  bool yolov3 = false;
 };
 
 // prediction [B, N, 5 + nc] as the Detect head returns it at inference: cx, cy, w, h (pixels), obj, class

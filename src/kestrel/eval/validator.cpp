@@ -95,7 +95,8 @@ std::vector<at::Tensor> infer_batch(models::YoloModel& model, data::Batch& batch
   if (options.save_hybrid) predictions = at::cat({predictions, labels_as_predictions(input, predictions.size(2) - 5)}, 1);
   NmsOptions nms = options.nms;
   nms.agnostic = nms.agnostic || options.single_cls;
-  nms.yolov7 = options.metric != MetricStyle::yolov5;  // YOLOv7's test.py runs YOLOv7's NMS
+  nms.yolov7 = is_yolov7_style(options.metric);  // YOLOv7's test.py runs YOLOv7's NMS
+  nms.yolov3 = options.metric == MetricStyle::yolov3;
   std::vector<at::Tensor> kept = non_max_suppression(predictions, nms);
   for (auto& k : kept) k = k.to(at::kCPU);
   ms[2] += ms_since(t);
@@ -129,7 +130,9 @@ at::Tensor score_image(const at::Tensor& pred, const at::Tensor& labels, const d
   const at::Tensor cxcy = labels.slice(1, 1, 3) * at::tensor({w, h}, at::kFloat);
   const at::Tensor half_wh = labels.slice(1, 3, 5) * at::tensor({w / 2, h / 2}, at::kFloat);
   const at::Tensor gt_boxes = to_original(at::cat({cxcy - half_wh, cxcy + half_wh}, 1), meta);
-  const auto match = options.metric == MetricStyle::yolov5 ? match_predictions : match_predictions_yolov7;
+  const auto match = options.metric == MetricStyle::yolov5   ? match_predictions
+                     : options.metric == MetricStyle::yolov3 ? match_predictions_yolov3
+                                                             : match_predictions_yolov7;
   lists.correct.push_back(match(pred_boxes, pred.select(1, 5), gt_boxes, tcls.to(at::kFloat), iou_thresholds));
   const at::Tensor predn = at::cat({pred_boxes, pred.slice(1, 4, 6).to(pred_boxes.dtype())}, 1);
   if (options.confusion && labels.size(0) > 0)  // val.py: only images with labels
@@ -224,7 +227,12 @@ ValidationResult validate(models::YoloModel& model, data::DataLoader& loader, co
   return r;
 }
 
-MetricStyle metric_style_for(const models::YoloModel& model, bool v5_metric) {
+MetricStyle metric_style_for(const models::YoloModel& model, bool v5_metric, bool v3_metric) {
+  if (v3_metric && models::is_yolov7_family(model))
+    fail("--v3-metric: ultralytics/yolov3 v9.6.0's val.py scores YOLOv3 and YOLOv5 models; a YOLOv7 model is scored "
+         "by YOLOv7's test.py (its default, or --v5-metric)");
+  if (v3_metric && v5_metric) fail("--v3-metric and --v5-metric: give one of them");
+  if (v3_metric) return MetricStyle::yolov3;
   if (!models::is_yolov7_family(model)) return MetricStyle::yolov5;
   return v5_metric ? MetricStyle::yolov7_v5_metric : MetricStyle::yolov7;
 }

@@ -61,8 +61,9 @@ struct ValidationOptions {
 };
 
 // The metric a user of the model's upstream sees: YOLOv7 test.py's for YOLOv7 models (with --v5-metric's
-// recall sentinel when `v5_metric`), val.py's for the others (v5_metric changes nothing there).
-MetricStyle metric_style_for(const models::YoloModel& model, bool v5_metric);
+// recall sentinel when `v5_metric`), val.py's for the others (v5_metric changes nothing there), or with
+// `v3_metric` ultralytics/yolov3 v9.6.0 val.py's (not for YOLOv7 models: an Error naming --v3-metric).
+MetricStyle metric_style_for(const models::YoloModel& model, bool v5_metric, bool v3_metric = false);
 
 // The loss to report on the validation set: raw levels, targets, mask -> [3] (box, obj, cls) items.
 using LossItemsFn = std::function<at::Tensor(const std::vector<at::Tensor>&, const at::Tensor&, const at::Tensor&)>;

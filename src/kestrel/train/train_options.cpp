@@ -35,6 +35,7 @@ void for_each_saved_option(Options& o, Visit&& visit) {
   visit("noautoanchor", o.noautoanchor, false);
   visit("noplots", o.noplots, false);
   visit("v5_metric", o.v5_metric, false);
+  visit("v3_metric", o.v3_metric, false);
   visit("cache", o.cache, true);
   visit("device", o.device, true);
   visit("multi_scale", o.multi_scale, true);

@@ -25,6 +25,7 @@ struct TrainOptions {
   bool noplots = false;                // no plot files: labels.jpg, results.png, the final validation's charts
   bool tensorboard = true;             // TensorBoard event files (upstream writes none under --evolve)
   bool v5_metric = false;              // YOLOv7 --v5-metric: YOLOv7 models' AP with recall sentinel 1.0
+  bool v3_metric = false;              // --v3-metric: ultralytics/yolov3 v9.6.0 val.py's metric (eval::MetricStyle)
   bool noautoanchor = false;           // skip AutoAnchor (the anchor check and search before training)
   std::string cache;                   // "", "ram" or "disk" (resized images next to the originals)
   std::string device;                  // "", "cpu", "0", "cuda:0"

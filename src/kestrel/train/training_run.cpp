@@ -336,7 +336,7 @@ bool TrainingRun::ema_is_finite() {
 
 void TrainingRun::validate_epoch(bool final_epoch) {
   eval::ValidationOptions v;
-  v.metric = eval::metric_style_for(ema->model(), o.v5_metric);
+  v.metric = eval::metric_style_for(ema->model(), o.v5_metric, o.v3_metric);
   v.single_cls = o.single_cls;
   v.half = amp == "fp16";
   v.channels_last = o.channels_last;  // the EMA model's layout (training_run_setup.cpp)
@@ -446,7 +446,7 @@ void TrainingRun::validate_best() {
   }
   best.model->to(device);
   eval::ValidationOptions v;
-  v.metric = eval::metric_style_for(*best.model, o.v5_metric);
+  v.metric = eval::metric_style_for(*best.model, o.v5_metric, o.v3_metric);
   v.single_cls = o.single_cls;
   v.half = true;  // upstream validates attempt_load(best).half() (fp16 autocast here; CUDA only)
   v.nms.iou_thres = final_validation_iou_thres(hyp.yolov7_recipe, data_cfg, nc);

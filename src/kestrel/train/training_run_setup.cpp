@@ -19,6 +19,7 @@
 #include "kestrel/data/image_files.h"
 #include "kestrel/dist/sync_batch_norm.h"
 #include "kestrel/eval/label_plots.h"
+#include "kestrel/eval/validator.h"
 #include "kestrel/models/common.h"
 #include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
@@ -161,11 +162,12 @@ void TrainingRun::build_model() {
   model = build();
   if (model->in_channels() != 3)  // upstream fails at the first step, in the first convolution
     fail(config_source, ": 'ch: ", model->in_channels(), "': the images kestrel trains on have 3 channels (RGB)");
+  if (o.v3_metric) (void)eval::metric_style_for(*model, o.v5_metric, o.v3_metric);  // refused now, not at epoch 1's end
   if (!resuming() && info.model_name.rfind("yolov3", 0) == 0 && !models::is_yolov7_family(*model) && !hyp.yolov7_recipe)
     std::cout << "note: " << info.model_name << " trains with YOLOv5 v7.0's recipe and metric, as YOLOv5 runs its "
               << "yolov3 configs; ultralytics/yolov3 v9.6.0's differ (its hyp.scratch.yaml, cosine schedule, 300 "
-              << "epochs, no clipping: the first line of configs/hyps/hyp.scratch.yaml gives the flags; docs/parity.md "
-              << "lists what still differs)\n";
+              << "epochs, no clipping: the first lines of configs/hyps/hyp.scratch.yaml give the flags; --v3-metric "
+              << "validates as its val.py; docs/parity.md lists what still differs)\n";
   if (o.hyp.empty() && !resuming() && models::is_yolov7_family(*model))
     std::cout << "note: " << info.model_name << " trains with kestrel's default recipe, YOLOv5's hyp.scratch-low; YOLOv7's "
               << "train.py defaults to --hyp hyp.scratch.p5.yaml (OTA loss, cosine schedule, 300 epochs): give "
