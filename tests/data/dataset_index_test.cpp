@@ -188,8 +188,21 @@ TEST_F(BrokenDataset, CacheIsReusedUntilAFileChanges) {
   DatasetIndex fourth = index();
   EXPECT_EQ(fourth.verified, 2);
   EXPECT_EQ(fourth.counts.missing, third.counts.missing + 2);
-  // Another class count: every sample again (classes are checked against nc).
-  EXPECT_EQ(index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{3, 2, true}).verified, 15);
+  // Another class count, or none (--single-cls): the cache serves (as upstream's; classes are checked after
+  // it), and samples with a class >= nc are skipped with their file's first such row.
+  const DatasetIndex three = index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{3, 2, true});
+  EXPECT_EQ(three.verified, 0);
+  EXPECT_TRUE(three.from_cache);
+  std::map<std::string, std::string> reasons;
+  for (const auto& skipped : three.skipped) reasons[fs::path(skipped.path).filename().string()] = skipped.reason;
+  EXPECT_EQ(reasons["dup.jpg"], dir.file("labels/train/dup.txt") + ":1: class 3 exceeds the dataset's nc=3 (classes 0..2)");
+  EXPECT_EQ(reasons["polygon.jpg"], dir.file("labels/train/polygon.txt") + ":1: class 4 exceeds the dataset's nc=3 (classes 0..2)");
+  EXPECT_EQ(reasons["bigclass.jpg"], dir.file("labels/train/bigclass.txt") + ":2: class 99 exceeds the dataset's nc=3 (classes 0..2)");
+  EXPECT_EQ(three.records.size(), fourth.records.size() - 3) << "dup, polygon and name-\\xff\\xfe (class 5)";
+  const DatasetIndex unchecked = index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{0, 2, true});
+  EXPECT_EQ(unchecked.verified, 0);
+  EXPECT_EQ(unchecked.records.size(), fourth.records.size() + 1) << "bigclass kept";
+  EXPECT_EQ(index().verified, 0) << "and nc 80 still reads the same cache";
   // A corrupt cache file is ignored with a note and rebuilt; the JSON cache of older versions quietly.
   test::write_file(third.cache_path, "{\"version\": 3}");
   DatasetIndex old = index();
@@ -262,7 +275,8 @@ TEST_F(BrokenDataset, CorruptCacheValuesAreRebuiltNotTrusted) {
   other_version[8] = 3;
   trailing.insert(trailing.size() - 8, "x");
   const std::vector<std::pair<std::string, std::string>> damage = {
-      {"class", values([](CacheEntry& e) { e.check.record.rows[0].box[0] = 99; })},
+      // (the cache holds classes unchecked against nc, which is checked after it: 99 could be right, 2^25 not)
+      {"class", values([](CacheEntry& e) { e.check.record.rows[0].box[0] = 33554432.f; })},
       {"fractional class", values([](CacheEntry& e) { e.check.record.rows[0].box[0] = 0.5f; })},
       {"coordinate", values([](CacheEntry& e) { e.check.record.rows[0].box[1] = 1e30f; })},
       {"nan", values([](CacheEntry& e) { e.check.record.rows[0].box[2] = std::nanf(""); })},

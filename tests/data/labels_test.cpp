@@ -112,6 +112,18 @@ TEST(LabelErrors, BinaryGarbageAndLongLines) {
 TEST(LabelErrors, HugeClassIsReportedAsWritten) {
   EXPECT_EQ(error_of("1e10 0.5 0.5 0.2 0.1\n"), "l.txt:1: class 10000000000 exceeds the dataset's nc=80 (classes 0..79)");
   EXPECT_EQ(error_of("3e38 0.5 0.5 0.2 0.1\n").rfind("l.txt:1: class 3", 0), 0u) << error_of("3e38 0.5 0.5 0.2 0.1\n");
+  // Without nc (the label cache's verification, --single-cls), classes a float holds exactly: 2^24 - 1.
+  const auto without_nc = [](const std::string& text) {
+    try {
+      (void)parse_labels(text, "l.txt", 0);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(without_nc("16777215 0.5 0.5 0.2 0.1\n"), "(accepted)");
+  EXPECT_EQ(without_nc("16777216 0.5 0.5 0.2 0.1\n"), "l.txt:1: class 16777216 is beyond any class index (at most 16777215)");
+  EXPECT_EQ(without_nc("1e10 0.5 0.5 0.2 0.1\n"), "l.txt:1: class 10000000000 is beyond any class index (at most 16777215)");
 }
 
 // Lines end at \r, \r\n, \n, \v and \f, as upstream's splitlines(): three box rows with old-Mac \r line

@@ -240,9 +240,10 @@ print('RESULT ' + json.dumps(out))
   EXPECT_NEAR(got["scalars"]["now"][0][0].get<double>(), unix_time_now(), 60.0);
 }
 
-// A resumed run's session start: its bytes are TensorBoard's own Event{session_log: START}, and over the run
-// folder TensorBoard's reader drops what the earlier file logged from that step on (epochs logged by a run
-// that stopped before saving them) and keeps the rest.
+// A resumed run's restart: its bytes are TensorBoard's own Event{session_log: START}, twice, and over the run
+// folder TensorBoard's readers (the older EventAccumulator and the plugin_event_accumulator the server's
+// Python loader uses, which ignores a run's first START) drop what the earlier file logged from that step on
+// (epochs logged by a run that stopped before saving them) and keep the rest.
 TEST(TensorBoardWriter, SessionStartDropsLaterStepsOfEarlierFiles) {
   TempDir tmp;
   std::string resumed_path;
@@ -253,25 +254,33 @@ TEST(TensorBoardWriter, SessionStartDropsLaterStepsOfEarlierFiles) {
   {
     TensorBoardWriter resumed(tmp.file("run"));
     resumed_path = resumed.path();
-    resumed.add_session_start(1, 1700000100.5);
+    resumed.add_restart(1, 1700000100.5);
     for (int step = 1; step < 3; ++step) resumed.add_scalar("train/box_loss", 10.0 + step, step, 1700000100.0 + step);
   }
   const std::vector<std::string> records = read_records(resumed_path);
-  ASSERT_EQ(records.size(), 4u);
+  ASSERT_EQ(records.size(), 5u);
   const json got = python_result(R"PY(
 import json
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing import plugin_event_accumulator
 from tensorboard.compat.proto import event_pb2
+from tensorboard.util import tensor_util
 start = event_pb2.Event(wall_time=1700000100.5, step=1, session_log=event_pb2.SessionLog(
     status=event_pb2.SessionLog.START)).SerializeToString().hex()
 acc = EventAccumulator(")PY" + tmp.file("run") + R"PY(")
 acc.Reload()
+plugin = plugin_event_accumulator.EventAccumulator(")PY" + tmp.file("run") + R"PY(")
+plugin.Reload()
 print('RESULT ' + json.dumps({'start': start,
-                              'scalars': [[s.step, s.value] for s in acc.Scalars('train/box_loss')]}))
+                              'scalars': [[s.step, s.value] for s in acc.Scalars('train/box_loss')],
+                              'plugin': [[t.step, float(tensor_util.make_ndarray(t.tensor_proto))]
+                                         for t in plugin.Tensors('train/box_loss')]}))
 )PY");
   ASSERT_TRUE(got.is_object());
   EXPECT_EQ(hex(records[1]), got["start"].get<std::string>());
+  EXPECT_EQ(hex(records[2]), got["start"].get<std::string>());
   EXPECT_EQ(got["scalars"], json({{0, 1.0}, {1, 11.0}, {2, 12.0}})) << "the first file's steps 1 and 2 are dropped";
+  EXPECT_EQ(got["plugin"], json({{0, 1.0}, {1, 11.0}, {2, 12.0}})) << "by the server's loader too";
 }
 
 TEST(TensorBoardWriter, FlushMakesRecordsVisibleAndCloseIsFinal) {

@@ -74,12 +74,16 @@ TEST(TrainOptions, SavedValuesOutsideTheCommandLinesRangesAreRefused) {
   const std::vector<std::pair<const char*, nlohmann::json>> bad = {
       {"workers", 100000}, {"imgsz", 100000}, {"imgsz", 16}, {"max_boxes", 0}, {"epochs", 0}, {"batch_size", -1},
       {"label_smoothing", 2.0}, {"loss_scale", 0.0}, {"loss_scale", 1e39}, {"loss_scale", 1e-46}, {"amp", "fp8"},
-      {"cache", "gpu"}, {"patience", -1}};
+      {"cache", "gpu"}};
   nlohmann::json large = options_json(unusual());
   large["loss_scale"] = 1e31;  // the command line takes any scale a float32 holds
   EXPECT_EQ(options_from_json(large, "x").loss_scale, 1e31);
   large["patience"] = 2147483647;  // and any --patience (an int)
   EXPECT_EQ(options_from_json(large, "x").patience, 2147483647);
+  large["patience"] = -1;  // refused by today's command line, saved by earlier versions: resumes (as off)
+  EXPECT_EQ(options_from_json(large, "x").patience, -1);
+  large["patience"] = 1e10;  // not an int
+  EXPECT_THROW(options_from_json(large, "x"), Error);
   for (const auto& [key, value] : bad) {
     nlohmann::json j = options_json(unusual());
     j[key] = value;

@@ -31,7 +31,8 @@ bool is_jpeg_or_png_name(const std::string& path) {
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
-SampleCheck verify_sample(const std::string& image, int nc) {
+// Classes are not checked here (check_classes, after the cache).
+SampleCheck verify_sample(const std::string& image) {
   SampleCheck v;
   v.record.image = image;
   v.record.label = label_path_for(image);
@@ -53,7 +54,7 @@ SampleCheck verify_sample(const std::string& image, int nc) {
     if (!decoded.warning.empty()) v.warning = cat(image, ": decoded with a warning: ", decoded.warning);
     if (fs::exists(v.record.label, ec)) {
       const auto text = read_file_bytes(v.record.label);
-      ParsedLabels parsed = parse_labels(std::string(text.begin(), text.end()), v.record.label, nc);
+      ParsedLabels parsed = parse_labels(std::string(text.begin(), text.end()), v.record.label, /*nc=*/0);
       v.duplicates = parsed.duplicates_removed;
       if (!parsed.all_polygons())
         for (auto& r : parsed.rows) r.polygon.clear();
@@ -81,8 +82,29 @@ std::string cache_path_for(const std::vector<std::string>& images) {
   return fs::path(label_path_for(images.front())).parent_path().string() + ".kestrel.cache";
 }
 
-// The cache file's entries, or none with a note when it is missing, damaged or made for another nc.
-LabelCache read_cache(const std::string& path, int nc, std::string& note) {
+// A verified sample with a class >= nc (nc > 0) becomes a skipped one, with the message the label file's
+// parse gives under nc (its first such row, with the line). The cache holds outcomes without this check
+// (as upstream's, which train.py checks against nc afterwards), so that --single-cls (no check) and another
+// nc reuse it.
+void check_classes(SampleCheck& v, int nc) {
+  if (!v.ok || nc <= 0) return;
+  float largest = -1;
+  for (const LabelRow& row : v.record.rows) largest = std::max(largest, row.box[0]);
+  if (largest < static_cast<float>(nc)) return;
+  v.ok = false;
+  v.problem = cat(v.record.label, ": class ", largest, " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
+  try {  // the file's own first offending row (it was parsed without the check before)
+    const auto text = read_file_bytes(v.record.label);
+    (void)parse_labels(std::string(text.begin(), text.end()), v.record.label, nc);
+  } catch (const Error& e) {
+    v.problem = e.what();
+  }
+}
+
+// The cache file's entries (outcomes without the class check), or none with a note when it is missing or
+// damaged; one written with a class check by an earlier version (nc != 0) is rebuilt.
+LabelCache read_cache(const std::string& path, std::string& note) {
+  constexpr int nc = 0;
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return {};
   try {
@@ -115,7 +137,7 @@ void verify_in_parallel(const std::vector<std::string>& images, const std::vecto
   try {  // verify_sample catches everything; a thread that cannot be started must not leave joinable ones behind
     for (int t = 0; t < std::min<int>(threads, static_cast<int>(std::max<size_t>(to_verify.size(), 1))); ++t)
       pool.emplace_back([&] {
-        for (size_t k = next++; k < to_verify.size(); k = next++) results[to_verify[k]] = verify_sample(images[to_verify[k]], options.nc);
+        for (size_t k = next++; k < to_verify.size(); k = next++) results[to_verify[k]] = verify_sample(images[to_verify[k]]);
       });
   } catch (...) {
     next = to_verify.size();  // the running threads stop after their current image
@@ -154,7 +176,7 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
   // Loading the plugin takes time: only asked when some image needs it (by its name, or a cached CMYK JPEG).
   const auto plugin_state = [] { return video_support_problem().empty() ? PluginState::kLoaded : PluginState::kMissing; };
   PluginState plugin = other_formats ? plugin_state() : PluginState::kUnknown;
-  LabelCache cache = read_cache(index.cache_path, options.nc, index.cache_note);
+  LabelCache cache = read_cache(index.cache_path, index.cache_note);
   const auto needs_plugin = [](const std::string& image, const SampleCheck& check) {
     return !is_jpeg_or_png_name(image) || check.needs_plugin;
   };
@@ -205,7 +227,7 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     // Entries of images not in this listing (another list file of the same label folder) are kept while
     // their files are unchanged.
     LabelCache out;
-    out.nc = options.nc;
+    out.nc = 0;  // no class check (check_classes)
     out.plugin = plugin;
     for (auto& [image, entry] : cache.entries)
       if (entry.image == stamp_of(image) && entry.label == stamp_of(label_path_for(image)) &&
@@ -221,6 +243,7 @@ DatasetIndex index_split(const std::vector<std::string>& images, const IndexOpti
     }
   }
 
+  for (SampleCheck& v : results) check_classes(v, options.nc);
   tally(results, index);
   return index;
 }

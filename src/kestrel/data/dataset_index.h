@@ -1,6 +1,7 @@
 // Verifying a split once: every image decoded, every label file parsed with the reference rules;
 // bad samples skipped with a reason, each outcome cached next to the labels (label_cache.h) and reused
-// while the image and its label file are unchanged (size and modification time) and nc is the same.
+// while the image and its label file are unchanged (size and modification time), for any nc (classes are
+// checked against it after the cache).
 #pragma once
 #include <string>
 #include <vector>

@@ -83,7 +83,7 @@ float get_coordinate(Reader& r) {
 LabelRow get_row(Reader& r, int nc) {
   LabelRow row;
   const float cls = r.get<float>();
-  if (!(cls >= 0.f && cls == std::floor(cls) && cls < static_cast<float>(nc > 0 ? nc : 1 << 24))) fail("corrupt class");
+  if (!(cls >= 0.f && cls == std::floor(cls) && cls < static_cast<float>(nc > 0 ? nc : kMaxClassIndex + 1))) fail("corrupt class");
   row.box[0] = cls;
   for (int i = 1; i < 5; ++i) row.box[i] = get_coordinate(r);
   const uint32_t n = r.get<uint32_t>();

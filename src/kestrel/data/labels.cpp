@@ -48,6 +48,12 @@ LabelRow make_row(const std::vector<float>& v, const std::string& where, int nc)
     std::snprintf(shown, sizeof shown, "%.0f", cls);
     fail(where, ": class ", shown, " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
   }
+  // Without nc (the label cache's check, --single-cls): classes a float holds exactly, as the cache requires.
+  if (cls >= static_cast<float>(kMaxClassIndex + 1)) {
+    char shown[64];
+    std::snprintf(shown, sizeof shown, "%.0f", cls);
+    fail(where, ": class ", shown, " is beyond any class index (at most ", kMaxClassIndex, ")");
+  }
   LabelRow row;
   if (is_box) {
     for (size_t i = 1; i < v.size(); ++i)

@@ -18,7 +18,11 @@ struct ParsedLabels {
   bool all_polygons() const;     // polygons are kept as segments only when every row has one
 };
 
-// The reference rules: every value a finite number, class a non-negative integer below nc (nc > 0),
+// The largest class a label may hold with or without nc: 2^24 - 1, the largest run of integers a float holds.
+inline constexpr int kMaxClassIndex = (1 << 24) - 1;
+
+// The reference rules: every value a finite number, class a non-negative integer below nc (nc > 0) and
+// at most kMaxClassIndex,
 // rows of 5 values or polygons of at least 3 points, a box's values (a polygon's: its box's) within 0..1.
 // Violations throw kestrel::Error "<source>:<line>: <problem>"; the caller skips the sample and reports it.
 // Where rows repeat a box, the rows come back sorted by box (class, cx, cy, w, h) with one of each, as

@@ -192,6 +192,11 @@ void TensorBoardWriter::add_session_start(int64_t step, double wall_time) {
   flush_locked();
 }
 
+void TensorBoardWriter::add_restart(int64_t step, double wall_time) {
+  add_session_start(step, wall_time);
+  add_session_start(step, wall_time);
+}
+
 void TensorBoardWriter::flush() {
   std::lock_guard<std::mutex> lock(mutex_);
   flush_locked();

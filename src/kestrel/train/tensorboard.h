@@ -40,6 +40,12 @@ class TensorBoardWriter {
   // this run (this file and earlier ones in the folder) at steps >= step that were written before it, as
   // for a restarted job.
   void add_session_start(int64_t step, double wall_time = unix_time_now());
+  // A resumed run's restart at `step`: two session starts. TensorBoard's Python loader
+  // (plugin_event_accumulator: `--load_fast=false`, and where the Rust data server is not available) takes
+  // a run's first START as its beginning and purges only on later ones; its Rust loader and the older
+  // EventAccumulator purge on every one. Two make all three drop the stale steps, also in runs whose first
+  // file (an earlier kestrel's, or any fresh run's) holds no START.
+  void add_restart(int64_t step, double wall_time = unix_time_now());
   void flush();
   // Flushes and closes the file; later calls to add_scalar/flush throw. Closing twice is harmless.
   void close();

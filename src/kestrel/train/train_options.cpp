@@ -110,7 +110,8 @@ void check_saved_ranges(const TrainOptions& o, const std::string& source) {
   if (o.img_size_test != 0) in_range("imgsz_test", o.img_size_test, 32, 8192);
   in_range("workers", o.workers, 0, 1024);
   in_range("label_smoothing", o.label_smoothing, 0, 1);
-  in_range("patience", o.patience, 0, std::numeric_limits<int>::max());  // any --patience the command line takes
+  // patience: any int. The command line refuses a negative one now, but earlier versions saved them
+  // (trained as 0: off), and those runs resume as they trained.
   in_range("max_boxes", o.max_boxes, 1, 100000);
   if (!is_valid_loss_scale(o.loss_scale))  // the command line's rules
     fail(source, ": the saved training option 'loss_scale' is ", o.loss_scale, ", not a positive number a float32 holds");

@@ -454,7 +454,7 @@ void TrainingRun::open_run_files() {
     // A resumed run's earlier event files may hold epochs from progression.epoch on that were logged but
     // never saved (as results.csv's dropped rows): a session start at that step makes TensorBoard's readers
     // discard them (their out-of-order purge) instead of showing both.
-    if (resuming()) tensorboard->add_session_start(progression.epoch);
+    if (resuming()) tensorboard->add_restart(progression.epoch);
   }
   last_path = (weights_dir / "last.safetensors").string();
   best_path = (weights_dir / "best.safetensors").string();
