@@ -133,7 +133,8 @@ run_step "bench yolov7 --ota --cuda-graph" 60 bench_models.txt $K bench train --
 run_step "bench yolov3" 50 bench_models.txt $K bench train --cfg yolov3 "${FAST[@]}" "${REF[@]}" --json
 # --repeat 40: 48 carried images as 1,920 per epoch, 30 whole batches of 64 (the loader keeps a short last
 # batch: 48 x 43 made 32 of 64 and one of 16, a shape of its own), near the reference's coco128 x 16
-# (2,048), so that 16 workers have work; 60 timed steps are two whole epochs. The reference e2e is fp16 NCHW;
+# (2,048), so that 16 workers have work; the 60 timed steps (after the untimed warm-up steps) are 60 whole
+# batches, two epochs' worth, across three epochs. The reference e2e is fp16 NCHW;
 # this is kestrel's fast configuration (channels-last), the NCHW row follows if time allows.
 run_step "bench e2e ($DATA)" 90 bench_e2e.txt $K bench e2e --data "$DATA" --cfg yolov5s "${FAST[@]}" --workers 16 --repeat 40 --steps 60
 run_step "loader 16 workers ($DATA)" 60 bench_data.txt $K bench data --data "$DATA" --img 640 --batch-size 64 --workers 16 --cache ram --repeat 40 --epochs 3

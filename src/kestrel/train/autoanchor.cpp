@@ -303,14 +303,14 @@ AutoAnchorResult check_anchors(models::Detect& head, const std::vector<data::Ima
   const double fitness = searched.empty() ? 0.0 : search_fitness(searched, k, 1 / o.anchor_t);
   const auto nan_or = [](double v, int digits) { return std::isnan(v) ? std::string("nan") : format_fixed(v, digits); };
   result.report += cat("AutoAnchor: Running kmeans for ", k.size(), " anchors on ", searched.size(), " points...\n",
-                       "AutoAnchor: Evolving anchors with Genetic Algorithm (", o.generations, " generations): fitness = ",
-                       format_fixed(fitness, 4), "\n", "AutoAnchor: thr=", format_fixed(1 / o.anchor_t, 2), ": ",
+                       "AutoAnchor: Evolving anchors with Genetic Algorithm: fitness = ", format_fixed(fitness, 4), ": ",
+                       o.generations, " generations\n", "AutoAnchor: thr=", format_fixed(1 / o.anchor_t, 2), ": ",
                        format_fixed(shown.bpr, 4), " best possible recall, ", format_fixed(shown.anchors_per_target, 2),
                        " anchors past thr\n", "AutoAnchor: n=", k.size(), ", img_size=", img_size, ", metric_all=",
                        format_fixed(shown.mean_metric, 3), "/", format_fixed(shown.mean_best, 3), "-mean/best, past_thr=",
                        nan_or(shown.mean_past_thr, 3), "-mean: ", anchors_text(k), "\n");
   if (!(f32(found.bpr) > f32(result.before.bpr))) {
-    result.report += "AutoAnchor: Original anchors better than new anchors, proceeding with original anchors\n";
+    result.report += "AutoAnchor: Done (original anchors better than new anchors, proceeding with original anchors)\n";
     return result;
   }
   // Smallest anchors on the finest level: levels taken in stride order (usually their own order).
