@@ -3,6 +3,8 @@
 // rebuilding a damaged cache file and following a changed source image.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -113,6 +115,15 @@ TEST(DiskCache, StaleTruncatedAndCorruptFilesAreMisses) {
   EXPECT_EQ(why, "inconsistent sizes");
   test::write_file(path, good);
   EXPECT_TRUE(read_disk_cache(path, stamp, key, &why));
+  // A FIFO in the cache's place: a miss at once (opening it for reading would wait for a writer forever);
+  // the write refuses to replace it, naming it (in training a warning: WriteFailureIsAWarningAndTrainingGoesOn).
+  std::filesystem::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  EXPECT_FALSE(read_disk_cache(path, stamp, key, &why));
+  EXPECT_EQ(why, "not a regular file");
+  EXPECT_NE(test::error_message([&] { write_disk_cache(path, CachedImage{pixels, cv::Size(64, 40)}, stamp, key); })
+                .find(path + ": exists and is not a regular file"),
+            std::string::npos);
 }
 
 TEST(DiskCache, UnwritableFolderIsAClearError) {

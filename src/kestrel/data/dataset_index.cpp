@@ -108,6 +108,9 @@ LabelCache read_cache(const std::string& path, std::string& note) {
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return {};
   try {
+    // A FIFO there would block the read (a hang); it is passed over (and left: the write that follows
+    // refuses to replace what is not a regular file, said in the note).
+    if (!fs::is_regular_file(path, ec)) fail("not a regular file");
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("cannot be read");
     const std::string bytes(std::istreambuf_iterator<char>(in), {});

@@ -97,10 +97,14 @@ std::string disk_cache_path(const std::string& image_path, const ResizeKey& key)
 
 std::optional<CachedImage> read_disk_cache(const std::string& cache_path, const FileStamp& stamp, const ResizeKey& key,
                                            std::string* why) {
-  Fd file{::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: a FIFO in the cache's place would block open() until something wrote to it (a hang of the
+  // loader's threads); anything but a regular file is a miss (which the write then names: it replaces
+  // only regular files).
+  Fd file{::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (file.fd < 0) return miss(why, "missing");
   struct stat st {};
   if (::fstat(file.fd, &st) != 0) return miss(why, "cannot stat");
+  if (!S_ISREG(st.st_mode)) return miss(why, "not a regular file");
   const auto file_size = static_cast<uint64_t>(st.st_size);
 
   // Header: the file's own shape, checked by rebuilding the exact header kestrel writes for it.

@@ -219,7 +219,13 @@ struct CudaGraphStep::Impl {
 
   ~Impl() {
 #ifdef KESTREL_WITH_CUDA
-    if (side) side->synchronize();  // the static buffers are freed after this
+    // The static buffers are freed after this. A destructor must not throw: after an unrecoverable CUDA
+    // error (illegal address, device assert) the synchronize throws again while that error unwinds, which
+    // would end in std::terminate instead of the error's message.
+    try {
+      if (side) side->synchronize();
+    } catch (...) {
+    }
 #endif
   }
 };

@@ -404,7 +404,10 @@ void TrainingRun::end_epochs() {
     result.stopped_after_training = true;
     std::cout << "\nStopped after the last epoch (saved): the final validation of best weights is skipped\n";
   }
-  stop_signal.reset();
+  // Ranks above 0 keep their handler until rank 0 has saved and validated (finish's barrier): a signal for
+  // the whole job (the launcher's forward, a scheduler's) killing one of them there made the launcher kill
+  // rank 0 in the middle of writing its last checkpoint.
+  if (dist_ctx.is_main()) stop_signal.reset();
 }
 
 TrainResult TrainingRun::finish() {
@@ -425,6 +428,7 @@ TrainResult TrainingRun::finish() {
     result.best.clear();
   }
   dist::barrier(dist_ctx);
+  stop_signal.reset();  // ranks above 0 (end_epochs)
   dist::shutdown(dist_ctx);
   return result;
 }
