@@ -47,6 +47,10 @@ struct Model {
 Model load_for(const ValOptions& o, const std::string& weights, const data::DatasetConfig& cfg, const c10::Device& device) {
   Model m;
   m.loaded = models::load_model_weights(weights);
+  // Conv + BN fused, as upstream's val.py and test.py run their models (attempt_load fuses): fewer passes
+  // over memory, and upstream's rounding more nearly (docs/parity.md "The model alone").
+  m.loaded.model->eval();
+  m.loaded.model->fuse();
   m.loaded.model->to(device);
   m.nc = o.single_cls ? 1 : static_cast<int>(m.loaded.info.names.size());
   if (!o.single_cls && cfg.nc != m.nc) fail(weights, " has ", m.nc, " classes but ", o.data, " has ", cfg.nc);
