@@ -40,6 +40,7 @@ struct ValOptions {
 struct Model {
   models::LoadedModel loaded;
   bool yolov7 = false;
+  eval::MetricStyle metric = eval::MetricStyle::yolov5;  // --v5-metric / --v3-metric against the model's family
   std::vector<std::string> names;  // ["item"] with --single-cls
   int nc = 0;
 };
@@ -55,6 +56,7 @@ Model load_for(const ValOptions& o, const std::string& weights, const data::Data
   m.nc = o.single_cls ? 1 : static_cast<int>(m.loaded.info.names.size());
   if (!o.single_cls && cfg.nc != m.nc) fail(weights, " has ", m.nc, " classes but ", o.data, " has ", cfg.nc);
   m.yolov7 = models::is_yolov7_family(*m.loaded.model);
+  m.metric = eval::metric_style_for(*m.loaded.model, o.v5_metric, o.v3_metric);  // refused before any folder is made
   m.names = o.single_cls ? std::vector<std::string>{"item"} : m.loaded.info.names;
   return m;
 }
@@ -81,8 +83,10 @@ void report_labels(const std::string& txt_dir) {
 // One validation pass of `m` over the split at `img_size`; prints val.py's table and speed line.
 eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::DatasetConfig& cfg, const c10::Device& device,
                                      int img_size, PassKind kind, const PassOutputs& out) {
-  // For speed, val.py letterboxes square batches without padding (YOLOv7's test.py keeps its rectangular ones).
-  const bool square = kind == PassKind::speed && !m.yolov7;
+  // For speed, val.py v7.0 letterboxes square batches without padding; yolov3 v9.6.0's keeps its rectangular
+  // batches, unpadded; YOLOv7's test.py keeps them, padded.
+  const bool unpadded = kind == PassKind::speed && !m.yolov7;
+  const bool square = unpadded && m.metric != eval::MetricStyle::yolov3;
   const int stride = static_cast<int>(std::max<int64_t>(m.loaded.model->max_stride(), 32));
   train::ValLoaderOptions l;
   l.img_size = (img_size + stride - 1) / stride * stride;  // val.py's check_img_size, and its warning
@@ -96,11 +100,11 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   l.nc_for_check = cfg.nc;
   l.pin_memory = device.is_cuda();
   l.rect = !square;
-  l.pad = square ? 0.0 : 0.5;
+  l.pad = unpadded ? 0.0 : 0.5;
   const train::SplitLoader split = train::make_val_loader(cfg, o.task, l);
 
   eval::ValidationOptions v;
-  v.metric = eval::metric_style_for(*m.loaded.model, o.v5_metric, o.v3_metric);
+  v.metric = m.metric;
   v.nms.conf_thres = o.conf_thres;
   // YOLOv7's test.py defaults to IoU 0.65 (its README's numbers), val.py (v7.0 and yolov3 v9.6.0) to 0.6.
   v.nms.iou_thres = eval::is_yolov7_style(v.metric) && !o.iou_thres_given ? 0.65 : o.iou_thres;
@@ -226,10 +230,14 @@ std::optional<eval::CocoSummary> save_coco_predictions(const CocoOutput& c, cons
 void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& device) {
   o.save_txt = false;
   const CocoOutput coco = coco_output_for(o, cfg);
+  // Every file is read (and its metric checked) before the run folder is made.
+  std::vector<Model> loaded;
+  for (const auto& weights : o.weights) loaded.push_back(load_for(o, weights, cfg, device));
   const std::filesystem::path dir = train::make_run_dir(o.project, o.name, o.exist_ok, false);
   std::vector<std::string> files;
-  for (const auto& weights : o.weights) {
-    Model m = load_for(o, weights, cfg, device);
+  for (size_t k = 0; k < o.weights.size(); ++k) {
+    const std::string& weights = o.weights[k];
+    Model& m = loaded[k];
     PassOutputs out;
     out.save_json = coco.save_json;
     if (coco.save_json) out.coco_category_ids = category_ids_for(coco, m);

@@ -5,7 +5,11 @@
 #include <fstream>
 #include <iterator>
 
+#include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_io.h"
+#include "kestrel/models/model_builder.h"
+#include "kestrel/models/model_config.h"
+#include "kestrel/models/weights_file.h"
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -338,6 +342,18 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--v3-metric: ultralytics/yolov3 v9.6.0's val.py scores YOLOv3 and YOLOv5 models"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp"))) << r.output;
+  {  // val, study and speed alike: refused before the run folder is made
+    const auto names = data::load_dataset_config("data/demo/demo.yaml").names;
+    auto v7 = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov7-tiny")), static_cast<int>(names.size()));
+    models::save_model_weights(dir.file("v7.safetensors"), *v7, models::describe_config("yolov7-tiny", names));
+    for (const char* task : {"val", "study", "speed"}) {
+      r = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 64 --device cpu --v3-metric --task " +
+                            task + " --weights " + dir.file("v7.safetensors") + " --project " + dir.file("v7val"));
+      EXPECT_EQ(r.exit_code, 1) << task;
+      EXPECT_NE(r.output.find("--v3-metric: ultralytics/yolov3 v9.6.0's val.py scores YOLOv3 and YOLOv5 models"), std::string::npos) << r.output;
+      EXPECT_FALSE(std::filesystem::exists(dir.file("v7val"))) << task << ": " << r.output;
+    }
+  }
   r = test::run_command(test::kestrel_binary() + " val --weights x.safetensors --v3-metric --v5-metric");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--v5-metric excludes --v3-metric"), std::string::npos) << r.output;

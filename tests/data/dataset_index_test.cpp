@@ -142,6 +142,25 @@ TEST(DatasetIndex, DecoderWarningAndDuplicateRowsAreBothSaid) {
   EXPECT_LT(decoder, duplicates) << w;
 }
 
+// A class beyond what a float holds exactly fails the label file's parse without nc (the cache's); with nc
+// it is named as one beyond nc, as every other class >= nc, from the cache too.
+TEST(DatasetIndex, AHugeClassIsNamedAgainstNc) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("images/train"));
+  fs::create_directories(dir.file("labels/train"));
+  test::write_bytes(dir.file("images/train/huge.jpg"), test::encode_jpeg(test::coordinate_image(32, 24)));
+  const std::string label = dir.file("labels/train/huge.txt");
+  test::write_file(label, "0 0.5 0.5 0.2 0.2\n16777216 0.5 0.5 0.2 0.2\n");
+  const auto reason = [&](int nc) {
+    const DatasetIndex idx = index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{nc, 1, true});
+    EXPECT_TRUE(idx.records.empty());
+    return idx.skipped.size() == 1 ? idx.skipped[0].reason : std::string("(not skipped)");
+  };
+  EXPECT_EQ(reason(80), label + ":2: class 16777216 exceeds the dataset's nc=80 (classes 0..79)");
+  EXPECT_EQ(reason(80), label + ":2: class 16777216 exceeds the dataset's nc=80 (classes 0..79)");  // from the cache
+  EXPECT_EQ(reason(0), label + ":2: class 16777216 is beyond any class index (at most 16777215)");
+}
+
 // What only looks like a file: a FIFO as label file (opening it would wait for a writer forever), a folder as
 // label file (its "size" made a std::bad_alloc), a dangling link as image (the listing dropped it silently).
 TEST_F(BrokenDataset, SpecialFilesAreReportedByName) {

@@ -12,6 +12,7 @@
 
 #include "data/data_test_support.h"
 #include "kestrel/data/dataset_config.h"
+#include "kestrel/eval/plots.h"
 #include "kestrel/eval/validator.h"
 #include "kestrel/eval/yolo_to_coco.h"
 #include "kestrel/models/model_builder.h"
@@ -109,6 +110,43 @@ TEST(ValidationJson, ImageIdsAreTheAnnotationFilesWhateverTheBatchOrder) {
     EXPECT_LE(d.box.y + d.box.h, size.height + 1e-3) << "a detection beyond image " << id << "'s height";
   }
   EXPECT_EQ(per_image.size(), 3u);
+}
+
+// An image without detections: val.py v7.0 counts its labels as missed in the confusion matrix (detections=None);
+// YOLOv7's test.py and yolov3 v9.6.0's val.py pass over it (`if len(pred) == 0: ... continue`).
+TEST(ValidationConfusion, AnImageWithoutDetectionsCountsOnlyInV5) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("images/val"));
+  std::filesystem::create_directories(dir.file("labels/val"));
+  test::write_bytes(dir.file("images/val/a.jpg"), test::encode_jpeg(test::coordinate_image(64, 64)));
+  test::write_file(dir.file("labels/val/a.txt"), "1 0.5 0.5 0.5 0.5\n0 0.3 0.3 0.2 0.2\n");
+  test::write_file(dir.file("d.yaml"), "path: .\ntrain: images/val\nval: images/val\nnames: [a, b]\n");
+  const data::DatasetConfig cfg = data::load_dataset_config(dir.file("d.yaml"));
+  torch::manual_seed(0);
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), cfg.nc);
+  train::ValLoaderOptions l;
+  l.img_size = 64;
+  l.batch_size = 1;
+  l.workers = 1;
+  l.nc_for_check = cfg.nc;
+  const train::SplitLoader split = train::make_val_loader(cfg, "val", l);
+  for (MetricStyle style : {MetricStyle::yolov5, MetricStyle::yolov7, MetricStyle::yolov7_v5_metric, MetricStyle::yolov3}) {
+    ConfusionMatrix confusion(cfg.nc);
+    ValidationOptions v;
+    v.metric = style;
+    v.nms.conf_thres = 1.0;  // scores are below 1: no detection survives
+    v.confusion = &confusion;
+    const ValidationResult r = validate(*model, *split.loader, *split.dataset, c10::Device(c10::kCPU), cfg.nc, v);
+    EXPECT_EQ(r.metrics.map50, 0.0);
+    const int64_t counted = confusion.matrix().sum().item<int64_t>();
+    if (style == MetricStyle::yolov5) {
+      EXPECT_EQ(counted, 2);
+      EXPECT_EQ(confusion.count(2, 0), 1);  // [background, class]: both labels missed
+      EXPECT_EQ(confusion.count(2, 1), 1);
+    } else {
+      EXPECT_EQ(counted, 0) << static_cast<int>(style);
+    }
+  }
 }
 
 }  // namespace

@@ -431,6 +431,36 @@ TEST(Trainer, ResumeBuildsTheRunsOwnModelNotItsCfgFile) {
   EXPECT_EQ(second.epochs_completed, 2);
 }
 
+// The state file carries the architecture: a resume needs no other file of the run (a last.safetensors lost
+// or damaged, say by a full disk, blocked it). A state saved before kestrel wrote the architecture into it
+// takes it from last.safetensors as before; without that file the error names it.
+TEST(Trainer, ResumeNeedsOnlyTheStateFile) {
+  test::TempDir dir;
+  const TrainResult first = interrupted_run(short_run(dir, 2));
+  const fs::path last = fs::path(first.save_dir) / "weights" / "last.safetensors";
+  const std::string yaml = models::load_model_weights(last.string()).info.model_yaml;
+  EXPECT_EQ(read_training_state(training_state_path(first.save_dir)).model_yaml, yaml);
+  EXPECT_EQ(read_training_state(training_state_path(first.save_dir)).model_name, "yolov5n");
+  fs::remove(last);
+  TrainResult second;
+  EXPECT_EQ(test::error_message([&] { second = train(resume_options(first)); }), "");
+  EXPECT_EQ(second.epochs_completed, 2);
+  EXPECT_EQ(models::load_model_weights(last.string()).info.model_yaml, yaml);
+  // An older state: the architecture from last.safetensors, whose absence is named.
+  edit_state(first, [](TrainingState& state) {
+    state.progression.epoch = 1, state.progression.next_batch = 0;
+    state.model_yaml.clear(), state.model_name.clear();
+  });
+  EXPECT_EQ(test::error_message([&] { second = train(resume_options(first)); }), "");
+  EXPECT_EQ(second.epochs_completed, 2);
+  edit_state(first, [](TrainingState& state) {
+    state.progression.epoch = 1, state.progression.next_batch = 0;
+    state.model_yaml.clear(), state.model_name.clear();
+  });
+  fs::remove(last);
+  EXPECT_NE(test::error_message([&] { train(resume_options(first)); }).find(last.string()), std::string::npos);
+}
+
 // Ctrl-C or SIGTERM after the last optimiser step (here before a resumed run's last epoch, which has no
 // batch left to step: the request is there from the start) finds every epoch saved: the run ends without its
 // final validation of best weights and plots (results.png) rather than ignoring the request.

@@ -30,6 +30,8 @@ TrainingState sample_state() {
   s.ema = {{"model.0.conv.weight", at::full({2, 3}, 0.5)}};
   s.optimizer = {{"group0.0.momentum", at::ones({4})}};
   s.scaler = {{"scale", at::full({}, 1024.0)}};
+  s.model_yaml = "nc: 80\nbackbone: []\n";
+  s.model_name = "yolov5n";
   return s;
 }
 
@@ -52,6 +54,8 @@ TEST(TrainingState, WhatIsWrittenIsReadBack) {
   EXPECT_EQ(b.progression.maps, (std::vector<double>{0.1, 0.2}));
   EXPECT_EQ(b.ema_updates, 41);
   EXPECT_EQ(b.world_size, 2);
+  EXPECT_EQ(b.model_yaml, "nc: 80\nbackbone: []\n");
+  EXPECT_EQ(b.model_name, "yolov5n");
   // Each group keeps its own tensors under their own names (the prefixes are the file's business).
   ASSERT_EQ(b.model.size(), 1u);
   EXPECT_EQ(b.model[0].first, "model.0.conv.weight");

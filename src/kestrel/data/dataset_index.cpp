@@ -86,13 +86,17 @@ std::string cache_path_for(const std::vector<std::string>& images) {
 // parse gives under nc (its first such row, with the line). The cache holds outcomes without this check
 // (as upstream's, which train.py checks against nc afterwards), so that --single-cls (no check) and another
 // nc reuse it.
+// A class above kMaxClassIndex failed the parse without nc already: with nc, it is one beyond nc, said so.
 void check_classes(SampleCheck& v, int nc) {
-  if (!v.ok || nc <= 0) return;
-  float largest = -1;
-  for (const LabelRow& row : v.record.rows) largest = std::max(largest, row.box[0]);
-  if (largest < static_cast<float>(nc)) return;
-  v.ok = false;
-  v.problem = cat(v.record.label, ": class ", largest, " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
+  if (nc <= 0) return;
+  if (!v.ok && v.problem.find(kBeyondAnyClassIndex) == std::string::npos) return;
+  if (v.ok) {
+    float largest = -1;
+    for (const LabelRow& row : v.record.rows) largest = std::max(largest, row.box[0]);
+    if (largest < static_cast<float>(nc)) return;
+    v.ok = false;
+    v.problem = cat(v.record.label, ": class ", largest, " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
+  }
   try {  // the file's own first offending row (it was parsed without the check before)
     const auto text = read_file_bytes(v.record.label);
     (void)parse_labels(std::string(text.begin(), text.end()), v.record.label, nc);

@@ -52,7 +52,7 @@ LabelRow make_row(const std::vector<float>& v, const std::string& where, int nc)
   if (cls >= static_cast<float>(kMaxClassIndex + 1)) {
     char shown[64];
     std::snprintf(shown, sizeof shown, "%.0f", cls);
-    fail(where, ": class ", shown, " is beyond any class index (at most ", kMaxClassIndex, ")");
+    fail(where, ": class ", shown, kBeyondAnyClassIndex, " (at most ", kMaxClassIndex, ")");
   }
   LabelRow row;
   if (is_box) {

@@ -20,6 +20,8 @@ struct ParsedLabels {
 
 // The largest class a label may hold with or without nc: 2^24 - 1, the largest run of integers a float holds.
 inline constexpr int kMaxClassIndex = (1 << 24) - 1;
+// What the error for a class above it says (check_classes looks for it, to name nc instead where one is set).
+inline constexpr const char* kBeyondAnyClassIndex = " is beyond any class index";
 
 // The reference rules: every value a finite number, class a non-negative integer below nc (nc > 0) and
 // at most kMaxClassIndex,

@@ -238,8 +238,7 @@ at::Tensor match_predictions_yolov7(const at::Tensor& pred_boxes, const at::Tens
   if (N == 0 || M == 0 || T == 0) return correct;
 
   const at::Tensor iou = box_iou(pred_boxes, gt_boxes.to(pred_boxes.options()), /*eps=*/0.0);      // [N, M]
-  const at::Tensor same_class =
-      pred_classes.to(at::kLong).unsqueeze(1) == gt_classes.to(pred_boxes.device(), at::kLong).unsqueeze(0);
+  const at::Tensor same_class = same_class_matrix(gt_classes, pred_classes).t();                 // [N, M]
   // Each prediction's best gt of its own class: the first maximum, as test.py's ious.max(1) over the
   // class's gts in index order.
   const auto [best_iou, best_gt] = at::where(same_class, iou, -1.0).max(1);                     // [N], [N]

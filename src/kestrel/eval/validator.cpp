@@ -117,8 +117,9 @@ at::Tensor score_image(const at::Tensor& pred, const at::Tensor& labels, const d
   const at::Tensor tcls = labels.select(1, 0).to(at::kLong);
   if (pred.size(0) == 0) {
     if (labels.size(0) == 0) return {};  // val.py: nothing to count
-    // val.py's detections=None: only the label classes count (all missed), so the boxes may stay normalised.
-    if (options.confusion) options.confusion->process_batch(at::Tensor(), labels);
+    // val.py v7.0's detections=None: only the label classes count (all missed), so the boxes may stay
+    // normalised. YOLOv7's test.py and yolov3 v9.6.0's val.py pass over such an image (`continue`).
+    if (options.confusion && options.metric == MetricStyle::yolov5) options.confusion->process_batch(at::Tensor(), labels);
     lists.correct.push_back(at::zeros({0, iou_thresholds.size(0)}, at::kBool));
     lists.conf.push_back(at::zeros({0}));
     lists.pred_cls.push_back(at::zeros({0}));

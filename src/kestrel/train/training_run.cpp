@@ -388,6 +388,8 @@ void TrainingRun::save_checkpoint(const Progression& p, bool best, int epoch_don
   state.progression = p;
   state.ema_updates = ema->updates();
   state.world_size = dist_ctx.world_size;
+  state.model_yaml = info.model_yaml;
+  state.model_name = info.model_name;
   state.model = models::state_dict(*model);
   state.ema = models::state_dict(ema->model());
   state.optimizer = optimizer->state();
@@ -402,12 +404,19 @@ void TrainingRun::end_epochs() {
   // final validation of best weights and the plots, is skipped rather than the request ignored.
   if (!result.interrupted && StopSignal::requested()) {
     result.stopped_after_training = true;
-    std::cout << "\nStopped after the last epoch (saved): the final validation of best weights is skipped\n";
+    // Nothing is left to resume: say how to run the validation that was skipped.
+    if (o.save_weights)
+      std::cout << "\nStopped after the last epoch (saved): the final validation of best weights is skipped; run it with "
+                << "kestrel val --data " << o.data << " --weights " << best_path << "\n";
+    else
+      std::cout << "\nStopped after the last epoch: its final validation is skipped\n";
   }
-  // Ranks above 0 keep their handler until rank 0 has saved and validated (finish's barrier): a signal for
-  // the whole job (the launcher's forward, a scheduler's) killing one of them there made the launcher kill
-  // rank 0 in the middle of writing its last checkpoint.
-  if (dist_ctx.is_main()) stop_signal.reset();
+  // Every rank keeps its handler until finish's barrier. Ranks above 0: a signal for the whole job (the
+  // launcher's forward, a scheduler's) killing one of them there made the launcher kill rank 0 in the middle
+  // of writing its last checkpoint. Rank 0: the same signal during the final validation would kill it and the
+  // job end as failed; it ends the run after the validation's table instead, without the charts.
+  if (dist_ctx.is_main() && !result.interrupted && !result.stopped_after_training)
+    final_stop.emplace("\nStopping after the final validation's table, without its charts (again to stop at once)\n");
 }
 
 TrainResult TrainingRun::finish() {
@@ -416,8 +425,12 @@ TrainResult TrainingRun::finish() {
   result.final_map = last_val.metrics.map;
   if (fs::exists(last_path)) result.last = last_path;
   if (fs::exists(best_path)) result.best = best_path;
-  const bool stopped = result.interrupted || result.stopped_after_training;
+  bool stopped = result.interrupted || result.stopped_after_training;
   if (!stopped && !result.best.empty() && dist_ctx.is_main()) validate_best();
+  if (!stopped && StopSignal::requested()) {  // during the final validation (on rank 0), or while waiting for it
+    result.stopped_after_training = stopped = true;
+    std::cout << "\nStopped during the final validation: its charts and results.png are skipped\n";
+  }
   if (!stopped && fs::exists(results->path()) && dist_ctx.is_main() && !o.noplots)
     eval::plot_results(results->path(), (fs::path(save_dir) / "results.png").string());
   std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
@@ -428,7 +441,8 @@ TrainResult TrainingRun::finish() {
     result.best.clear();
   }
   dist::barrier(dist_ctx);
-  stop_signal.reset();  // ranks above 0 (end_epochs)
+  final_stop.reset();  // nested: the inner first
+  stop_signal.reset();
   dist::shutdown(dist_ctx);
   return result;
 }
@@ -448,6 +462,9 @@ void TrainingRun::validate_best() {
     std::cout << "\nWARNING: the final validation of best weights is skipped: " << e.what() << "\n";
     return;
   }
+  // Conv + BN fused, as upstream validates best.pt (attempt_load fuses), and as `kestrel val` runs it.
+  best.model->eval();
+  best.model->fuse();
   best.model->to(device);
   eval::ValidationOptions v;
   v.metric = eval::metric_style_for(*best.model, o.v5_metric, o.v3_metric);
@@ -467,7 +484,7 @@ void TrainingRun::validate_best() {
   }
   const eval::ValidationResult r = eval::validate(*best.model, *val_data.loader, *val_data.dataset, device, nc, v);
   std::cout << "\nValidating " << result.best << "...\n" << eval::format_validation_table(r, names, true);
-  if (o.noplots) return;
+  if (o.noplots || StopSignal::requested()) return;
   const fs::path dir(save_dir);
   eval::plot_confusion_matrix(confusion, names, (dir / "confusion_matrix.png").string());
   if (!r.metrics.scored) return;  // as val.py: the curves only where some prediction was correct

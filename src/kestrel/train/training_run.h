@@ -162,6 +162,7 @@ class TrainingRun {
   std::optional<TensorBoardWriter> tensorboard;
 
   std::optional<StopSignal> stop_signal;         // Ctrl-C and SIGTERM during the epochs
+  std::optional<StopSignal> final_stop;          // rank 0, nested in it: the same during the final validation
   ProgressLine progress;
   TrainResult result;
   int64_t batches_run = 0;

@@ -141,13 +141,17 @@ void TrainingRun::load_recipe() {
 
 void TrainingRun::build_model() {
   models::LoadedModel pretrained;
-  // A resumed run's weights come from its state file and its architecture from the run's own
-  // last.safetensors (which every save writes beside the state), not from --cfg or --weights, which may have
-  // moved or changed since (upstream's resume clears opt.cfg and rebuilds from the checkpoint too): only a
-  // fresh run reads its config file and transfers pretrained weights.
-  if (resuming()) pretrained = models::load_model_weights((fs::path(save_dir) / "weights" / "last.safetensors").string());
-  else if (!o.weights.empty()) pretrained = models::load_model_weights(o.weights);
-  if (!o.cfg.empty() && !resuming()) {
+  // A resumed run's weights and architecture come from its state file (states saved before it carried the
+  // architecture: from the run's own last.safetensors, written beside it), not from --cfg or --weights, which
+  // may have moved or changed since (upstream's resume clears opt.cfg and rebuilds from the checkpoint too):
+  // only a fresh run reads its config file and transfers pretrained weights.
+  if (resuming() && resume_state.model_yaml.empty()) pretrained = models::load_model_weights((fs::path(save_dir) / "weights" / "last.safetensors").string());
+  else if (!resuming() && !o.weights.empty()) pretrained = models::load_model_weights(o.weights);
+  if (resuming() && !resume_state.model_yaml.empty()) {
+    info.model_yaml = resume_state.model_yaml;
+    info.model_name = resume_state.model_name;
+    info.names = names;
+  } else if (!o.cfg.empty() && !resuming()) {
     info = models::describe_config(o.cfg, names);
   } else {
     info = pretrained.info;
@@ -367,7 +371,9 @@ void TrainingRun::restore_resume_state() {
               << "(it changed?); optimiser steps are counted from here\n";
   }
   if (progression.epoch >= o.epochs)
-    fail(o.resume, ": this run already finished (its ", o.epochs, " epochs, or stopped early by --patience); nothing to resume");
+    fail(o.resume, ": this run already finished (its ", o.epochs, " epochs, or stopped early by --patience); nothing to ",
+         "resume (`kestrel val --weights ", (fs::path(o.resume).parent_path() / "best.safetensors").string(),
+         "` validates its best weights)");
   // Copied into the live tensors (the EMA's in build_step): the file's copies need not stay in memory.
   resume_state.model.clear();
   resume_state.optimizer.clear();

@@ -94,6 +94,8 @@ TrainingState read_training_state(const std::string& path) {
     for (const Group& g : kGroups)
       if (key.rfind(g.prefix, 0) == 0) (s.*g.tensors).emplace_back(key.substr(std::string(g.prefix).size()), t);
   }
+  if (m.count("model_yaml") != m.count("model_name")) fail(path, ": 'model_yaml' and 'model_name' come together in the metadata");
+  if (m.count("model_yaml")) s.model_yaml = m.at("model_yaml"), s.model_name = m.at("model_name");
   if (!m.count("options")) fail(path, ": the training options are missing");
   if (!m.count("progress")) fail(path, ": the training progress is missing");
   nlohmann::json options;
@@ -134,8 +136,10 @@ void write_training_state(const std::string& path, const TrainingState& s) {
                                    {"best_epoch", p.best_epoch}, {"loss_sum", p.loss_sum},
                                    {"loss_count", p.loss_count}, {"ema_updates", s.ema_updates}, {"maps", p.maps},
                                    {"world_size", s.world_size}};
-  save_safetensors(path, tensors,
-                   {{"format", kStateFormat}, {"options", options_json(s.options).dump(-1, ' ', false, kReplace)}, {"progress", progress.dump()}});
+  std::map<std::string, std::string> metadata = {
+      {"format", kStateFormat}, {"options", options_json(s.options).dump(-1, ' ', false, kReplace)}, {"progress", progress.dump()}};
+  if (!s.model_yaml.empty()) metadata["model_yaml"] = s.model_yaml, metadata["model_name"] = s.model_name;
+  save_safetensors(path, tensors, metadata);
 }
 
 }  // namespace kestrel::train

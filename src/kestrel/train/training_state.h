@@ -31,6 +31,9 @@ struct TrainingState {
   int64_t ema_updates = 0;
   int world_size = 1;       // ranks of the run that saved it
   models::NamedTensors model, ema, optimizer, scaler;  // names without their prefix; scaler empty without fp16
+  // The run's architecture (its WeightsInfo's config text and stem), so that a resume needs no other file;
+  // empty in files saved before kestrel wrote them (the resume then reads weights/last.safetensors).
+  std::string model_yaml, model_name;
 };
 
 // `--resume` accepts a run folder or the file itself: the file's path.
