@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/data_test_support.h"
 #include "kestrel/core/error.h"
@@ -159,6 +160,29 @@ TEST(DatasetIndex, AHugeClassIsNamedAgainstNc) {
   EXPECT_EQ(reason(80), label + ":2: class 16777216 exceeds the dataset's nc=80 (classes 0..79)");
   EXPECT_EQ(reason(80), label + ":2: class 16777216 exceeds the dataset's nc=80 (classes 0..79)");  // from the cache
   EXPECT_EQ(reason(0), label + ":2: class 16777216 is beyond any class index (at most 16777215)");
+}
+
+// Upstream's check identifies each image's format by its content (PIL) and keeps only IMG_FORMATS: a netpbm
+// image named .jpg ("invalid image format PPM"), a GIF named .png; OpenCV would decode both.
+TEST(DatasetIndex, FormatsUpstreamRefusesAreSkippedWhateverTheirName) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("images/train"));
+  fs::create_directories(dir.file("labels/train"));
+  std::string ppm = "P6\n16 16\n255\n";
+  ppm += std::string(16 * 16 * 3, '\x80');
+  test::write_file(dir.file("images/train/ppm.jpg"), ppm);
+  test::write_file(dir.file("images/train/grey.jpg"), "Pf\n16 16\n-1.0\n" + std::string(16 * 16 * 4, '\0'));
+  test::write_file(dir.file("images/train/gif.png"), "GIF89a" + std::string(64, '\0'));
+  test::write_bytes(dir.file("images/train/good.jpg"), test::encode_jpeg(test::coordinate_image(32, 24)));
+  for (const char* stem : {"ppm", "grey", "gif", "good"}) test::write_file(dir.file(std::string("labels/train/") + stem + ".txt"), "0 0.5 0.5 0.2 0.2\n");
+  const DatasetIndex idx = index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{1, 1, false});
+  ASSERT_EQ(idx.records.size(), 1u);
+  EXPECT_NE(idx.records[0].image.find("good.jpg"), std::string::npos);
+  std::map<std::string, std::string> reasons;
+  for (const auto& skipped : idx.skipped) reasons[fs::path(skipped.path).filename().string()] = skipped.reason;
+  EXPECT_EQ(reasons["ppm.jpg"].rfind(dir.file("images/train/ppm.jpg") + ": invalid image format PPM (", 0), 0u) << reasons["ppm.jpg"];
+  EXPECT_EQ(reasons["grey.jpg"].rfind(dir.file("images/train/grey.jpg") + ": invalid image format PPM (", 0), 0u) << reasons["grey.jpg"];
+  EXPECT_EQ(reasons["gif.png"].rfind(dir.file("images/train/gif.png") + ": invalid image format GIF (", 0), 0u) << reasons["gif.png"];
 }
 
 // What only looks like a file: a FIFO as label file (opening it would wait for a writer forever), a folder as
@@ -522,6 +546,13 @@ TEST(ImageFiles, TxtListLinesAsUpstreamResolvesThem) {
   ASSERT_TRUE(fs::exists(from_here));
   test::write_file(dir.file("list.txt"), "./images/a.jpg\n" + from_here + "\n");
   EXPECT_EQ(list_images({dir.file("list.txt")}, "d.yaml"), (std::vector<std::string>{dir.file("images/a.jpg"), from_here}));
+  fs::copy_file(dir.file("list.txt"), dir.file("LIST.TXT"));  // the suffix in any case
+  EXPECT_EQ(list_images({dir.file("LIST.TXT")}, "d.yaml"), (std::vector<std::string>{dir.file("images/a.jpg"), from_here}));
+  // A list that cannot be read is an error (upstream's open() raises), not a split without its images.
+  ::chmod(dir.file("list.txt").c_str(), 0);
+  if (::access(dir.file("list.txt").c_str(), R_OK) == 0) GTEST_SKIP() << "this user reads files whatever their mode (root)";
+  EXPECT_EQ(test::error_message([&] { list_images({dir.file("list.txt")}, "d.yaml"); }),
+            "d.yaml: cannot read the list " + dir.file("list.txt") + " (Permission denied)");
 }
 
 // A file given by name that is of no supported kind (a README passed as --source) is named as such, not
@@ -607,6 +638,10 @@ TEST(DatasetConfig, DemoYamlAndErrors) {
             std::string::npos) << url_error;
   EXPECT_NE(error_of("train: t\nval: v\nnames: [a]\ndownload: |\n  import os\n  os.system('true')\n").find("(a Python script)"),
             std::string::npos);
+  // YOLOv7's coco.yaml: `download: bash ./scripts/get_coco.sh`, which upstream runs as a shell command.
+  const std::string shell_error = error_of("train: t\nval: v\nnames: [a]\ndownload: bash ./scripts/get_coco.sh\n");
+  EXPECT_NE(shell_error.find("(a shell command)"), std::string::npos) << shell_error;
+  EXPECT_NE(shell_error.find("Relative entries resolve against the YAML's folder"), std::string::npos) << shell_error;
   // Present data: `download` is not consulted.
   std::filesystem::create_directories(dir.file("t"));
   std::filesystem::create_directories(dir.file("v"));

@@ -89,6 +89,7 @@ TEST(LabelErrors, EachProblemNamesFileAndLine) {
   EXPECT_NE(error_of("0 0.1 0.1 0.2 0.2 0.3 0.3 0.4\n").find("8 values"), std::string::npos);  // odd coordinate count
   EXPECT_EQ(error_of("0 0.5 0.5 abc 0.1\n"), "l.txt:1: 'abc' is not a number");
   EXPECT_EQ(error_of("0 0.5 0.5 0x1g 0.1\n"), "l.txt:1: '0x1g' is not a number");
+  EXPECT_EQ(error_of("0 0.5 0.5 0x1p-1 0.1\n"), "l.txt:1: '0x1p-1' is not a number");  // float('0x1p-1') raises
 }
 
 TEST(LabelErrors, BinaryGarbageAndLongLines) {

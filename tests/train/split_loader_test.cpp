@@ -118,7 +118,7 @@ TEST(TrainLoader, QuadKeepsTheWholeGroupsOfAShortLastBatch) {
 // Upstream's `assert nf > 0 or not augment, "No labels found ... can not start training"`: images whose
 // labels are not where the images/ -> labels/ rule looks train on nothing. Empty label files are labels
 // (all background), as upstream counts them.
-TEST(TrainLoader, NoLabelFileAtAllIsAnError) {
+TEST(TrainLoader, NoLabelFileAtAllIsAnError) {  // and no label at all
   test::TempDir dir;
   std::filesystem::create_directories(dir.file("images/train"));
   for (const char* name : {"000000000009.jpg", "000000000025.jpg"})
@@ -137,6 +137,10 @@ TEST(TrainLoader, NoLabelFileAtAllIsAnError) {
   }
   std::filesystem::create_directories(dir.file("labels/train"));
   test::write_file(dir.file("labels/train/000000000025.txt"), "");
+  // v7.0's second assert: label files that are all empty ("All labels empty ..., can not start training").
+  test::write_file(dir.file("labels/train/000000000009.txt"), "");
+  EXPECT_EQ(test::error_message([&] { make_train_loader(cfg, o, Hyperparameters{}, 32, cfg.nc, c10::Device(c10::kCPU)); }),
+            "train: all labels empty (2 empty label files, no other labelled image), can not start training");
   // The split's line and its warnings are printed (upstream's scanning line and messages), not only
   // when a file is skipped: here a duplicate row removed.
   test::write_file(dir.file("labels/train/000000000009.txt"), "0 0.5 0.5 0.2 0.2\n0 0.5 0.5 0.2 0.2\n");

@@ -137,9 +137,13 @@ DatasetConfig load_dataset_config(const std::string& path) {
         if (!fs::exists(entry)) {
           const std::string& what = download.Scalar();
           const bool url = what.rfind("http://", 0) == 0 || what.rfind("https://", 0) == 0;
+          const bool shell = what.rfind("bash ", 0) == 0;  // upstream runs it with os.system; other text as Python
           fail(path, ": ", entry, " does not exist. Upstream would run the file's 'download' (",
-               url ? what : std::string("a Python script"), "); kestrel does not download: put the dataset under ",
-               cfg.root, url ? std::string(" (e.g. unzip the archive at that URL there)") : std::string(""));
+               url ? what : std::string(shell ? "a shell command" : "a Python script"),
+               "); kestrel does not download: put the dataset under ", cfg.root,
+               url ? std::string(" (e.g. unzip the archive at that URL there)") : std::string(""),
+               ". Relative entries resolve against the YAML's folder (upstream: the working folder, or ../datasets); ",
+               "a `path:` in the YAML names the dataset's root");
         }
   }
   return cfg;

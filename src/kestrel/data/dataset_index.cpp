@@ -45,6 +45,9 @@ SampleCheck verify_sample(const std::string& image) {
         fail(file, ": cannot be read (", std::strerror(errno), ")");
       }
     const std::vector<uint8_t> bytes = read_file_bytes(image);
+    // Upstream's check: PIL must identify the content as one of IMG_FORMATS (a PPM named .jpg is refused).
+    if (const std::string format = format_upstream_datasets_refuse(bytes); !format.empty())
+      fail(image, ": invalid image format ", format, " (by its content; datasets take JPEG, PNG, BMP, TIFF, WebP, as upstream)");
     v.needs_plugin = decoded_by_plugin(bytes);
     const DecodedImage decoded = decode_image(bytes, image);
     v.record.width = decoded.image.cols;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -137,8 +139,10 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
       walk(entry, source, [&](const fs::path& file) {
         if (wanted(file.string())) images.push_back(file.string());
       });
-    } else if (fs::is_regular_file(entry, ec) && fs::path(entry).extension() == ".txt") {
+    } else if (fs::is_regular_file(entry, ec) && ascii_lower(fs::path(entry).extension().string()) == ".txt") {
       std::ifstream in(entry);
+      // Upstream's open() raises: an unreadable list (permissions) is an error, not a split without its images.
+      if (!in) fail(source, ": cannot read the list ", entry, " (", std::strerror(errno), ")");
       const fs::path parent = fs::path(entry).parent_path();
       std::string line;
       while (std::getline(in, line)) {
@@ -157,6 +161,7 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
           images.push_back(p.lexically_normal().string());
         }
       }
+      if (in.bad()) fail(source, ": reading the list ", entry, " failed part way (", std::strerror(errno), ")");
     } else if (fs::is_regular_file(entry, ec) && wanted(entry)) {
       images.push_back(entry);
     } else if (fs::exists(entry, ec) && !fs::is_directory(entry, ec)) {  // a file of another kind

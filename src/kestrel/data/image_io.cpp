@@ -1,5 +1,7 @@
 #include "kestrel/data/image_io.h"
 
+#include <cctype>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -282,6 +284,19 @@ DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& 
 }
 
 DecodedImage decode_image_file(const std::string& path) { return decode_image(read_file_bytes(path), path); }
+
+std::string format_upstream_datasets_refuse(const std::vector<uint8_t>& b) {
+  const auto starts = [&](const char* magic, size_t n) { return b.size() >= n && std::memcmp(b.data(), magic, n) == 0; };
+  // Netpbm P1..P7 and PFM (PF, Pf): PIL names what it reads of them "PPM"; the rest it cannot identify.
+  if (b.size() >= 3 && b[0] == 'P' && ((b[1] >= '1' && b[1] <= '7') || b[1] == 'F' || b[1] == 'f') && std::isspace(b[2]))
+    return "PPM";
+  if (starts("GIF87a", 6) || starts("GIF89a", 6)) return "GIF";
+  if (starts("#?RADIANCE", 10) || starts("#?RGBE", 6)) return "HDR";
+  if (starts("\0\0\0\x0CjP  \r\n\x87\n", 12) || starts("\xFF\x4F\xFF\x51", 4)) return "JPEG 2000";
+  if (starts("\x76\x2F\x31\x01", 4)) return "OpenEXR";
+  if (starts("\x59\xA6\x6A\x95", 4)) return "Sun raster";
+  return "";
+}
 
 bool decoded_by_plugin(const std::vector<uint8_t>& bytes) {
   if (is_png(bytes)) return false;

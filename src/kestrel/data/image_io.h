@@ -27,6 +27,12 @@ DecodedImage decode_image_file(const std::string& path);
 // (libjpeg-turbo gives no BGR for those). What is decoded then depends on the plugin being available.
 bool decoded_by_plugin(const std::vector<uint8_t>& bytes);
 
+// The name of an image format these bytes are, by their content, that OpenCV decodes but upstream's dataset
+// check refuses ("invalid image format PPM": PIL must identify it as one of IMG_FORMATS, whatever the file's
+// name): netpbm and PFM ("PPM"), GIF, Radiance HDR, JPEG 2000, OpenEXR, Sun raster. Empty for anything else
+// (JPEG, PNG, BMP, TIFF, WebP, and what no decoder knows, which decode_image then reports).
+std::string format_upstream_datasets_refuse(const std::vector<uint8_t>& bytes);
+
 // Encodes 8-bit BGR as JPEG (libjpeg-turbo) and writes it atomically; chroma at half resolution (4:2:0,
 // as cv2.imwrite) unless full_chroma (4:4:4, as PIL's subsampling=0 for detect.py's crops).
 void write_jpeg(const std::string& path, const cv::Mat& bgr, int quality = 90, bool full_chroma = false);

@@ -14,10 +14,10 @@ namespace kestrel::data {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'S', 'T', 'L', 'I', 'D', 'X', '\0'};
-// 5: an entry's flags say whether its image needed the OpenCV plugin (CMYK JPEGs), and its verdicts are those
+// 6: images of formats upstream's dataset check refuses (a PPM named .jpg) are skipped; 5: an entry's flags say whether its image needed the OpenCV plugin (CMYK JPEGs), and its verdicts are those
 // of polygon labels checked through their box and duplicates found by box; 4: binary, one entry per image with
 // its files' stamps (3 and before: one JSON document for the split).
-constexpr uint32_t kVersion = 5;
+constexpr uint32_t kVersion = 6;
 constexpr uint32_t kByteOrderMark = 0x01020304;
 
 class Writer {

@@ -28,7 +28,9 @@ std::vector<float> parse_numbers(const std::string& line, const std::string& whe
     std::string shown;
     for (unsigned char c : token.substr(0, 20)) shown += std::isprint(c) ? static_cast<char>(c) : '?';
     if (token.size() > 20) shown += "...";
-    if (stop != token.c_str() + token.size() || token.empty()) fail(where, ": '", shown, "' is not a number");
+    // strtof also reads hexadecimal ("0x1p-1"), which Python's float() and numpy refuse.
+    if (stop != token.c_str() + token.size() || token.empty() || token.find_first_of("xX") != std::string::npos)
+      fail(where, ": '", shown, "' is not a number");
     if (!std::isfinite(v)) fail(where, ": non-finite value '", shown, "'");
     values.push_back(v);
   }

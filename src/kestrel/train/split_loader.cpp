@@ -148,6 +148,8 @@ SplitLoader make_train_loader(const data::DatasetConfig& cfg, const TrainOptions
   if (index.counts.labelled + index.counts.empty == 0)
     fail("train: no labels found, can not start training (", index.counts.missing, " images without a label file, e.g. ",
          data::label_path_for(index.records.at(0).image), ")");
+  if (index.counts.boxes == 0)  // upstream v7.0's `nl > 0` (YOLOv7 fails on the empty array)
+    fail("train: all labels empty (", index.counts.empty, " empty label files, no other labelled image), can not start training");
   if (repeat > 1) {
     const auto records = index.records;
     for (int r = 1; r < repeat; ++r) index.records.insert(index.records.end(), records.begin(), records.end());
