@@ -75,12 +75,14 @@ void append_predictions_csv(const fs::path& csv, const std::string& rows) {
 }
 
 // Appends an annotated frame to `writer`, which is made with the first frame (its size; mp4v at `fps`).
-// frame_number names the frame in the error when the size changes mid-video.
+// A frame of another size (a stream that changed resolution) is left out of the video with a warning, as
+// cv2.VideoWriter drops it, and detection goes on; frame_number names it.
 void write_video_frame(std::unique_ptr<data::VideoWriter>& writer, const fs::path& path, double fps, const cv::Mat& frame,
                        const std::string& source, int64_t frame_number) {
   if (!writer) writer = data::create_video(path.string(), fps, frame.size());
   if (!writer->write(frame))
-    fail(source, ": frame ", frame_number, " is ", frame.cols, "x", frame.rows, ", unlike the frames before it");
+    std::cerr << "WARNING: " << source << ": frame " << frame_number << " is " << frame.cols << "x" << frame.rows
+              << ", unlike the frames before it: not written to " << path.string() << "\n";
 }
 
 // One image or video frame: its label file (written whole, one line per detection in upstream's order:
@@ -284,12 +286,14 @@ void detect_files(eval::Detector& detector, const std::vector<std::string>& file
     const std::string prefix = cat("image ", i + 1, "/", n, " ", shown_path(path.string(), o.source), ": ");
     data::DecodedImage decoded;
     try {
-      decoded = data::decode_image_file(path.string());
+      // A truncated JPEG is detected on, as cv2.imread reads it for detect.py (the missing part grey).
+      decoded = data::decode_image_file(path.string(), /*keep_truncated=*/true);
     } catch (const Error& e) {  // reported and skipped: one bad file does not stop a folder
       std::cout << prefix << "skipped (" << e.what() << ")" << std::endl;
       ++skipped;
       continue;
     }
+    if (!decoded.warning.empty()) std::cerr << "WARNING: " << path.string() << ": " << decoded.warning << "\n";
     detect_one(detector, decoded.image, o, names,
                {save_dir / "labels" / out.labels, path.stem().string(), csv_name, image_id}, save_dir, prefix, json);
     if (!o.nosave) {
@@ -381,7 +385,7 @@ void run_detect(const DetectOptions& o) {
     std::cout << "WARNING: --imgsz " << d.img_height << " " << d.img_width << " must be multiple of max stride "
               << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
 
-  DetectSource source = open_detect_source(o.source);  // before the run folder: a bad source leaves nothing
+  DetectSource source = open_detect_source(o.source, o.project);  // before the run folder: a bad source leaves nothing
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
   if (o.save_txt) fs::create_directories(save_dir / "labels");
   if (o.save_csv && fs::exists(save_dir / "predictions.csv")) require_regular_file((save_dir / "predictions.csv").string());
@@ -440,8 +444,8 @@ void add_detect_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
       ->expected(1, 2)->check(CLI::Range(32, 8192));
-  cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str();
-  cmd->add_option("--iou-thres,--iou", o->iou_thres, "NMS IoU threshold")->capture_default_str();
+  cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str()->check(unit_interval());
+  cmd->add_option("--iou-thres,--iou", o->iou_thres, "NMS IoU threshold")->capture_default_str()->check(unit_interval());
   auto* max_det = cmd->add_option("--max-det", o->max_det, "maximum detections per image (YOLOv7 models: 300 unless given)")
                        ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--device", o->device, "cuda device (0, cuda:0) or cpu");

@@ -191,8 +191,10 @@ void add_export_command(CLI::App& app) {
                 "scores, outputs as --end2end's for TensorRT");
   cmd->add_option("--topk-all", opts->onnx.nms.topk, "--end2end / --include-nms: detections kept per image")->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  cmd->add_option("--iou-thres,--iou", opts->onnx.nms.iou_thres, "--end2end / --include-nms: NMS IoU threshold")->capture_default_str();
-  cmd->add_option("--conf-thres,--conf", opts->onnx.nms.conf_thres, "--end2end / --include-nms: confidence threshold")->capture_default_str();
+  cmd->add_option("--iou-thres,--iou", opts->onnx.nms.iou_thres, "--end2end / --include-nms: NMS IoU threshold")->capture_default_str()
+      ->check(unit_interval());
+  cmd->add_option("--conf-thres,--conf", opts->onnx.nms.conf_thres, "--end2end / --include-nms: confidence threshold")->capture_default_str()
+      ->check(unit_interval());
   opts->max_wh_option = cmd->add_option("--max-wh", opts->max_wh,
                                          "--end2end: NMS for onnxruntime with this per-class box offset in pixels (0: "
                                          "class-agnostic); not given: NMS for TensorRT");

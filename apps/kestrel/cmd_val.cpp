@@ -333,9 +333,9 @@ void add_val_command(CLI::App& app) {
       ->required()->expected(1, -1);
   cmd->add_option("--batch-size,--batch", o->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
   cmd->add_option("--img,--img-size,--imgsz", o->img_size, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
-  cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str();
+  cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str()->check(unit_interval());
   auto* iou = cmd->add_option("--iou-thres,--iou", o->iou_thres, "NMS IoU threshold (YOLOv7 models: 0.65 unless given)")
-                   ->capture_default_str();
+                   ->capture_default_str()->check(unit_interval());
   cmd->add_option("--max-det", o->max_det, "detections per image")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--task", o->task,
                   "split: train, val or test; speed: the val split at conf 0.25, IoU 0.45, for the timings; study: the "

@@ -29,6 +29,24 @@ inline CLI::Validator integer_where(std::function<bool(long long)> allowed, cons
       expected);
 }
 
+// A threshold's check: a number in [0, 1] ("nan" and "2" refused at the command line, naming the flag, rather
+// than by NMS after the run folder is made).
+inline CLI::Validator unit_interval() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        size_t end = 0;
+        try {
+          v = std::stod(s, &end);
+        } catch (const std::exception&) {
+          end = 0;
+        }
+        if (s.empty() || end != s.size()) return "expected a number, got '" + s + "'";
+        return v >= 0 && v <= 1 ? std::string() : "expected a number in [0, 1], got " + s;
+      },
+      "in [0, 1]");
+}
+
 // --weights of a command that runs one model. Upstream's scripts take several (detect.py ensembles them,
 // export.py exports each in turn); more than one here is an error saying what upstream would have done.
 inline CLI::Option* add_one_weights_option(CLI::App* cmd, std::string& weights, const std::string& help,

@@ -1,7 +1,9 @@
 #include "detect_source.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
@@ -21,8 +23,18 @@ std::string trimmed(const std::string& line) {
 
 // detect.py's screenshot source ("screen", "screen 0 100 100 512 256": any source starting with "screen");
 // an existing file of such a name (screenshot.png) is a file here.
+// A glob ('screenshots/*.jpg') is a glob.
 bool is_screen_source(const std::string& source) {
-  return ascii_lower(source).rfind("screen", 0) == 0 && !fs::exists(source);
+  return ascii_lower(source).rfind("screen", 0) == 0 && !fs::exists(source) && source.find_first_of("*?[") == std::string::npos;
+}
+
+// Whether `file` lies below `folder` (both made absolute and normal; links are not followed).
+bool is_below(const fs::path& file, const fs::path& folder) {
+  const fs::path f = fs::absolute(file).lexically_normal();
+  auto a = folder.begin(), b = f.begin();
+  for (; a != folder.end() && !a->empty(); ++a, ++b)
+    if (b == f.end() || *a != *b) return false;
+  return true;
 }
 
 // The sources of a .streams list, one per line (blank lines skipped): camera indices, URLs of any scheme
@@ -61,7 +73,7 @@ void refuse_streams_in_txt_list(const std::string& list) {
 
 }  // namespace
 
-DetectSource open_detect_source(const std::string& source) {
+DetectSource open_detect_source(const std::string& source, const std::string& project) {
   // Upstream downloads an image URL and treats it as a file; kestrel has no downloader.
   if (data::is_stream_url(source) && data::has_image_extension(source))
     fail("--source ", source, ": an image URL; download the image and pass the file");
@@ -103,6 +115,14 @@ DetectSource open_detect_source(const std::string& source) {
         {source}, "--source",
         [](const std::string& path) { return data::has_image_extension(path) || data::is_video_file(path); },
         cat(data::image_formats_text(), "; ", data::video_formats_text()));
+    const fs::path runs = fs::absolute(project).lexically_normal();
+    const size_t listed = opened.files.size();
+    opened.files.erase(std::remove_if(opened.files.begin(), opened.files.end(),
+                                      [&](const std::string& file) { return is_below(file, runs); }),
+                       opened.files.end());
+    if (opened.files.size() != listed)
+      std::cout << "note: " << listed - opened.files.size() << " files below --project " << project
+                << " (earlier runs' outputs) are not taken as sources\n";
     if (opened.files.empty()) fail("--source ", source, ": no images or videos found");
   }
   return opened;

@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include "data/data_test_support.h"
 #include "kestrel/data/augment.h"
 #include "kestrel/data/image_io.h"
 #include "kestrel/eval/detector.h"
@@ -270,6 +271,43 @@ TEST(DetectCli, WritesAnnotatedImagesLabelsAndUpstreamLines) {
       EXPECT_EQ(line.rfind("2 ", 0), 0u) << line;
       EXPECT_EQ(std::count(line.begin(), line.end(), ' '), 4) << "no confidence without --save-conf: " << line;
     }
+}
+
+// detect.py reads a truncated JPEG with cv2.imread (the missing part grey) and detects on it: so does kestrel,
+// with a warning (datasets skip such a file). A source folder that holds --project (`--source .`) does not take
+// earlier runs' outputs as sources.
+TEST(DetectCli, TruncatedJpegsAreDetectedOnAndRunsAreNotSources) {
+  DetectRun run;
+  std::ifstream in("data/demo/images/val/000000000139.jpg", std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
+  test::write_bytes(run.source + "/cut.jpg", std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(bytes.size() * 4 / 5)));
+  const std::string runs = run.source + "/runs";
+  for (const char* name : {"first", "second"}) {
+    const auto r = test::run_command(test::kestrel_binary() + " detect --device cpu --weights " + run.weights + " --source " +
+                                     run.source + " --project " + runs + " --img 320 --name " + name);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("image 3/3 " + run.source + "/cut.jpg: 224x320 "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("WARNING: " + run.source + "/cut.jpg: truncated JPEG, the missing part grey"), std::string::npos) << r.output;
+    EXPECT_TRUE(fs::exists(runs + "/" + name + "/cut.jpg")) << r.output;
+    if (std::string(name) == "second")
+      EXPECT_NE(r.output.find("note: 3 files below --project " + runs + " (earlier runs' outputs) are not taken as sources"),
+                std::string::npos) << r.output;
+  }
+  // Thresholds outside [0, 1] are refused at the command line, naming the flag, before any folder is made.
+  for (const char* flag : {"--conf-thres 2", "--iou-thres nan", "--conf-thres -0.1"}) {
+    const auto r = run.detect(std::string(flag) + " --name bad");
+    EXPECT_NE(r.exit_code, 0) << flag;
+    EXPECT_NE(r.output.find(std::string(flag).substr(0, std::string(flag).find(' '))), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("in [0, 1]"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(run.project + "/bad"));
+  // A glob starting with "screen" is a glob (detect.py's screen capture is the source "screen ...").
+  fs::create_directories(run.dir.file("screenshots"));
+  fs::copy_file(run.source + "/" + run.demo[0], run.dir.file("screenshots/a.jpg"));
+  const auto glob = test::run_command("cd " + run.dir.path() + " && " + test::kestrel_binary() + " detect --device cpu --weights " +
+                                      run.weights + " --source 'screenshots/*.jpg' --project " + run.project + " --img 320 --name glob");
+  EXPECT_EQ(glob.exit_code, 0) << glob.output;
+  EXPECT_NE(glob.output.find("image 1/1 "), std::string::npos) << glob.output;
 }
 
 TEST(DetectCli, CorruptImageIsReportedAndSkipped) {

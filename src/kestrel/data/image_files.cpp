@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 
 #include "kestrel/core/ascii_lower.h"
@@ -145,7 +146,9 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
       if (!in) fail(source, ": cannot read the list ", entry, " (", std::strerror(errno), ")");
       const fs::path parent = fs::path(entry).parent_path();
       std::string line;
+      int number = 0;
       while (std::getline(in, line)) {
+        ++number;
         while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();  // \r, tabs
         if (line.empty()) continue;
         // Upstream turns a leading "./" into the list's folder and leaves other relative lines relative to the
@@ -158,7 +161,9 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
             if (wanted(file.string())) images.push_back(file.string());
           });
         } else if (wanted(p.string())) {
-          images.push_back(p.lexically_normal().string());
+          images.push_back(p.lexically_normal().string());  // a missing one is reported where it is read
+        } else if (!fs::exists(p, ec)) {  // a folder or file of another name that is not there: said, not lost
+          std::cerr << "WARNING: " << source << ": " << entry << ":" << number << ": " << line << " does not exist (skipped)\n";
         }
       }
       if (in.bad()) fail(source, ": reading the list ", entry, " failed part way (", std::strerror(errno), ")");

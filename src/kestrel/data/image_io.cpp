@@ -81,7 +81,7 @@ std::string size_problem(int64_t width, int64_t height) {
 // `kind` says why the image needs the plugin, for the error where it is not available.
 DecodedImage decode_with_plugin(const std::vector<uint8_t>& bytes, const std::string& path, const char* kind);
 
-DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& path) {
+DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& path, bool keep_truncated) {
   // One decompressor per thread: creating one costs more than decoding a small image's header.
   thread_local std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitDecompress(), tjDestroy);
   if (!handle) fail(path, ": cannot initialise the JPEG decoder");
@@ -121,9 +121,10 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& p
                     TJFLAG_ACCURATEDCT) != 0) {
     const std::string message = tjGetErrorStr2(handle.get());
     if (tjGetErrorCode(handle.get()) != TJERR_WARNING) fail(path, ": corrupt JPEG (", message, ")");
-    // Premature end = truncated file: the missing part would be decoded as grey. Skip rather than train on it.
-    if (message.find("Premature end") != std::string::npos) fail(path, ": truncated JPEG (", message, ")");
-    out.warning = message;
+    // Premature end = truncated file: the missing part is decoded as grey. Skipped rather than trained on.
+    const bool truncated = message.find("Premature end") != std::string::npos;
+    if (truncated && !keep_truncated) fail(path, ": truncated JPEG (", message, ")");
+    out.warning = truncated ? cat("truncated JPEG, the missing part grey (", message, ")") : message;
   }
   out.image = apply_orientation(out.image, jpeg_exif_orientation(bytes.data(), bytes.size()));
   return out;
@@ -276,14 +277,16 @@ int jpeg_exif_orientation(const uint8_t* data, size_t size) {
   return 1;
 }
 
-DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path) {
+DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path, bool keep_truncated) {
   if (bytes.empty()) fail(path, ": empty file");
-  if (is_jpeg(bytes)) return decode_jpeg(bytes, path);
+  if (is_jpeg(bytes)) return decode_jpeg(bytes, path, keep_truncated);
   if (is_png(bytes)) return decode_png(bytes, path);
   return decode_with_plugin(bytes, path, "not a JPEG or PNG");
 }
 
-DecodedImage decode_image_file(const std::string& path) { return decode_image(read_file_bytes(path), path); }
+DecodedImage decode_image_file(const std::string& path, bool keep_truncated) {
+  return decode_image(read_file_bytes(path), path, keep_truncated);
+}
 
 std::string format_upstream_datasets_refuse(const std::vector<uint8_t>& b) {
   const auto starts = [&](const char* magic, size_t n) { return b.size() >= n && std::memcmp(b.data(), magic, n) == 0; };

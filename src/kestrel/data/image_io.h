@@ -20,8 +20,10 @@ struct DecodedImage {
 
 // Throws kestrel::Error naming `path` for unreadable, corrupt, truncated or unsupported images, and for
 // formats other than JPEG and PNG when the OpenCV plugin is not available.
-DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path);
-DecodedImage decode_image_file(const std::string& path);
+// keep_truncated: a JPEG that ends early is decoded as cv2.imread does, the missing part grey, with a
+// warning (detect, as detect.py); datasets skip such a file rather than train on the grey.
+DecodedImage decode_image(const std::vector<uint8_t>& bytes, const std::string& path, bool keep_truncated = false);
+DecodedImage decode_image_file(const std::string& path, bool keep_truncated = false);
 
 // Whether decode_image hands these bytes to the OpenCV plugin: neither JPEG nor PNG, or a CMYK/YCCK JPEG
 // (libjpeg-turbo gives no BGR for those). What is decoded then depends on the plugin being available.
