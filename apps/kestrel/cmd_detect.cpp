@@ -2,6 +2,7 @@
 // index or a stream URL: annotated copies (or an annotated .mp4) and, with --save-txt, YOLO label files in runs/detect/<name>/.
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -80,9 +81,10 @@ void append_predictions_csv(const fs::path& csv, const std::string& rows) {
 void write_video_frame(std::unique_ptr<data::VideoWriter>& writer, const fs::path& path, double fps, const cv::Mat& frame,
                        const std::string& source, int64_t frame_number) {
   if (!writer) writer = data::create_video(path.string(), fps, frame.size());
-  if (!writer->write(frame))
+  static std::set<std::string> warned;  // once per video file: a stream that changed for good would warn every frame
+  if (!writer->write(frame) && warned.insert(path.string()).second)
     std::cerr << "WARNING: " << source << ": frame " << frame_number << " is " << frame.cols << "x" << frame.rows
-              << ", unlike the frames before it: not written to " << path.string() << "\n";
+              << ", unlike the frames before it: it and later frames of another size are not written to " << path.string() << "\n";
 }
 
 // One image or video frame: its label file (written whole, one line per detection in upstream's order:

@@ -81,20 +81,24 @@ void run_export(const ExportOptions& o) {
   models::LoadedModel loaded = models::load_model_weights(o.weights);
   loaded.model->eval();
   exporting::OnnxExportOptions onnx = o.onnx;
-  if (!o.img_sizes.empty()) {
-    if (o.img_sizes.size() == 2 && o.img_sizes[0] != o.img_sizes[1])
-      fail("--img-size ", o.img_sizes[0], " ", o.img_sizes[1], ": kestrel's static graphs are square (one size, or "
-           "two equal ones); --dynamic takes any height and width at run time");
-    onnx.img = o.img_sizes[0];
-  }
   if (o.max_wh_option->count() > 0) onnx.nms.max_wh = o.max_wh;
   if (onnx.dynamic_batch) onnx.dynamic = false;  // YOLOv7's export.py: --dynamic-batch wins over --dynamic
-  // check_img_size: a size that is not a multiple of the largest stride is rounded up, with upstream's warning.
-  if (const int64_t s = loaded.model->max_stride(); onnx.img % s != 0) {
-    const int64_t rounded = (onnx.img + s - 1) / s * s;
-    std::cout << "WARNING: --img-size " << onnx.img << " must be multiple of max stride " << s << ", updating to " << rounded << "\n";
-    onnx.img = rounded;
-  }
+  // check_img_size: a size that is not a multiple of the largest stride is rounded up, with upstream's warning
+  // (each of two sizes, before they are compared).
+  std::vector<int64_t> sizes = o.img_sizes.empty() ? std::vector<int64_t>{onnx.img} : o.img_sizes;
+  const int64_t s = loaded.model->max_stride();
+  for (int64_t& size : sizes)
+    if (size % s != 0) {
+      const int64_t rounded = (size + s - 1) / s * s;
+      std::cout << "WARNING: --img-size " << size << " must be multiple of max stride " << s << ", updating to " << rounded << "\n";
+      size = rounded;
+    }
+  if (sizes.size() == 1) sizes.push_back(sizes[0]);
+  // A dynamic graph takes any height and width (traced at the first size); a static one is square here.
+  if (sizes[0] != sizes[1] && !onnx.dynamic)
+    fail("--img-size ", sizes[0], " ", sizes[1], ": kestrel's static graphs are square (one size, or two equal ones); "
+         "give --dynamic for a graph that takes any height and width at run time");
+  onnx.img = sizes[0];
   onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
   std::string out = o.out;
   if (out.empty()) out = std::filesystem::path(o.weights).replace_extension(".onnx").string();
@@ -103,7 +107,7 @@ void run_export(const ExportOptions& o) {
     fail(out, ": is the weights file being exported; the ONNX file would replace it (give another name with -o)");
   std::map<std::string, std::string> metadata;
   metadata["names"] = python_dict_text(loaded.info.names);  // export.py's str(model.names)
-  metadata["imgsz"] = nlohmann::json({onnx.img, onnx.img}).dump();
+  metadata["imgsz"] = nlohmann::json({sizes[0], sizes[1]}).dump();
   metadata["batch"] = std::to_string(onnx.batch);
   if (onnx.end2end || onnx.include_nms) {
     nlohmann::json nms = {{"backend", onnx.nms.tensorrt() ? "tensorrt" : "onnxruntime"}, {"topk", onnx.nms.topk},
@@ -126,7 +130,8 @@ void run_export(const ExportOptions& o) {
   } else if (e.end2end) {
     std::cout << "output " << exporting::kEndToEndOutput << " [detections, 7]: image, x1, y1, x2, y2, class, score)\n";
   } else {
-    std::cout << "output " << exporting::output_name(*loaded.model) << " [" << b << ", " << (e.dynamic ? "anchors" : "N") << ", "
+    std::cout << "output " << exporting::output_name(*loaded.model) << " [" << b << ", "
+              << (e.dynamic ? "anchors" : std::to_string(exporting::num_predictions(loaded.model->head(), e.img))) << ", "
               << loaded.model->head().num_outputs() << "])\n";
   }
 }

@@ -61,6 +61,13 @@ Model load_for(const ValOptions& o, const std::string& weights, const data::Data
   return m;
 }
 
+// --task speed and study with several files: each is read and checked (classes, metric) on the CPU before a
+// run folder is made or a pass runs, then loaded again for its passes, one model on the device at a time.
+void check_every_file(const ValOptions& o, const data::DatasetConfig& cfg) {
+  if (o.weights.size() > 1)
+    for (const auto& weights : o.weights) (void)load_for(o, weights, cfg, c10::Device(c10::kCPU));
+}
+
 // Where one pass writes: txt labels, plots (with the confusion matrix to fill), nothing when empty.
 struct PassOutputs {
   std::string txt_dir, plot_dir;
@@ -155,6 +162,7 @@ void run_speed(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
   o.iou_thres_given = true;
   o.save_json = false;
   o.coco_ann.clear();
+  check_every_file(o, cfg);
   for (const auto& weights : o.weights) {
     Model m = load_for(o, weights, cfg, device);
     PassOutputs out;
@@ -230,14 +238,11 @@ std::optional<eval::CocoSummary> save_coco_predictions(const CocoOutput& c, cons
 void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& device) {
   o.save_txt = false;
   const CocoOutput coco = coco_output_for(o, cfg);
-  // Every file is read (and its metric checked) before the run folder is made.
-  std::vector<Model> loaded;
-  for (const auto& weights : o.weights) loaded.push_back(load_for(o, weights, cfg, device));
+  check_every_file(o, cfg);
   const std::filesystem::path dir = train::make_run_dir(o.project, o.name, o.exist_ok, false);
   std::vector<std::string> files;
-  for (size_t k = 0; k < o.weights.size(); ++k) {
-    const std::string& weights = o.weights[k];
-    Model& m = loaded[k];
+  for (const auto& weights : o.weights) {
+    Model m = load_for(o, weights, cfg, device);
     PassOutputs out;
     out.save_json = coco.save_json;
     if (coco.save_json) out.coco_category_ids = category_ids_for(coco, m);

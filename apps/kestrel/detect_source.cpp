@@ -110,16 +110,21 @@ DetectSource open_detect_source(const std::string& source, const std::string& pr
     opened.kind = DetectSource::Kind::kVideo;
     opened.video = data::open_video(source);
   } else {
-    if (fs::path(source).extension() == ".txt" && fs::is_regular_file(source)) refuse_streams_in_txt_list(source);
+    if (ascii_lower(fs::path(source).extension().string()) == ".txt" && fs::is_regular_file(source)) refuse_streams_in_txt_list(source);
     opened.files = data::list_files(
         {source}, "--source",
         [](const std::string& path) { return data::has_image_extension(path) || data::is_video_file(path); },
         cat(data::image_formats_text(), "; ", data::video_formats_text()));
+    // Only a folder searched recursively that holds the project (not the project itself, or a folder in it;
+    // not files named one by one, in a list or by a glob).
     const fs::path runs = fs::absolute(project).lexically_normal();
+    const fs::path folder = fs::absolute(source).lexically_normal();
     const size_t listed = opened.files.size();
-    opened.files.erase(std::remove_if(opened.files.begin(), opened.files.end(),
-                                      [&](const std::string& file) { return is_below(file, runs); }),
-                       opened.files.end());
+    std::error_code ec;
+    if (fs::is_directory(source, ec) && is_below(runs, folder) && !is_below(folder, runs))
+      opened.files.erase(std::remove_if(opened.files.begin(), opened.files.end(),
+                                        [&](const std::string& file) { return is_below(file, runs); }),
+                         opened.files.end());
     if (opened.files.size() != listed)
       std::cout << "note: " << listed - opened.files.size() << " files below --project " << project
                 << " (earlier runs' outputs) are not taken as sources\n";

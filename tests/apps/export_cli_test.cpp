@@ -94,6 +94,18 @@ TEST(ExportCli, Yolov7ReadmeCommand) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--img-size 64 96: kestrel's static graphs are square"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("bad.onnx")));
+  // Each size is rounded to the stride before they are compared (export.py: 50 and 64 are both 64), and
+  // --dynamic takes two sizes (export.py traces at them); the imgsz metadata keeps both.
+  r = test::run_command(base + " --img-size 50 64 --out " + dir.file("rounded.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("WARNING: --img-size 50 must be multiple of max stride 32, updating to 64"), std::string::npos) << r.output;
+  // Static: the output's row count, na * sum((64 / s)^2) = 3 * (64 + 16 + 4) = 252 for strides 8, 16, 32.
+  EXPECT_NE(r.output.find("output output [1, 252, 8])"), std::string::npos) << r.output;
+  r = test::run_command(base + " --dynamic --img-size 64 96 --out " + dir.file("wide.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const test::CommandResult meta = test::run_python(
+      "import onnx\nm = onnx.load('" + dir.file("wide.onnx") + "')\nprint({p.key: p.value for p in m.metadata_props}['imgsz'])\n");
+  EXPECT_NE(meta.output.find("[64,96]"), std::string::npos) << meta.output;
 }
 
 // export.py's --simplify runs onnx-simplifier over the graph. kestrel's graphs are written in the form it

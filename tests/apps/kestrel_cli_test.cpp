@@ -346,9 +346,15 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
     const auto names = data::load_dataset_config("data/demo/demo.yaml").names;
     auto v7 = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov7-tiny")), static_cast<int>(names.size()));
     models::save_model_weights(dir.file("v7.safetensors"), *v7, models::describe_config("yolov7-tiny", names));
+    auto v5 = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), static_cast<int>(names.size()));
+    models::save_model_weights(dir.file("v5.safetensors"), *v5, models::describe_config("yolov5n", names));
+    // Several files (speed and study): every one is checked before the first pass writes anything (--save-txt).
+    const std::string both = dir.file("v5.safetensors") + " " + dir.file("v7.safetensors");
     for (const char* task : {"val", "study", "speed"}) {
+      const bool several = std::string(task) != "val";
       r = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 64 --device cpu --v3-metric --task " +
-                            task + " --weights " + dir.file("v7.safetensors") + " --project " + dir.file("v7val"));
+                            task + " --weights " + (several ? both + " --save-txt" : dir.file("v7.safetensors")) +
+                            " --project " + dir.file("v7val"));
       EXPECT_EQ(r.exit_code, 1) << task;
       EXPECT_NE(r.output.find("--v3-metric: ultralytics/yolov3 v9.6.0's val.py scores YOLOv3 and YOLOv5 models"), std::string::npos) << r.output;
       EXPECT_FALSE(std::filesystem::exists(dir.file("v7val"))) << task << ": " << r.output;

@@ -293,6 +293,14 @@ TEST(DetectCli, TruncatedJpegsAreDetectedOnAndRunsAreNotSources) {
       EXPECT_NE(r.output.find("note: 3 files below --project " + runs + " (earlier runs' outputs) are not taken as sources"),
                 std::string::npos) << r.output;
   }
+  // Only a folder searched through the project is filtered: an earlier run's folder or file as --source is read.
+  for (const std::string& source : {runs + "/first", runs + "/first/cut.jpg"}) {
+    const auto r = test::run_command(test::kestrel_binary() + " detect --device cpu --weights " + run.weights + " --source " +
+                                     source + " --project " + runs + " --img 320 --name again");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("not taken as sources"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("cut.jpg: 224x320 "), std::string::npos) << r.output;
+  }
   // Thresholds outside [0, 1] are refused at the command line, naming the flag, before any folder is made.
   for (const char* flag : {"--conf-thres 2", "--iou-thres nan", "--conf-thres -0.1"}) {
     const auto r = run.detect(std::string(flag) + " --name bad");

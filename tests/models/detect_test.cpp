@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <map>
+#include <string>
 #include <cmath>
 #include <memory>
 #include <tuple>
@@ -15,6 +17,7 @@
 
 #include "kestrel/models/model_builder.h"
 #include "kestrel/models/model_config.h"
+#include "kestrel/models/state_dict.h"
 #include "kestrel/models/yolo_model.h"
 
 namespace kestrel::models {
@@ -55,6 +58,42 @@ TEST(Detect, BuiltModelsPickThePriorByFamily) {
     const at::Tensor cls = bias.select(1, 5);
     EXPECT_LT((cls - expected).abs().max().item<double>(), 0.2) << config << ": " << cls;
   }
+}
+
+// YOLOv7's plain Detect registers anchor_grid (pixels: yolov7 models/yolo.py Detect.__init__), YOLOv5's does
+// not; a file without it (written before kestrel kept it, or imported) loads with it made from its anchors.
+TEST(Detect, Yolov7PlainDetectKeepsAnAnchorGrid) {
+  const auto keys_of = [](const YoloModel& m) {
+    std::map<std::string, at::Tensor> keys;
+    for (const auto& [key, t] : state_dict(m)) keys[key] = t;
+    return keys;
+  };
+  const auto v5 = build_model(load_model_config(resolve_model_config_path("yolov5n")), 1);
+  for (const auto& [key, t] : keys_of(*v5)) EXPECT_EQ(key.find("anchor_grid"), std::string::npos) << key;
+  const auto v7 = build_model(load_model_config(resolve_model_config_path("yolov4-csp")), 1);
+  const auto keys = keys_of(*v7);
+  std::string grid_key;
+  for (const auto& [key, t] : keys)
+    if (key.size() > 12 && key.compare(key.size() - 12, 12, ".anchor_grid") == 0) grid_key = key;
+  ASSERT_FALSE(grid_key.empty());
+  const std::string prefix = grid_key.substr(0, grid_key.size() - 11);
+  // yolov4-csp.yaml's anchors, in pixels, P3 to P5 ([12,16, 19,36, 40,28], ...): the grid holds them as written.
+  const at::Tensor grid = keys.at(grid_key).view({3, 3, 2});
+  EXPECT_EQ(grid[0][0][0].item<float>(), 12.f);
+  EXPECT_EQ(grid[0][0][1].item<float>(), 16.f);
+  EXPECT_EQ(grid[2][2][0].item<float>(), 459.f);
+  EXPECT_EQ(grid[2][2][1].item<float>(), 401.f);
+  // A file with other anchors and no anchor_grid: the grid follows the file's anchors x strides (8, 16, 32).
+  NamedTensors file;
+  for (const auto& [key, t] : state_dict(*v7)) {
+    if (key == grid_key) continue;
+    file.emplace_back(key, key == prefix + "anchors" ? t * 1.5 : t);
+  }
+  const auto loaded = build_model(load_model_config(resolve_model_config_path("yolov4-csp")), 1);
+  load_state_dict(*loaded, file, /*strict=*/true, "file");
+  const at::Tensor filled = keys_of(*loaded).at(grid_key).view({3, 3, 2});
+  EXPECT_EQ(filled[0][0][0].item<float>(), 18.f);
+  EXPECT_EQ(filled[2][2][1].item<float>(), 601.5f);
 }
 
 // check_anchor_order in each upstream's form. Level 0 [1x1, 1x1, 200x200], level 1 three 100x100: the mean

@@ -45,10 +45,9 @@ const std::vector<Fact> kFacts = {
     // YOLOv7's cfg/baseline/ configs shipped by kestrel: counted with upstream's models/yolo.py Model
     // (WongKinYiu/yolov7 a207844, nc 80, 2026-12-01; GFLOPs from forward hooks on every nn.Conv2d of an eval
     // forward at 640; the YOLOv7 README gives YOLOR-CSP 52.9 M parameters and 120.4 G FLOPs). yolov4-csp's plain
-    // Detect: upstream's YOLOv7 Detect also registers an anchor_grid buffer (18 elements, 1 key; 64916 and
-    // 680) that kestrel derives from `anchors`, as for YOLOv5 (tools/import_pt.py drops it).
+    // Detect registers an anchor_grid buffer in YOLOv7 (18 elements, 1 key), unlike YOLOv5's.
     {"yolor-csp", 52923994, 64916, 686, 32, {8, 16, 32}, 120.24},
-    {"yolov4-csp", 52921437, 64916 - 18, 680 - 1, 32, {8, 16, 32}, 120.24},
+    {"yolov4-csp", 52921437, 64916, 680, 32, {8, 16, 32}, 120.24},
     {"yolor-p6", 37265016, 64573, 864, 42, {8, 16, 32, 64}, 81.28},
     {"r50-csp", 34299578, 59039, 752, 29, {8, 16, 32}, 65.15},
 };

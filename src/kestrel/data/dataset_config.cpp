@@ -142,7 +142,7 @@ DatasetConfig load_dataset_config(const std::string& path) {
                url ? what : std::string(shell ? "a shell command" : "a Python script"),
                "); kestrel does not download: put the dataset under ", cfg.root,
                url ? std::string(" (e.g. unzip the archive at that URL there)") : std::string(""),
-               ". Relative entries resolve against the YAML's folder (upstream: the working folder, or ../datasets); ",
+               ". Relative entries resolve against the YAML's folder (upstream: its repository's folder); ",
                "a `path:` in the YAML names the dataset's root");
         }
   }

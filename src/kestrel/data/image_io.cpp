@@ -107,8 +107,9 @@ DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& p
       if (tjDecompress2(handle.get(), data, bytes.size(), cmyk.data(), w, w * 4, h, TJPF_CMYK, 0) != 0) {
         const std::string message = tjGetErrorStr2(handle.get());
         if (tjGetErrorCode(handle.get()) != TJERR_WARNING) fail(path, ": corrupt JPEG (", message, ")");
-        if (message.find("Premature end") != std::string::npos) fail(path, ": truncated JPEG (", message, ")");
-        warning = message;
+        const bool truncated = message.find("Premature end") != std::string::npos;
+        if (truncated && !keep_truncated) fail(path, ": truncated JPEG (", message, ")");
+        warning = truncated ? cat("truncated JPEG, the missing part grey (", message, ")") : message;
       }
     }
     DecodedImage out = decode_with_plugin(bytes, path, "a CMYK JPEG");

@@ -33,7 +33,9 @@ void check_options(const models::YoloModel& model, const OnnxExportOptions& o) {
   }
 }
 
-// Number of predictions for a square image: na * (img / stride)^2 summed over the levels.
+
+}  // namespace
+
 int64_t num_predictions(const models::Detect& head, int64_t img) {
   int64_t n = 0;
   for (double s : head.strides()) {
@@ -42,8 +44,6 @@ int64_t num_predictions(const models::Detect& head, int64_t img) {
   }
   return n;
 }
-
-}  // namespace
 
 std::string output_name(const models::YoloModel& model) {
   return models::is_yolov7_family(model) ? "output" : "output0";

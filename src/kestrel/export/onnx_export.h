@@ -36,6 +36,10 @@ inline constexpr const char* kEndToEndOutput = "output";
 // for YOLOv5 and YOLOv3 models (YOLOv5's export.py since v6.0; its deploy code asks for it by name).
 std::string output_name(const models::YoloModel& model);
 
+// Number of predictions for a square image of `img` pixels: na * (img / stride)^2 summed over the levels
+// (25200 for a P5 model at 640).
+int64_t num_predictions(const models::Detect& head, int64_t img);
+
 // Fuses the model (in place) and writes the ONNX file to `path` (atomically).
 // metadata: extra metadata_props (e.g. "names"); "stride" and "model" are always written.
 // Throws kestrel::Error naming the option for bad options (--img not a multiple of the stride, --opset

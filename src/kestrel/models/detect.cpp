@@ -146,6 +146,11 @@ void Detect::initialize(const std::vector<double>& strides, bool yolov7_family) 
     anchors_.copy_(anchors_.flip(0));
     if (anchor_grid_.defined()) anchor_grid_.copy_(anchor_grid_.flip(0));
   }
+  // YOLOv7's plain Detect registers anchor_grid too (pixels, in stride order), which YOLOv5's does not: its
+  // state dict, `kestrel models`' counts and exported state dicts have it (load_state_dict fills it from the
+  // anchors for files written before).
+  if (yolov7_family && !implicit_ && !anchor_grid_.defined())
+    anchor_grid_ = register_buffer("anchor_grid", anchors_.clone().view({nl_, 1, na_, 1, 1, 2}));
   for (int64_t i = 0; i < nl_; ++i) {
     anchors_[i].div_(strides_[i]);
     // bias [na * no] viewed [na, no]: objectness prior ~8 objects per 640x640 image at this stride,

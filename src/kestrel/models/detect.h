@@ -55,7 +55,7 @@ class Detect : public Layer {
   bool yolov7_ = false;  // YOLOv7's xy decode order and anchor-order check (initialize's yolov7_family)
   std::vector<double> strides_;
   at::Tensor anchors_;      // buffer "anchors"
-  at::Tensor anchor_grid_;  // buffer "anchor_grid" [nl, 1, na, 1, 1, 2], pixels (IDetect only)
+  at::Tensor anchor_grid_;  // buffer "anchor_grid" [nl, 1, na, 1, 1, 2], pixels (YOLOv7's heads only)
   std::vector<torch::nn::Conv2d> m_;      // ModuleList "m": 1x1 conv to na * no channels per level
   std::vector<torch::nn::Conv2d> m2_;     // ModuleList "m2" (IAuxDetect): the same on the auxiliary maps
   std::vector<at::Tensor> implicit_add_;  // "ia.i.implicit" [1, ch_i, 1, 1], ~N(0, 0.02)

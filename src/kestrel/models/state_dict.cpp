@@ -6,6 +6,7 @@
 #include <torch/utils.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/models/detect.h"
 
 namespace kestrel::models {
 namespace {
@@ -44,6 +45,19 @@ std::string LoadReport::describe(size_t max_items) const {
 
 LoadReport load_state_dict(torch::nn::Module& module, const NamedTensors& tensors, bool strict, const std::string& source) {
   std::map<std::string, at::Tensor> given(tensors.begin(), tensors.end());
+  // A YOLOv7 plain Detect's anchor_grid (pixels) where the file has only its anchors (grid units): files
+  // written before kestrel registered it, and checkpoints imported without it (tools/import_pt.py).
+  for (const auto& item : module.named_modules()) {
+    const auto* head = dynamic_cast<const Detect*>(item.value().get());
+    if (head == nullptr || head->implicit() || head->strides().empty()) continue;
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    const auto anchors = given.find(prefix + "anchors");
+    if (given.count(prefix + "anchor_grid") || anchors == given.end() || !head->named_buffers(false).contains("anchor_grid")) continue;
+    const int64_t nl = anchors->second.size(0);
+    if (anchors->second.dim() != 3 || nl != static_cast<int64_t>(head->strides().size())) continue;  // reported below
+    const at::Tensor strides = at::tensor(head->strides(), at::kFloat).view({nl, 1, 1});
+    given[prefix + "anchor_grid"] = (anchors->second.to(at::kFloat) * strides).view({nl, 1, anchors->second.size(1), 1, 1, 2});
+  }
   LoadReport report;
   NamedTensors targets = state_dict(module);
   std::map<std::string, bool> known;

@@ -405,11 +405,11 @@ void TrainingRun::end_epochs() {
   if (!result.interrupted && StopSignal::requested()) {
     result.stopped_after_training = true;
     // Nothing is left to resume: say how to run the validation that was skipped.
-    if (o.save_weights)
+    if (o.save_weights && fs::exists(best_path))
       std::cout << "\nStopped after the last epoch (saved): the final validation of best weights is skipped; run it with "
-                << "kestrel val --data " << o.data << " --weights " << best_path << "\n";
+                << final_validation_command(o, best_path, final_validation_iou_thres(hyp.yolov7_recipe, data_cfg, nc)) << "\n";
     else
-      std::cout << "\nStopped after the last epoch: its final validation is skipped\n";
+      std::cout << "\nStopped after the last epoch" << (o.save_weights ? " (saved)" : "") << ": its final validation is skipped\n";
   }
   // Every rank keeps its handler until finish's barrier. Ranks above 0: a signal for the whole job (the
   // launcher's forward, a scheduler's) killing one of them there made the launcher kill rank 0 in the middle
@@ -445,6 +445,12 @@ TrainResult TrainingRun::finish() {
   stop_signal.reset();
   dist::shutdown(dist_ctx);
   return result;
+}
+
+std::string final_validation_command(const TrainOptions& o, const std::string& best, double iou_thres) {
+  return cat("kestrel val --data ", o.data, " --weights ", best, " --img ", o.img_size_test > 0 ? o.img_size_test : o.img_size,
+             " --batch-size ", o.batch_size, " --iou-thres ", iou_thres, o.single_cls ? " --single-cls" : "",
+             o.v3_metric ? " --v3-metric" : "", o.v5_metric ? " --v5-metric" : "");
 }
 
 double final_validation_iou_thres(bool yolov7_recipe, const data::DatasetConfig& data, int64_t nc) {

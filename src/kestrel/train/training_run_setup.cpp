@@ -370,10 +370,13 @@ void TrainingRun::restore_resume_state() {
     std::cout << "WARNING: " << o.resume << " was saved with more batches per epoch than the dataset now gives "
               << "(it changed?); optimiser steps are counted from here\n";
   }
-  if (progression.epoch >= o.epochs)
-    fail(o.resume, ": this run already finished (its ", o.epochs, " epochs, or stopped early by --patience); nothing to ",
-         "resume (`kestrel val --weights ", (fs::path(o.resume).parent_path() / "best.safetensors").string(),
-         "` validates its best weights)");
+  if (progression.epoch >= o.epochs) {
+    const std::string best = (fs::path(o.resume).parent_path() / "best.safetensors").string();
+    fail(o.resume, ": this run already finished (its ", o.epochs, " epochs, or stopped early by --patience); nothing to resume",
+         fs::exists(best) ? cat(" (`", final_validation_command(o, best, final_validation_iou_thres(hyp.yolov7_recipe, data_cfg, nc)),
+                                "` validates its best weights)")
+                          : std::string());
+  }
   // Copied into the live tensors (the EMA's in build_step): the file's copies need not stay in memory.
   resume_state.model.clear();
   resume_state.optimizer.clear();
