@@ -238,6 +238,12 @@ std::optional<eval::CocoSummary> save_coco_predictions(const CocoOutput& c, cons
 void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& device) {
   o.save_txt = false;
   const CocoOutput coco = coco_output_for(o, cfg);
+  // Upstream names study files by the weights' stem (the second best.pt overwrites the first's rows).
+  std::map<std::string, std::string> file_of;
+  for (const auto& weights : o.weights)
+    if (const auto [at, fresh] = file_of.emplace(eval::study_file_name(o.data, weights), weights); !fresh)
+      fail("--weights: ", at->second, " and ", weights, " would share the study file ", at->first,
+           " (one's rows would replace the other's): give the files distinct names");
   check_every_file(o, cfg);
   const std::filesystem::path dir = train::make_run_dir(o.project, o.name, o.exist_ok, false);
   std::vector<std::string> files;

@@ -359,6 +359,14 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
       EXPECT_NE(r.output.find("--v3-metric: ultralytics/yolov3 v9.6.0's val.py scores YOLOv3 and YOLOv5 models"), std::string::npos) << r.output;
       EXPECT_FALSE(std::filesystem::exists(dir.file("v7val"))) << task << ": " << r.output;
     }
+    // Two files of one name would write one study file (upstream overwrites the first's rows): refused.
+    std::filesystem::create_directories(dir.file("copy"));
+    std::filesystem::copy_file(dir.file("v5.safetensors"), dir.file("copy/v5.safetensors"));
+    r = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 64 --device cpu --task study --weights " +
+                          dir.file("v5.safetensors") + " " + dir.file("copy/v5.safetensors") + " --project " + dir.file("v7val"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("would share the study file study_demo_v5.txt"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("v7val"))) << r.output;
   }
   r = test::run_command(test::kestrel_binary() + " val --weights x.safetensors --v3-metric --v5-metric");
   EXPECT_NE(r.exit_code, 0);

@@ -331,8 +331,19 @@ TEST(Trainer, EarlyStoppedRunIsNotResumedAgain) {
   ASSERT_EQ(error, "") << out;
   ASSERT_NE(out.find("Stopping early"), std::string::npos) << out;
   EXPECT_LT(second.epochs_completed, 5);
+  const fs::path weights = fs::path(first.save_dir) / "weights";
+  EXPECT_EQ(test::error_message([&] { train(resume); }).find("validates its best weights"), std::string::npos)
+      << "no best.safetensors here (the best fitness was edited out of reach): no command for it";
+  fs::copy_file(weights / "last.safetensors", weights / "best.safetensors");
   const std::string again = test::error_message([&] { train(resume); });
   EXPECT_NE(again.find("this run already finished"), std::string::npos) << again;
+  // The command that validates its best weights as training's final validation does: the run's data and size,
+  // twice its batch of 2 (train.py's batch_size // WORLD_SIZE * 2), val.py's default IoU 0.6 off COCO.
+  EXPECT_NE(again.find("(`kestrel val --data " + fs::absolute(short_run(dir, 5).data).lexically_normal().string() + " "),
+            std::string::npos) << again;
+  EXPECT_NE(again.find(" --weights " + (fs::path(first.save_dir) / "weights" / "best.safetensors").string() +
+                       " --img 128 --batch-size 4 --iou-thres 0.6` validates its best weights)"),
+            std::string::npos) << again;
 }
 
 // train.py validates under --noval where EarlyStopping's possible_stop (epochs without improvement >=

@@ -407,7 +407,7 @@ void TrainingRun::end_epochs() {
     // Nothing is left to resume: say how to run the validation that was skipped.
     if (o.save_weights && fs::exists(best_path))
       std::cout << "\nStopped after the last epoch (saved): the final validation of best weights is skipped; run it with "
-                << final_validation_command(o, best_path, final_validation_iou_thres(hyp.yolov7_recipe, data_cfg, nc)) << "\n";
+                << final_validation_command(o, best_path, final_validation_iou_thres(hyp.yolov7_recipe, data_cfg, nc), dist_ctx.world_size) << "\n";
     else
       std::cout << "\nStopped after the last epoch" << (o.save_weights ? " (saved)" : "") << ": its final validation is skipped\n";
   }
@@ -447,9 +447,9 @@ TrainResult TrainingRun::finish() {
   return result;
 }
 
-std::string final_validation_command(const TrainOptions& o, const std::string& best, double iou_thres) {
+std::string final_validation_command(const TrainOptions& o, const std::string& best, double iou_thres, int world_size) {
   return cat("kestrel val --data ", o.data, " --weights ", best, " --img ", o.img_size_test > 0 ? o.img_size_test : o.img_size,
-             " --batch-size ", o.batch_size, " --iou-thres ", iou_thres, o.single_cls ? " --single-cls" : "",
+             " --batch-size ", std::max(1, o.batch_size / std::max(1, world_size)) * 2, " --iou-thres ", iou_thres, o.single_cls ? " --single-cls" : "",
              o.v3_metric ? " --v3-metric" : "", o.v5_metric ? " --v5-metric" : "");
 }
 

@@ -62,8 +62,9 @@ struct EpochTotals {
 double final_validation_iou_thres(bool yolov7_recipe, const data::DatasetConfig& data, int64_t nc);
 
 // The `kestrel val` command that validates a run's best weights as its final validation would: the run's
-// --data, validation size, --single-cls and final IoU threshold (for the messages of a run stopped before it).
-std::string final_validation_command(const TrainOptions& o, const std::string& best, double iou_thres);
+// --data, validation size and batch (twice a rank's batch: rectangular batches pad by their batch's shapes),
+// --single-cls and final IoU threshold (for the messages of a run stopped before it).
+std::string final_validation_command(const TrainOptions& o, const std::string& best, double iou_thres, int world_size);
 
 // Upstream --multi-scale's size for a batch: random.randrange(int(img * 0.5), int(img * 1.5) + stride)
 // rounded down to a multiple of the stride (Python's draw on the MT19937 stream).

@@ -373,7 +373,8 @@ void TrainingRun::restore_resume_state() {
   if (progression.epoch >= o.epochs) {
     const std::string best = (fs::path(o.resume).parent_path() / "best.safetensors").string();
     fail(o.resume, ": this run already finished (its ", o.epochs, " epochs, or stopped early by --patience); nothing to resume",
-         fs::exists(best) ? cat(" (`", final_validation_command(o, best, final_validation_iou_thres(hyp.yolov7_recipe, data_cfg, nc)),
+         fs::exists(best) ? cat(" (`", final_validation_command(o, best, final_validation_iou_thres(hyp.yolov7_recipe, data_cfg, nc),
+                                                                dist_ctx.world_size),
                                 "` validates its best weights)")
                           : std::string());
   }
