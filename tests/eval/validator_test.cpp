@@ -70,6 +70,16 @@ TEST(ValidationTable, RowsAsValPy) {
 // aspect ratio (here a, c, b). The three images differ in shape, so a detection credited to the wrong image
 // lies outside it: every detection of an untrained model (conf 1e-6, so there are many) must lie within the
 // image its id names.
+// The val split of `cfg` at `img_size`, one image per batch.
+train::SplitLoader val_split(const data::DatasetConfig& cfg, int img_size) {
+  train::ValLoaderOptions l;
+  l.img_size = img_size;
+  l.batch_size = 1;
+  l.workers = 1;
+  l.nc_for_check = cfg.nc;
+  return train::make_val_loader(cfg, "val", l);
+}
+
 TEST(ValidationJson, ImageIdsAreTheAnnotationFilesWhateverTheBatchOrder) {
   test::TempDir dir;
   std::filesystem::create_directories(dir.file("images/val"));
@@ -88,12 +98,7 @@ TEST(ValidationJson, ImageIdsAreTheAnnotationFilesWhateverTheBatchOrder) {
 
   torch::manual_seed(0);
   auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), cfg.nc);
-  train::ValLoaderOptions l;
-  l.img_size = 160;
-  l.batch_size = 1;
-  l.workers = 1;
-  l.nc_for_check = cfg.nc;
-  const train::SplitLoader split = train::make_val_loader(cfg, "val", l);
+  const train::SplitLoader split = val_split(cfg, 160);
   ASSERT_NE(split.dataset->records()[1].image.find("c.jpg"), std::string::npos) << "the batches are not in path order";
   ValidationOptions v;
   v.save_json = true;
@@ -124,12 +129,7 @@ TEST(ValidationConfusion, AnImageWithoutDetectionsCountsOnlyInV5) {
   const data::DatasetConfig cfg = data::load_dataset_config(dir.file("d.yaml"));
   torch::manual_seed(0);
   auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), cfg.nc);
-  train::ValLoaderOptions l;
-  l.img_size = 64;
-  l.batch_size = 1;
-  l.workers = 1;
-  l.nc_for_check = cfg.nc;
-  const train::SplitLoader split = train::make_val_loader(cfg, "val", l);
+  const train::SplitLoader split = val_split(cfg, 64);
   for (MetricStyle style : {MetricStyle::yolov5, MetricStyle::yolov7, MetricStyle::yolov7_v5_metric, MetricStyle::yolov3}) {
     ConfusionMatrix confusion(cfg.nc);
     ValidationOptions v;
