@@ -53,22 +53,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+. "$REPO/bench/lib/compare.sh"
+compare_defaults /tmp/yolov5
 
-UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov5}
-UPSTREAM_PYTHON=${UPSTREAM_PYTHON:-/tmp/upstream-venv/bin/python}
-KESTREL_BIN=${KESTREL_BIN:-build/kestrel}
-if [ -z "${DATASET:-}" ]; then
-  DATASET=../shared/datasets/coco128
-  [ -d "$DATASET" ] || DATASET=/work/shared/datasets/coco128
-fi
 EPOCHS=${EPOCHS:-3}
 REPEAT=${REPEAT:-4}
 REPEATS=${REPEATS:-2}
 LOAD_MAX=${LOAD_MAX:-1.5}
 MAX_WAIT=${MAX_WAIT:-1200}
-SIDES=${SIDES:-upstream kestrel}
 BATCH=16 IMG=640 WORKERS=2 CACHE=ram
-. "$REPO/bench/lib/compare.sh"
 
 ((EPOCHS >= 2)) || die "EPOCHS ($EPOCHS) must be at least 2 (the first epoch is reported apart)"
 [ -f "$DATASET/coco128.yaml" ] && [ -d "$DATASET/images/train2017" ] || die "DATASET=$DATASET is not a coco128 folder"

@@ -53,10 +53,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+. "$REPO/bench/lib/compare.sh"
+compare_defaults /tmp/yolov7
 
-UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov7}
-UPSTREAM_PYTHON=${UPSTREAM_PYTHON:-/tmp/upstream-venv/bin/python}
-KESTREL_BIN=${KESTREL_BIN:-build/kestrel}
 BATCH=${BATCH:-8}
 IMG=${IMG:-320}
 TARGETS=${TARGETS:-32}
@@ -65,8 +64,6 @@ WARMUP=${WARMUP:-1}
 REPEATS=${REPEATS:-2}
 LOAD_MAX=${LOAD_MAX:-1.5}
 MAX_WAIT=${MAX_WAIT:-600}
-SIDES=${SIDES:-upstream kestrel}
-. "$REPO/bench/lib/compare.sh"
 
 compare_setup kestrel-otabench utils/loss.py cfg/training/yolov7-tiny.yaml
 

@@ -52,16 +52,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+. "$REPO/bench/lib/compare.sh"
+compare_defaults /tmp/yolov5
 
-UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov5}
-UPSTREAM_PYTHON=${UPSTREAM_PYTHON:-/tmp/upstream-venv/bin/python}
-KESTREL_BIN=${KESTREL_BIN:-build/kestrel}
 E_SHORT=${E_SHORT:-1}
 E_LONG=${E_LONG:-4}
 REPEATS=${REPEATS:-1}
-SIDES=${SIDES:-upstream kestrel}
 BATCH=16 IMG=320 WORKERS=2
-. "$REPO/bench/lib/compare.sh"
 
 ((E_LONG > E_SHORT)) || die "E_LONG ($E_LONG) must be larger than E_SHORT ($E_SHORT)"
 compare_setup kestrel-bench train.py

@@ -72,15 +72,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+. "$REPO/bench/lib/compare.sh"
+compare_defaults /tmp/yolov5
 
-UPSTREAM_DIR=${UPSTREAM_DIR:-/tmp/yolov5}
-UPSTREAM_PYTHON=${UPSTREAM_PYTHON:-/tmp/upstream-venv/bin/python}
-KESTREL_BIN=${KESTREL_BIN:-build/kestrel}
 KESTREL_PYTHON=${KESTREL_PYTHON:-$HOME/.cache/kestrel/venv/bin/python}
-if [ -z "${DATASET:-}" ]; then
-  DATASET=../shared/datasets/coco128
-  [ -d "$DATASET" ] || DATASET=/work/shared/datasets/coco128
-fi
 CFG=${CFG:-yolov5n}
 EPOCHS=${EPOCHS:-180}
 FINETUNE_EPOCHS=${FINETUNE_EPOCHS:-20}
@@ -93,9 +88,7 @@ REPEATS=${REPEATS:-2}
 WARMUP=${WARMUP:-1}
 LOAD_MAX=${LOAD_MAX:-1.5}
 MAX_WAIT=${MAX_WAIT:-1200}
-SIDES=${SIDES:-upstream kestrel}
 CONF=0.001 IOU=0.6
-. "$REPO/bench/lib/compare.sh"
 
 [ -f "$DATASET/coco128.yaml" ] && [ -d "$DATASET/images/train2017" ] || die "DATASET=$DATASET is not a coco128 folder"
 [ -x "$KESTREL_BIN" ] || die "$KESTREL_BIN not found: build kestrel first (scripts/setup.sh)"

@@ -1,6 +1,21 @@
 # Shared by the bench/*_vs_upstream.sh comparisons (sourced, never run). The caller sets SIDES,
 # KESTREL_BIN, UPSTREAM_DIR, UPSTREAM_PYTHON and optionally THREADS, LOAD_MAX, MAX_WAIT, UPSTREAM_COMMIT.
 
+# compare_defaults UPSTREAM_TREE: the settings every comparison shares, each left as the caller's
+# environment gives it: UPSTREAM_DIR [UPSTREAM_TREE], UPSTREAM_PYTHON [/tmp/upstream-venv/bin/python],
+# KESTREL_BIN [build/kestrel], SIDES [upstream kestrel], DATASET [../shared/datasets/coco128, else
+# /work/shared/datasets/coco128].
+compare_defaults() {
+  UPSTREAM_DIR=${UPSTREAM_DIR:-$1}
+  UPSTREAM_PYTHON=${UPSTREAM_PYTHON:-/tmp/upstream-venv/bin/python}
+  KESTREL_BIN=${KESTREL_BIN:-build/kestrel}
+  SIDES=${SIDES:-upstream kestrel}
+  if [ -z "${DATASET:-}" ]; then
+    DATASET=../shared/datasets/coco128
+    [ -d "$DATASET" ] || DATASET=/work/shared/datasets/coco128
+  fi
+}
+
 say() { printf '\033[1mbench:\033[0m %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 ncpus() { getconf _NPROCESSORS_ONLN; }  # every online CPU (nproc would follow OMP_NUM_THREADS)
