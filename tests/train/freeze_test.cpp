@@ -24,18 +24,20 @@ TEST(Freeze, LayerSelectionAsUpstream) {
 TEST(Freeze, OnlyTheSelectedLayersParametersStopLearning) {
   auto model = yolov5n();
   // yolov5n layers 0 and 1 are Conv blocks (conv weight, BN weight, BN bias): 3 tensors each.
-  EXPECT_EQ(freeze_layers(*model, {2}), 6);
+  const std::vector<std::string> frozen = freeze_layers(*model, {2});
+  EXPECT_EQ(frozen, (std::vector<std::string>{"model.0.conv.weight", "model.0.bn.weight", "model.0.bn.bias",
+                                              "model.1.conv.weight", "model.1.bn.weight", "model.1.bn.bias"}));
   for (const auto& p : model->named_parameters()) {
     const bool in_first_two = p.key().rfind("model.0.", 0) == 0 || p.key().rfind("model.1.", 0) == 0;
     EXPECT_EQ(p.value().requires_grad(), !in_first_two) << p.key();
   }
   // "model.1." must not catch layers 10..19; {1, 10} freezes exactly those two.
-  EXPECT_EQ(freeze_layers(*model, {1, 10}), 6);
+  EXPECT_EQ(freeze_layers(*model, {1, 10}).size(), 6u);
   for (const auto& p : model->named_parameters()) {
     const bool hit = p.key().rfind("model.1.", 0) == 0 || p.key().rfind("model.10.", 0) == 0;
     EXPECT_EQ(p.value().requires_grad(), !hit) << p.key();
   }
-  EXPECT_EQ(freeze_layers(*model, {0}), 0);  // upstream's default: nothing frozen
+  EXPECT_TRUE(freeze_layers(*model, {0}).empty());  // upstream's default: nothing frozen
 }
 
 // yolov5n has 25 layers (0..23 and the Detect head, 24): --freeze 24 leaves the head to train, while 25 (or
@@ -43,7 +45,7 @@ TEST(Freeze, OnlyTheSelectedLayersParametersStopLearning) {
 // ones, are refused rather than ignored.
 TEST(Freeze, NothingLeftToTrainAndLayersBeyondTheModelAreErrors) {
   auto model = yolov5n();
-  EXPECT_GT(freeze_layers(*model, {24}), 0);
+  EXPECT_FALSE(freeze_layers(*model, {24}).empty());
   const auto message = [&](const std::vector<int>& spec) {
     try {
       freeze_layers(*model, spec);

@@ -19,7 +19,7 @@ std::vector<int> selected_layers(const std::vector<int>& spec) {
   return layers;
 }
 
-int freeze_layers(models::YoloModel& model, const std::vector<int>& spec) {
+std::vector<std::string> freeze_layers(models::YoloModel& model, const std::vector<int>& spec) {
   // Upstream ignores indices beyond the model and, when everything is frozen, fails in backward with
   // PyTorch's "does not require grad": both are refused here, naming the flag.
   const int n_layers = static_cast<int>(model.layers().size());
@@ -33,12 +33,13 @@ int freeze_layers(models::YoloModel& model, const std::vector<int>& spec) {
     fail("--freeze ", spec[0], ": the model has ", n_layers, " layers (0..", n_layers - 1, ")");
   for (int l : layers)
     if (l >= n_layers) fail("--freeze: layer ", l, " is outside the model's layers 0..", n_layers - 1);
-  int frozen = 0, trainable = 0;
+  std::vector<std::string> frozen;
+  int trainable = 0;
   for (auto& p : model.named_parameters()) {
     bool hit = false;
     for (int l : layers) hit = hit || p.key().rfind(cat("model.", l, "."), 0) == 0;
     p.value().set_requires_grad(!hit);
-    frozen += hit;
+    if (hit) frozen.push_back(p.key());
     trainable += !hit;
   }
   if (trainable == 0) fail("--freeze: every layer with parameters is frozen; nothing is left to train");

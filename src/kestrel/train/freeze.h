@@ -1,6 +1,7 @@
 // Upstream's --freeze (parameters of chosen layers get no gradient and no update), the layer selection
 // it shares with --checkpoint, and --freeze-bn (BatchNorm statistics kept fixed).
 #pragma once
+#include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -13,8 +14,8 @@ namespace kestrel::train {
 std::vector<int> selected_layers(const std::vector<int>& spec);
 
 // Turns off requires_grad of the parameters of the selected layers ("model.<i>.…"), on for the rest.
-// Returns how many parameter tensors are frozen.
-int freeze_layers(models::YoloModel& model, const std::vector<int>& spec);
+// Returns the frozen parameters' names, in the model's order (upstream logs "freezing <name>" for each).
+std::vector<std::string> freeze_layers(models::YoloModel& model, const std::vector<int>& spec);
 
 // Every BatchNorm of `model` in eval mode: normalises with, and no longer updates, its running statistics.
 void set_batchnorm_eval(torch::nn::Module& model);

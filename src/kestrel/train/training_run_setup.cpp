@@ -194,8 +194,8 @@ void TrainingRun::build_model() {
     to_channels_last(*model);  // multi-tensor update sees one layout and keeps its fast path
     to_channels_last(*ema_model);
   }
-  const int frozen = freeze_layers(*model, o.freeze);
-  if (frozen) std::cout << "freezing " << frozen << " parameter tensors\n";
+  for (const std::string& name : freeze_layers(*model, o.freeze))
+    if (dist_ctx.is_main()) std::cout << "freezing " << name << "\n";  // train.py's line per frozen parameter
   if (!o.checkpoint.empty()) {
     std::vector<int> layers;
     try {
@@ -323,9 +323,10 @@ void TrainingRun::build_optimiser() {
   opt_options.weight_decay = scaled_weight_decay(sched, hyp.weight_decay);
   const ParamGroups groups = split_parameters(*model);
   optimizer.emplace(groups, opt_options);
-  if (dist_ctx.is_main()) {  // upstream's line (smart_optimizer's, or YOLOv7 train.py's)
+  if (dist_ctx.is_main()) {  // upstream's lines (smart_optimizer's, or YOLOv7 train.py's)
     if (hyp.yolov7_recipe)
-      std::cout << "Optimizer groups: " << groups.biases.size() << " .bias, " << groups.weights.size() << " conv.weight, "
+      std::cout << "Scaled weight_decay = " << python_float_repr(opt_options.weight_decay) << "\n"
+                << "Optimizer groups: " << groups.biases.size() << " .bias, " << groups.weights.size() << " conv.weight, "
                 << groups.norm_weights.size() << " other\n";
     else
       std::cout << "optimizer: " << optimizer_name(opt_options.kind) << "(lr=" << python_float_repr(hyp.lr0)
