@@ -237,10 +237,10 @@ TEST(ModelConfigErrors, NoneOnlyWhereUpstreamTakesIt) {
     auto model = build_model(parse_model_config(yaml, "ok.yaml"));
     return std::dynamic_pointer_cast<Conv>(model->layers()[0]);
   };
-  auto conv = conv0(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, None]"));  // autopad: 6 // 2 = 3
+  auto conv = conv0(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 3, 2, None]"));  // autopad: 3 // 2 = 1
   ASSERT_TRUE(conv);
   EXPECT_EQ(conv->activation().kind, Activation::Kind::SiLU);
-  conv = conv0(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 6, 2, None, 1, 1, None]"));
+  conv = conv0(replaced(kTinyHead, "[64, 6, 2, 2]", "[64, 3, 2, None, 1, 1, None]"));
   ASSERT_TRUE(conv);
   EXPECT_EQ(conv->activation().kind, Activation::Kind::Identity);
   // MaxPool2d(2, stride=None): the stride is the kernel, 2
@@ -320,13 +320,68 @@ TEST(ModelConfigErrors, AnchorLevelsMustMatchTheHeadInputs) {
 
 TEST(ModelConfigErrors, UnknownActivation) {
   auto msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 1, nn.Swishy()]"));
-  EXPECT_NE(msg.find("unknown activation 'nn.Swishy()'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unsupported activation 'nn.Swishy()'"), std::string::npos) << msg;
+  msg = error_of(replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 1, nn.Mish()]"));  // torch's, not kestrel's
+  EXPECT_NE(msg.find("bad.yaml:10: layer 1 (Conv): unsupported activation 'nn.Mish()'"), std::string::npos) << msg;
   // A list as the file's default activation was read as "" (SiLU) without a word.
   // Empty or null is the default, as upstream's `if act:` (imported checkpoints may carry `activation: null`).
   for (const char* none : {"activation:\n", "activation: null\n", "activation: ~\n"})
     EXPECT_EQ(error_of(replaced(kTinyHead, "nc: 4\n", std::string("nc: 4\n") + none)), "(no error)") << none;
   msg = error_of(replaced(kTinyHead, "nc: 4\n", "nc: 4\nactivation: [1, 2]\n"));
   EXPECT_NE(msg.find("bad.yaml:3: 'activation' must be a module such as nn.SiLU(), got a list or mapping"), std::string::npos) << msg;
+}
+
+// Activations are read as Python calls torch.nn's classes: positional or keyword arguments (upstream eval()s
+// the text), e.g. nn.LeakyReLU(negative_slope=0.1) or nn.SiLU(inplace=True); what torch would refuse is refused.
+TEST(ModelConfig, ActivationsTakeTorchsArguments) {
+  EXPECT_EQ(Activation::parse("nn.SiLU(inplace=True)").kind, Activation::Kind::SiLU);
+  EXPECT_EQ(Activation::parse("nn.ReLU(True)").kind, Activation::Kind::ReLU);
+  EXPECT_EQ(Activation::parse("nn.Hardswish()").kind, Activation::Kind::Hardswish);
+  EXPECT_EQ(Activation::parse("nn.Identity(1, x=2)").kind, Activation::Kind::Identity);  // nn.Identity ignores them
+  EXPECT_DOUBLE_EQ(Activation::parse("nn.LeakyReLU()").slope, 0.01);  // torch's default
+  EXPECT_DOUBLE_EQ(Activation::parse("nn.LeakyReLU(0.1)").slope, 0.1);
+  EXPECT_DOUBLE_EQ(Activation::parse("nn.LeakyReLU(negative_slope=0.2)").slope, 0.2);
+  EXPECT_DOUBLE_EQ(Activation::parse("LeakyReLU(0.1, inplace=True)").slope, 0.1);
+  EXPECT_DOUBLE_EQ(Activation::parse("nn.LeakyReLU(inplace=False, negative_slope=-1e-1,)").slope, -0.1);
+  const auto refused = [](const char* text) { return test::error_message([&] { Activation::parse(text); }); };
+  EXPECT_NE(refused("nn.Sigmoid(True)").find("nn.Sigmoid takes 0 arguments"), std::string::npos);
+  EXPECT_NE(refused("nn.SiLU(True, True)").find("nn.SiLU takes 1 argument"), std::string::npos);
+  EXPECT_NE(refused("nn.ReLU(slope=1)").find("nn.ReLU has no argument 'slope'"), std::string::npos);
+  EXPECT_NE(refused("nn.LeakyReLU(0.1, negative_slope=0.2)").find("argument 'negative_slope' given twice"), std::string::npos);
+  EXPECT_NE(refused("nn.LeakyReLU(inplace=True, 0.1)").find("a positional argument follows a keyword argument"), std::string::npos);
+  EXPECT_NE(refused("nn.LeakyReLU(nan)").find("negative_slope must be a finite number, got 'nan'"), std::string::npos);
+  EXPECT_NE(refused("nn.LeakyReLU(0.1x)").find("negative_slope must be a finite number, got '0.1x'"), std::string::npos);
+  EXPECT_NE(refused("nn.SiLU(inplace=yes)").find("inplace must be True or False, got 'yes'"), std::string::npos);
+  EXPECT_NE(refused("nn.SiLU").find("is not of the form nn.Name(...)"), std::string::npos);
+}
+
+// v7.0's autopad pads a convolution by half its dilated extent d(k - 1) + 1, rounded down (YOLOv7's k // 2 is
+// the same at d = 1): an even kernel is padded too, k = 2 by 1, and a 256 input to a 2x2 stride-2 Conv gives 129.
+TEST(ModelConfig, AutopadHalvesTheDilatedKernel) {
+  const auto padding = [](int64_t k, int64_t d) {
+    ConvOptions o{4, 4, k, 1};
+    o.d = d;
+    return (*std::get_if<torch::ExpandingArray<2>>(&Conv(o).conv2d()->options.padding()))->at(0);
+  };
+  EXPECT_EQ(padding(1, 1), 0);
+  EXPECT_EQ(padding(2, 1), 1);
+  EXPECT_EQ(padding(3, 1), 1);
+  EXPECT_EQ(padding(4, 1), 2);
+  EXPECT_EQ(padding(2, 2), 1);  // extent 3
+  EXPECT_EQ(padding(3, 2), 2);  // extent 5
+  EXPECT_EQ(padding(5, 3), 6);  // extent 13
+}
+
+// A ratio that Python's int() refuses (int(128 * nan)) or that overflows a width is an error naming the row.
+TEST(ModelConfigErrors, NonFiniteRatiosAreRefused) {
+  for (const char* e : {".nan", ".inf", "-.inf", "1e300"}) {
+    const std::string msg = error_of(replaced(kTinyHead, "[-1, 3, C3, [128]]", std::string("[-1, 3, C3, [128, True, 1, ") + e + "]]"));
+    EXPECT_NE(msg.find("bad.yaml:11: layer 2 (C3): argument 4 must be a finite number of at most 1e6"), std::string::npos) << msg;
+  }
+  // 9e18 x 2 is past int64's range: the width saturates at 2^62 rather than overflowing the conversion
+  const std::string wide = replaced(kTinyHead, "width_multiple: 0.25", "width_multiple: 2");
+  const std::string msg = error_of(replaced(wide, "[128, 3, 2]", "[9000000000000000000, 3, 2]"));
+  EXPECT_NE(msg.find("layer 1 (Conv): output width 4611686018427387904 (after width_multiple 2) exceeds 65536"), std::string::npos) << msg;
 }
 
 // A number in place of the head's `nc` must be the model's class count (after a dataset's override): a head

@@ -1,5 +1,7 @@
 #include "kestrel/models/common.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <regex>
 
@@ -37,22 +39,75 @@ std::string Activation::str() const {
   return "?";
 }
 
+namespace {
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+// A torch.nn activation as a model YAML writes it (upstream eval()s it): nn.Name(arguments), each positional
+// or by keyword, as the torch class takes them: LeakyReLU(negative_slope=0.01, inplace=False), SiLU, ReLU and
+// Hardswish (inplace=False), Sigmoid() without any; Identity ignores its arguments. inplace changes nothing here.
 Activation Activation::parse(const std::string& text) {
-  static const std::regex pattern(R"(^\s*(?:nn\.)?(\w+)\s*\(\s*([-+0-9.eE]*)\s*(?:,\s*(?:inplace\s*=\s*)?\w+\s*)?\)\s*$)");
+  static const std::regex call(R"(^\s*(?:nn\.)?(\w+)\s*\((.*)\)\s*$)");
   std::smatch m;
-  if (!std::regex_match(text, m, pattern)) fail("activation '", text, "' is not of the form nn.Name(...)");
+  if (!std::regex_match(text, m, call)) fail("activation '", text, "' is not of the form nn.Name(...)");
   const std::string name = m[1];
-  const std::string arg = m[2];
   Activation a;
+  std::vector<std::string> parameters{"inplace"};
   if (name == "SiLU") a.kind = Kind::SiLU;
   else if (name == "LeakyReLU") {
     a.kind = Kind::LeakyReLU;
-    if (!arg.empty()) a.slope = std::strtod(arg.c_str(), nullptr);
+    parameters = {"negative_slope", "inplace"};
   } else if (name == "ReLU") a.kind = Kind::ReLU;
   else if (name == "Hardswish") a.kind = Kind::Hardswish;
-  else if (name == "Sigmoid") a.kind = Kind::Sigmoid;
-  else if (name == "Identity") a.kind = Kind::Identity;
-  else fail("unknown activation '", text, "' (known: SiLU, LeakyReLU, ReLU, Hardswish, Sigmoid, Identity)");
+  else if (name == "Sigmoid") {
+    a.kind = Kind::Sigmoid;
+    parameters.clear();
+  } else if (name == "Identity") {
+    a.kind = Kind::Identity;
+    return a;
+  } else
+    fail("unsupported activation '", text, "' (kestrel has nn.SiLU, nn.LeakyReLU, nn.ReLU, nn.Hardswish, nn.Sigmoid, nn.Identity)");
+  std::vector<std::string> arguments;
+  std::string rest = m[2];
+  for (size_t comma; (comma = rest.find(',')) != std::string::npos; rest = rest.substr(comma + 1))
+    arguments.push_back(trimmed(rest.substr(0, comma)));
+  if (!trimmed(rest).empty() || !arguments.empty()) arguments.push_back(trimmed(rest));
+  if (!arguments.empty() && arguments.back().empty()) arguments.pop_back();  // Python's trailing comma
+  static const std::regex keyword(R"(^(\w+)\s*=\s*(.*)$)");
+  std::vector<std::string> given;
+  bool saw_keyword = false;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    std::string key, value = arguments[i];
+    if (std::smatch k; std::regex_match(arguments[i], k, keyword)) {
+      key = k[1];
+      value = trimmed(k[2]);
+      saw_keyword = true;
+    } else if (saw_keyword) {
+      fail("activation '", text, "': a positional argument follows a keyword argument");
+    } else if (i < parameters.size()) {
+      key = parameters[i];
+    } else {
+      fail("activation '", text, "': nn.", name, " takes ", parameters.size(), " argument", parameters.size() == 1 ? "" : "s");
+    }
+    if (std::find(parameters.begin(), parameters.end(), key) == parameters.end())
+      fail("activation '", text, "': nn.", name, " has no argument '", key, "'");
+    if (std::find(given.begin(), given.end(), key) != given.end())
+      fail("activation '", text, "': argument '", key, "' given twice");
+    given.push_back(key);
+    if (key == "inplace" && value != "True" && value != "False")
+      fail("activation '", text, "': inplace must be True or False, got '", value, "'");
+    if (key == "negative_slope") {
+      char* end = nullptr;
+      a.slope = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !std::isfinite(a.slope))
+        fail("activation '", text, "': negative_slope must be a finite number, got '", value, "'");
+    }
+  }
   return a;
 }
 
@@ -62,7 +117,8 @@ Conv::Conv(const ConvOptions& o) : act_(o.act) {
   // At most 64, as the kernel (conv_ops' bound): a larger padding only adds zeros, and a typo of 1000
   // would allocate gigabytes before the stride check could say so.
   if (o.p < -1 || o.p > 64) fail("convolution: padding must be in [0, 64] (or None: automatic), got ", o.p);
-  const int64_t pad = o.p >= 0 ? o.p : o.d * (o.k - 1) / 2;  // autopad with dilation
+  // v7.0's autopad: the dilated kernel's extent d(k-1)+1, halved (rounded down): 1 for an even k = 2.
+  const int64_t pad = o.p >= 0 ? o.p : (o.d * (o.k - 1) + 1) / 2;
   conv = register_module("conv", make_conv2d(torch::nn::Conv2dOptions(o.c1, o.c2, o.k)
                                                        .stride(o.s).padding(pad).groups(o.g).dilation(o.d).bias(false)));
   bn = register_module("bn", make_batch_norm(o.c2));

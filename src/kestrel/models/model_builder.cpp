@@ -26,7 +26,13 @@ namespace {
 
 // Python's round(): halves to even (nearbyint under the default rounding mode).
 int round_half_even(double x) { return static_cast<int>(std::nearbyint(x)); }
-int64_t make_divisible(double x, int64_t divisor) { return static_cast<int64_t>(std::ceil(x / divisor)) * divisor; }
+// math.ceil(x / divisor) * divisor, saturated at 2^62 (the callers bound widths far below): a width of 9e18
+// times a width_multiple would overflow the integer conversion (undefined behaviour).
+int64_t make_divisible(double x, int64_t divisor) {
+  const double steps = std::ceil(x / divisor);
+  constexpr double kSaturate = 4611686018427387904.0;  // 2^62
+  return steps * divisor >= kSaturate ? static_cast<int64_t>(kSaturate) : static_cast<int64_t>(steps) * divisor;
+}
 
 // Stops after about `limit` characters ("..."): YAML aliases can make a short file's value gigabytes long.
 void render_into(const YAML::Node& node, std::string& out, size_t limit) {
@@ -113,6 +119,14 @@ class Args {
     } catch (const YAML::Exception&) {
       fail(where(), ": argument ", i + 1, " must be a number, got '", render(spec_.args[i]), "'");
     }
+  }
+  // A width ratio (the hidden channels int(c2 * e)): int(c2 * nan) fails in upstream's Python; here an
+  // infinite or enormous ratio would overflow the integer conversion.
+  double ratio(size_t i, double fallback) const {
+    const double value = real(i, fallback);
+    if (!(std::abs(value) <= 1e6))
+      fail(where(), ": argument ", i + 1, " must be a finite number of at most 1e6, got '", render(spec_.args[i]), "'");
+    return value;
   }
   bool boolean(size_t i, bool fallback) const {  // None is falsy, as in upstream's `shortcut and c1 == c2`
     if (i < size() && is_none(i)) return false;
@@ -226,7 +240,7 @@ std::pair<Factory, bool> csp_factory(CspSplit split, CspUnit unit, bool shortcut
   return {[=](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
             a.at_most(4, "[c2, shortcut, g, e]");
             return Built{std::make_shared<CspBlock>(split, unit, c1, c2, n, a.boolean(1, shortcut), a.integer(2, groups),
-                                                    a.real(3, 0.5), act),
+                                                    a.ratio(3, 0.5), act),
                          c2, ""};
           },
           true};
@@ -236,7 +250,7 @@ std::pair<Factory, bool> csp_factory(CspSplit split, CspUnit unit, bool shortcut
 std::pair<Factory, bool> res_factory(int64_t groups) {
   return {[=](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
             a.at_most(4, "[c2, shortcut, g, e]");
-            return Built{std::make_shared<ResBottleneck>(c1, c2, a.boolean(1, true), a.integer(2, groups), a.real(3, 0.5), act),
+            return Built{std::make_shared<ResBottleneck>(c1, c2, a.boolean(1, true), a.integer(2, groups), a.ratio(3, 0.5), act),
                          c2, ""};
           },
           false};
@@ -265,11 +279,11 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                  }, false}},
       {"Bottleneck", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                         a.at_most(4, "[c2, shortcut, g, e]");
-                        return Built{std::make_shared<Bottleneck>(c1, c2, a.boolean(1, true), a.integer(2, 1), a.real(3, 0.5), act), c2, ""};
+                        return Built{std::make_shared<Bottleneck>(c1, c2, a.boolean(1, true), a.integer(2, 1), a.ratio(3, 0.5), act), c2, ""};
                       }, false}},
       {"C3", {[](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
                 a.at_most(4, "[c2, shortcut, g, e]");
-                return Built{std::make_shared<C3>(c1, c2, n, a.boolean(1, true), a.integer(2, 1), a.real(3, 0.5), act), c2, ""};
+                return Built{std::make_shared<C3>(c1, c2, n, a.boolean(1, true), a.integer(2, 1), a.ratio(3, 0.5), act), c2, ""};
               }, true}},
       {"SPP", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
                  a.at_most(2, "[c2, [k1, k2, ...]]");
@@ -281,7 +295,7 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                 }, false}},
       {"SPPCSPC", {[](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
                      a.at_most(5, "[c2, shortcut, g, e, [k1, k2, ...]]");
-                     return Built{std::make_shared<SPPCSPC>(c1, c2, n, a.boolean(1, false), a.integer(2, 1), a.real(3, 0.5),
+                     return Built{std::make_shared<SPPCSPC>(c1, c2, n, a.boolean(1, false), a.integer(2, 1), a.ratio(3, 0.5),
                                                             a.int_list(4, {5, 9, 13}), act),
                                   c2, ""};
                    }, true}},
@@ -306,11 +320,11 @@ const std::map<std::string, std::pair<Factory, bool>>& width_modules() {
                            }, false}},
       {"C3Ghost", {[](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
                      a.at_most(4, "[c2, shortcut, g, e]");  // shortcut and g: unused, as upstream
-                     return Built{std::make_shared<C3Ghost>(c1, c2, n, a.real(3, 0.5), act), c2, ""};
+                     return Built{std::make_shared<C3Ghost>(c1, c2, n, a.ratio(3, 0.5), act), c2, ""};
                    }, true}},
       {"C3TR", {[](const Args& a, int64_t c1, int64_t c2, int64_t n, const Activation& act) {
                   a.at_most(4, "[c2, shortcut, g, e]");  // shortcut and g: unused, as upstream
-                  return Built{std::make_shared<C3TR>(c1, c2, n, a.real(3, 0.5), act), c2, ""};
+                  return Built{std::make_shared<C3TR>(c1, c2, n, a.ratio(3, 0.5), act), c2, ""};
                 }, true}},
       // YOLOv7's parser hands DownC the repeat count, which it ignores: [c2, k] after it.
       {"DownC", {[](const Args& a, int64_t c1, int64_t c2, int64_t, const Activation& act) {
