@@ -207,6 +207,16 @@ TEST(SafetensorsErrors, LyingShapesAndNonIntegerNumbersAreReported) {
   const std::string metadata_list = with_header("metadata_list.safetensors", R"({"__metadata__":["x"]})", 0);
   EXPECT_NE(error_of_loading(metadata_list).find(metadata_list + ": corrupt safetensors header: __metadata__ is not a JSON object"),
             std::string::npos);
+  // empty, but strides of 2^62 x 2^62 elements: ATen's stride calculation would overflow
+  const std::string empty_overflow = with_header("empty_overflow.safetensors",
+      R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})", 0);
+  EXPECT_NE(error_of_loading(empty_overflow).find(empty_overflow + ": tensor 'w' has an impossibly large shape"), std::string::npos)
+      << error_of_loading(empty_overflow);
+  // ATen's 64 dimensions at most (a shape of 100,000 ones kept its checks busy for minutes)
+  std::string ones = "1";
+  for (int i = 1; i < 65; ++i) ones += ",1";
+  const std::string many_dims = with_header("many_dims.safetensors", R"({"w":{"dtype":"F32","shape":[)" + ones + R"(],"data_offsets":[0,4]}})", 4);
+  EXPECT_EQ(error_of_loading(many_dims), many_dims + ": tensor 'w' has 65 dimensions; at most 64");
   // zero-element tensors (a zero dimension anywhere) are still fine
   const std::string empty = with_header("empty.safetensors", R"({"w":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]}})", 0);
   EXPECT_EQ(load_safetensors(empty).tensors.at(0).second.sizes(), (std::vector<int64_t>{0, 3}));
@@ -236,6 +246,16 @@ TEST(SafetensorsErrors, RepeatedNamesAndHolesAreRefused) {
   const std::string twice = with_header("twice.safetensors",
       R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
   EXPECT_EQ(error_of_loading(twice), twice + ": corrupt safetensors header: 'w' is given twice");
+  // among many entries (nlohmann's parser callback, which found repeats before, made such headers quadratic)
+  std::string entries;
+  for (int i = 0; i < 50000; ++i) entries += "\"t" + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)";
+  const std::string many = with_header("many.safetensors", "{" + entries + R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4);
+  EXPECT_EQ(load_safetensors(many).tensors.size(), 50001u);
+  const std::string many_twice = with_header("many_twice.safetensors", "{" + entries + R"("t7":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})", 0);
+  EXPECT_EQ(error_of_loading(many_twice), many_twice + ": corrupt safetensors header: 't7' is given twice");
+  // a key repeated inside an entry is not a tensor named twice
+  const std::string inner = with_header("inner.safetensors", R"({"w":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4);
+  EXPECT_EQ(load_safetensors(inner).tensors.size(), 1u);
   const std::string hole = with_header("hole.safetensors",
       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12);
   EXPECT_EQ(error_of_loading(hole), hole + ": corrupt safetensors file: bytes 4..8 of the data belong to no tensor");

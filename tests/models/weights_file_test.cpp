@@ -139,6 +139,18 @@ TEST(WeightsFile, NonFiniteTensorsAndAClassCountThatDisagreesAreErrors) {
   save_safetensors(nan, file.tensors, file.metadata);
   std::string message = test::error_message([&] { load_model_weights(nan); });
   EXPECT_NE(message.find(nan + ": tensor " + file.tensors[k].first + " holds NaN or infinite values"), std::string::npos) << message;
+  // F64 weights load as float32: 1e300 is finite in the file and infinite in the model
+  file = good;
+  file.tensors[k].second = file.tensors[k].second.to(at::kDouble);
+  file.tensors[k].second.view(-1)[0] = 1e300;
+  const std::string wide = dir.file("wide.safetensors");
+  save_safetensors(wide, file.tensors, file.metadata);
+  message = test::error_message([&] { load_model_weights(wide); });
+  EXPECT_NE(message.find(wide + ": tensor " + file.tensors[k].first + " (F64) holds values beyond float32's range"), std::string::npos)
+      << message;
+  file.tensors[k].second.view(-1)[0] = 1e30;  // within float32's range: loads
+  save_safetensors(wide, file.tensors, file.metadata);
+  EXPECT_NO_THROW(load_model_weights(wide));
   file = good;
   file.metadata.at("nc") = "5";
   const std::string nc = dir.file("nc.safetensors");

@@ -291,6 +291,8 @@ TEST(Trainer, GraphedRunResumesOnTheCpuWithoutGraphs) {
 // A run resumed after its dataset shrank (fewer batches per epoch): the saved last optimiser step lies
 // ahead of the resumed iteration, and no step would be due for epochs, silently. Here the state file says
 // the last step was at iteration 1000, as a larger dataset would have it: the run warns and steps again.
+// Its next batch lies past the epoch's 2 (2^63 - 1, which overflowed the iteration count): the run resumes at
+// the end of that epoch, with a warning.
 TEST(Trainer, ResumeAfterTheDatasetShrankStillSteps) {
   test::TempDir dir;
   const TrainResult first = interrupted_run(short_run(dir, 3));
@@ -298,6 +300,7 @@ TEST(Trainer, ResumeAfterTheDatasetShrankStillSteps) {
   edit_state(first, [&](TrainingState& state) {
     updates_before = state.ema_updates;
     state.progression.last_opt_step = 1000;
+    state.progression.next_batch = std::numeric_limits<int64_t>::max();
   });
   const std::string state_path = training_state_path(first.save_dir);
 
@@ -307,6 +310,8 @@ TEST(Trainer, ResumeAfterTheDatasetShrankStillSteps) {
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_FALSE(second.interrupted);
   EXPECT_NE(out.find("was saved with more batches per epoch than the dataset now gives"), std::string::npos) << out;
+  EXPECT_NE(out.find("was saved at batch 9223372036854775807 of epoch 0, past the 2 batches per epoch the dataset now gives"),
+            std::string::npos) << out;
   const TrainingState after = read_training_state(state_path);
   EXPECT_GT(after.ema_updates, updates_before) << "no optimiser step after the resume";
   EXPECT_LT(after.progression.last_opt_step, 1000);
@@ -470,6 +475,10 @@ TEST(Trainer, ResumeNeedsOnlyTheStateFile) {
   });
   fs::remove(last);
   EXPECT_NE(test::error_message([&] { train(resume_options(first)); }).find(last.string()), std::string::npos);
+  // A damaged config in the state is named with the state file (no yolov5n.yaml is involved)
+  edit_state(first, [](TrainingState& state) { state.model_yaml = "nc: 2\n", state.model_name = "yolov5n"; });
+  const std::string broken = test::error_message([&] { train(resume_options(first)); });
+  EXPECT_EQ(broken.rfind(training_state_path(first.save_dir) + ": the model config it carries: yolov5n.yaml", 0), 0u) << broken;
 }
 
 // Ctrl-C or SIGTERM after the last optimiser step (here before a resumed run's last epoch, which has no

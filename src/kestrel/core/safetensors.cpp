@@ -52,24 +52,43 @@ struct Entry {
   uint64_t begin, end;  // byte offsets in the data after the header
 };
 
+// Notes the header's top-level keys as nlohmann's SAX parser reads them, and the first one given twice.
+// (A parser callback would do the same, but nlohmann's callback parser rescans the parent object at every
+// closing brace: a crafted header of a million small entries then took hours.)
+struct TopLevelKeys : nlohmann::json::json_sax_t {
+  std::set<std::string> seen;
+  std::string repeated;
+  int depth = 0;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool key(string_t& k) override {
+    if (depth == 1 && !seen.insert(k).second && repeated.empty()) repeated = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& e) override { throw e; }
+};
+
 // The header's bytes parsed as JSON: a tensor named twice is refused (nlohmann keeps the last, silently; the
 // format forbids it, as the Rust library).
 nlohmann::json parse_header(const std::string& path, const std::string& text) {
-  std::set<std::string> top_keys;
-  std::string repeated;
-  const nlohmann::json::parser_callback_t note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !top_keys.insert(parsed.get<std::string>()).second &&
-        repeated.empty())
-      repeated = parsed.get<std::string>();
-    return true;
-  };
+  TopLevelKeys keys;
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text, note_keys);
+    nlohmann::json::sax_parse(text, &keys);
+    header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": corrupt safetensors header: ", e.what());
   }
-  if (!repeated.empty()) fail(path, ": corrupt safetensors header: '", repeated, "' is given twice");
+  if (!keys.repeated.empty()) fail(path, ": corrupt safetensors header: '", keys.repeated, "' is given twice");
   if (!header.is_object()) fail(path, ": corrupt safetensors header: not a JSON object");
   return header;
 }
@@ -85,16 +104,23 @@ Entry parse_entry(const std::string& path, const std::string& key, const nlohman
   e.type = it->second;
   const auto& shape = value.at("shape");
   if (!shape.is_array()) fail(path, ": tensor '", key, "': shape must be a list");
+  // ATen's limit; kestrel's tensors have at most 6 (YOLOv7's anchor_grid), and ATen's checks of a shape
+  // of 100,000 dimensions take minutes.
+  constexpr size_t kMaxDims = 64;
+  if (shape.size() > kMaxDims) fail(path, ": tensor '", key, "' has ", shape.size(), " dimensions; at most ", kMaxDims);
   // Bytes the shape needs, multiplied in order as ATen does: an overflow is a lying header, not an allocation.
-  uint64_t bytes = at::elementSize(e.type);
+  // The strides too (the product of the dimensions, a 0 counting as 1): [0, 2^62, 2^62] is empty but its
+  // strides overflow ATen's.
+  uint64_t bytes = at::elementSize(e.type), stride_bytes = bytes;
   bool overflow = false;
   for (const auto& d : shape) {
     if (d.is_number_integer() && !d.is_number_unsigned()) fail(path, ": tensor '", key, "' has a negative dimension");
     const uint64_t dim = whole_number(d, path, key, "shape dimensions");
     e.shape.push_back(static_cast<int64_t>(dim));
     overflow |= __builtin_mul_overflow(bytes, dim, &bytes);
+    overflow |= __builtin_mul_overflow(stride_bytes, std::max<uint64_t>(dim, 1), &stride_bytes);
   }
-  if (overflow || bytes > static_cast<uint64_t>(INT64_MAX))
+  if (overflow || stride_bytes > static_cast<uint64_t>(INT64_MAX))
     fail(path, ": tensor '", key, "' has an impossibly large shape ", shape.dump());
   const auto& offsets = value.at("data_offsets");
   if (!offsets.is_array() || offsets.size() != 2) fail(path, ": tensor '", key, "': data_offsets must be [begin, end]");
@@ -125,7 +151,12 @@ void check_layout(const std::string& path, std::vector<Entry>& entries, uint64_t
 
 // Reads one tensor's bytes from the data starting at data_start in the file.
 at::Tensor read_tensor(const std::string& path, std::ifstream& in, uint64_t data_start, const Entry& e) {
-  at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
+  at::Tensor t;
+  try {
+    t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
+  } catch (const c10::Error& error) {  // out of memory, or a shape ATen refuses that the checks above let by
+    fail(path, ": tensor '", e.key, "' of shape ", at::IntArrayRef(e.shape), " cannot be allocated: ", error.what_without_backtrace());
+  }
   in.seekg(static_cast<std::streamoff>(data_start + e.begin));
   in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
   if (!in) fail(path, ": truncated while reading tensor '", e.key, "'");

@@ -90,10 +90,15 @@ LoadedModel load_model_weights(const std::string& path) {
   if (out.info.names.empty()) fail(path, ": weights metadata has no class names");
   if (m.count("nc") && m.at("nc") != std::to_string(out.info.names.size()))
     fail(path, ": weights metadata says nc ", m.at("nc"), " but lists ", out.info.names.size(), " class names");
-  // Weights of a diverged run (or damaged bytes) would load and predict nothing, or train on NaN.
-  for (const auto& [key, tensor] : file.tensors)
-    if (at::isFloatingType(tensor.scalar_type()) && !at::isfinite(tensor).all().item<bool>())
+  // Weights of a diverged run (or damaged bytes) would load and predict nothing, or train on NaN. Checked as
+  // the float32 the model holds: an F64 value of 1e300 is infinite there.
+  for (const auto& [key, tensor] : file.tensors) {
+    if (!at::isFloatingType(tensor.scalar_type())) continue;
+    if (!at::isfinite(tensor).all().item<bool>())
       fail(path, ": tensor ", key, " holds NaN or infinite values (saved from a run that diverged, or damaged)");
+    if (tensor.scalar_type() == at::kDouble && !at::isfinite(tensor.to(at::kFloat)).all().item<bool>())
+      fail(path, ": tensor ", key, " (F64) holds values beyond float32's range, infinite in the model");
+  }
   for (const auto& [key, value] : m)
     if (key != "format" && key != "model_yaml" && key != "model_name" && key != "names" && key != "nc")
       out.info.extra[key] = value;

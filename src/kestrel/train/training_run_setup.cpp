@@ -160,7 +160,16 @@ void TrainingRun::build_model() {
   }
   // Errors in the config name the file given with --cfg (the weights' own config: its name).
   const std::string config_source = o.cfg.empty() || resuming() ? info.model_name + ".yaml" : models::resolve_model_config_path(o.cfg);
-  auto build = [&] { return models::build_model(models::parse_model_config(info.model_yaml, config_source), nc); };
+  // The config a state or weights file carries: its errors name that file too (config_source is no file there).
+  const std::string carrier = resuming() ? o.resume : o.cfg.empty() ? o.weights : "";
+  auto build = [&] {
+    try {
+      return models::build_model(models::parse_model_config(info.model_yaml, config_source), nc);
+    } catch (const Error& e) {
+      if (carrier.empty()) throw;
+      fail(carrier, ": the model config it carries: ", e.what());
+    }
+  };
   // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
   torch::manual_seed(o.seed);
   model = build();
@@ -362,6 +371,13 @@ void TrainingRun::restore_resume_state() {
     if (o.quad) progression.last_opt_step = nb * progression.epoch + progression.next_batch - 1;
     std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
               << resume_state.world_size << "\n";
+  }
+  // A batch past the epoch's end (a dataset that shrank since a Ctrl-C save, or an edited file): the epoch
+  // is over, and the run resumes at its end (what follows it: the validation, the next epoch).
+  if (progression.next_batch > nb) {
+    std::cout << "WARNING: " << o.resume << " was saved at batch " << progression.next_batch << " of epoch " << progression.epoch
+              << ", past the " << nb << " batches per epoch the dataset now gives (it changed?); resuming at that epoch's end\n";
+    progression.next_batch = nb;
   }
   // A dataset that shrank since the save (fewer batches per epoch) puts the saved last optimiser step
   // ahead of the iteration the run resumes at: no step would be due for epochs. Count from here.
