@@ -46,6 +46,7 @@ import io
 import json
 import os
 import pickle
+import reprlib
 import sys
 import zipfile
 import zlib
@@ -495,7 +496,7 @@ def convert(path: str, out_path: str, which: str | None):
         raise ConvertError(f"{path}: '{which}' is a bare state_dict without the model's config; kestrel "
                            "needs the model YAML too (load it into kestrel with `kestrel train --cfg` instead)")
     if not is_module(model):
-        raise ConvertError(f"{path}: '{which}' is not a model object ({model!r:.80})")
+        raise ConvertError(f"{path}: '{which}' is not a model object ({reprlib.repr(model):.80})")
 
     attrs = model.kestrel_attrs()
     tensors, dropped = module_state_dict(model, path)
@@ -565,6 +566,10 @@ def main(argv=None) -> int:
         s = convert(args.checkpoint, args.output, args.which)
     except ConvertError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RecursionError:  # objects nested thousands deep: no checkpoint looks like that
+        print(f"error: {args.checkpoint}: its objects are nested too deeply to read (a damaged or crafted file)",
+              file=sys.stderr)
         return 1
     shown = ", ".join(s["names"][:10]) + (", ..." if len(s["names"]) > 10 else "")
     print(f"{args.checkpoint} ['{s['entry']}', {s['class']}] -> {args.output}")

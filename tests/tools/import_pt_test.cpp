@@ -389,7 +389,13 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       "data = bytearray(open('" + dir.file("good.pt") + "', 'rb').read())\n"
       "n, extra = struct.unpack('<HH', data[info.header_offset + 26:info.header_offset + 30])\n"
       "data[info.header_offset + 30 + n + extra + 5] ^= 0xFF\n"
-      "open('" + dir.file("crc.pt") + "', 'wb').write(bytes(data))\n");
+      "open('" + dir.file("crc.pt") + "', 'wb').write(bytes(data))\n"
+      "with zipfile.ZipFile('" + dir.file("good.pt") + "') as z:\n"
+      "    entries = [(i.filename, z.read(i)) for i in z.infolist()]\n"
+      "n = 30000  # {'model': [[[...]]]} 30,000 lists deep, written as pickle opcodes (pickle itself stops at 1,000)\n"
+      "deep = b'\\x80\\x02}X\\x05\\x00\\x00\\x00model' + b']' * n + b'a' * (n - 1) + b's.'\n"
+      "with zipfile.ZipFile('" + dir.file("deep.pt") + "', 'w') as z:\n"
+      "    for name, data in entries: z.writestr(name, deep if name.endswith('/data.pkl') else data)\n");
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"crc.pt", "damaged zip archive (BadZipFile"},
@@ -398,6 +404,7 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       {"loop.pt", "model.yaml is nested more than 50 levels deep (or contains itself)"},
       {"nan.pt", "tensor b holds NaN or infinite values"},
       {"head_dict.pt", "model.yaml's 'head' is not a list of layers"},
+      {"deep.pt", "'model' is not a model object ([[[[[[[...]]]]]]])"},
   };
   for (const auto& [name, message] : cases) expect_import_error(dir.file(name), dir.file("out.safetensors"), message);
 }
