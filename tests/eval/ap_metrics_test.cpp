@@ -59,6 +59,19 @@ TEST(ApMetrics, MatchFollowsYolov5v7Order) {
   EXPECT_EQ(rows_of(correct), (std::vector<std::vector<bool>>{low, high}));
 }
 
+TEST(ApMetrics, MatchGivesAnIouTieToTheLaterGt) {
+  // Boxes 10 high: gA x 0..10, gB x 2..12; p0 x 1..11 overlaps each by 90 of a union of 110 (IoU 0.818, the
+  // same float: the geometry is symmetric); p1 = gA (IoU 1 with gA, 80/120 with gB), less confident.
+  // val.py's matches[matches[:, 2].argsort()[::-1]] puts the later pair of a tie first: p0 keeps gB, and
+  // gA goes to p1, so both are correct up to 0.80; p1 alone above. (gA to p0 would leave p1 unmatched
+  // up to 0.80.)
+  const at::Tensor correct = match_predictions(boxes({1, 0, 11, 10, 0, 0, 10, 10}), classes({0, 0}),
+                                               boxes({0, 0, 10, 10, 2, 0, 12, 10}), classes({0, 0}),
+                                               default_iou_thresholds());
+  const std::vector<bool> up_to_080 = {true, true, true, true, true, true, true, false, false, false};
+  EXPECT_EQ(rows_of(correct), (std::vector<std::vector<bool>>{up_to_080, std::vector<bool>(10, true)}));
+}
+
 TEST(ApMetrics, MatchWithNothingToMatch) {
   const at::Tensor t = default_iou_thresholds();
   EXPECT_EQ(match_predictions(boxes({}), classes({}), boxes({0, 0, 1, 1}), classes({0}), t).sizes(),

@@ -177,12 +177,14 @@ at::Tensor winners_per_threshold(const at::Tensor& iou, const at::Tensor& same_c
   const at::Tensor thresholds = iou_thresholds.to(iou.options()).view({T, 1, 1});
   const at::Tensor candidate = (iou.unsqueeze(0) >= thresholds) & same_class.unsqueeze(0);         // [T, M, N]
 
-  // Step 1: each prediction keeps its highest-IoU candidate gt (lowest gt index among equals).
+  // Step 1: each prediction keeps its highest-IoU candidate gt; among equal IoUs the highest gt index, as
+  // val.py's argsort()[::-1] orders them wherever numpy's sort keeps equal keys in order (torch.where lists
+  // the pairs gt by gt, and the reversal puts the last first).
   const at::Tensor scored = at::where(candidate, iou.unsqueeze(0), -1.0);
   const at::Tensor best = scored.amax(1, /*keepdim=*/true);                                        // [T, 1, N]
   const at::Tensor gt_index = at::arange(M, iou.options().dtype(at::kLong)).view({1, M, 1});
-  const at::Tensor best_gt = at::where(candidate & (scored == best), gt_index, M).amin(1);         // [T, N]
-  const at::Tensor kept = best_gt < M;
+  const at::Tensor best_gt = at::where(candidate & (scored == best), gt_index, -1).amax(1);        // [T, N]
+  const at::Tensor kept = best_gt >= 0;
 
   // Step 2: each gt goes to the lowest-index prediction that kept it. Keys are t * M + gt.
   const at::Tensor pred_index = at::arange(N, gt_index.options()).expand({T, N});

@@ -28,7 +28,8 @@ inline bool is_yolov7_style(MetricStyle s) { return s == MetricStyle::yolov7 || 
 // index) that kept it. Predictions are expected in descending confidence, as NMS returns them, so the
 // first is the most confident. A prediction whose best gt went to an earlier prediction does not fall
 // back to its second-best gt (v7.0 behaviour: the re-sort by IoU between the two steps is commented out
-// upstream). Exact IoU ties, left to numpy's unstable sort upstream, go to the lowest gt index here.
+// upstream). Exact IoU ties go to the highest gt index, as upstream's argsort()[::-1] puts them wherever
+// numpy's sort keeps equal keys in order (a stable sort always; numpy's default for short lists).
 // IoU = inter / (area1 + area2 - inter + 1e-7), in pred_boxes' dtype, as upstream's box_iou.
 at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
                              const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
