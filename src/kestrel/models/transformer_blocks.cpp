@@ -1,5 +1,6 @@
 #include "kestrel/models/transformer_blocks.h"
 
+#include <cmath>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -18,19 +19,23 @@ torch::nn::Linear make_linear(int64_t c, bool bias) {
 // torch.nn.MultiheadAttention(query, key, value) with its own parameters (in_proj [3c, c] + [3c], out_proj,
 // the heads split from the channels, no dropout), written out: LibTorch's forward first compares query,
 // key and value with torch::equal to choose a path, two device-to-host reads per layer and step on a GPU,
-// which also break a CUDA graph capture. q, k, v [L, b, c] -> [L, b, c].
+// which also break a CUDA graph capture. The steps are torch's for need_weights=True (C3TR's call, with
+// batch_first False: never its fused path), so the result is bit-identical to upstream's:
+// q * sqrt(1/d), bmm, softmax, bmm. q, k, v [L, b, c] -> [L, b, c].
 at::Tensor multi_head_attention(const torch::nn::MultiheadAttentionImpl& ma, const at::Tensor& q, const at::Tensor& k,
                                 const at::Tensor& v) {
   const int64_t L = q.size(0), b = q.size(1), c = q.size(2), heads = ma.options.num_heads(), d = c / heads;
   const std::vector<at::Tensor> w = ma.in_proj_weight.chunk(3, 0), bias = ma.in_proj_bias.chunk(3, 0);
-  // [L, b, c] -> [L, b * heads, d] -> [b * heads, L, d] (torch's split) -> [b, heads, L, d]
+  // [L, b, c] -> [L, b * heads, d] -> [b * heads, L, d] (torch's split)
   const auto project = [&](const at::Tensor& x, size_t i) {
-    return at::linear(x, w[i], bias[i]).reshape({L, b * heads, d}).transpose(0, 1).reshape({b, heads, L, d});
+    return at::linear(x, w[i], bias[i]).reshape({L, b * heads, d}).transpose(0, 1);
   };
-  const at::Tensor attended = at::scaled_dot_product_attention(project(q, 0), project(k, 1), project(v, 2));
-  // [b, heads, L, d] -> [b * heads, L, d] -> [L, b * heads, d] -> [L, b, c]
-  const at::Tensor merged = attended.reshape({b * heads, L, d}).transpose(0, 1).reshape({L, b, c});
-  return at::linear(merged, ma.out_proj->weight, ma.out_proj->bias);
+  const at::Tensor scaled_q = project(q, 0) * std::sqrt(1.0 / static_cast<double>(d));
+  const at::Tensor weights = at::softmax(at::bmm(scaled_q, project(k, 1).transpose(-2, -1)), -1);  // [b * heads, L, L]
+  const at::Tensor attended = at::bmm(weights, project(v, 2));                                      // [b * heads, L, d]
+  // [b * heads, L, d] -> [L, b * heads, d] -> [L * b, c], out_proj, -> [L, b, c]
+  const at::Tensor merged = attended.transpose(0, 1).contiguous().view({L * b, c});
+  return at::linear(merged, ma.out_proj->weight, ma.out_proj->bias).view({L, b, c});
 }
 
 }  // namespace
