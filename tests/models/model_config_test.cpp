@@ -355,6 +355,23 @@ TEST(ModelConfig, ActivationsTakeTorchsArguments) {
   EXPECT_NE(refused("nn.SiLU").find("is not of the form nn.Name(...)"), std::string::npos);
 }
 
+// The layer table's arguments as upstream's parse_model prints them (Python's repr of the list after eval):
+// strings quoted, activations as torch's modules print, `anchors: k` as the placeholder lists per input map.
+TEST(ModelConfig, LayerTableArgumentsReadAsUpstreamsTable) {
+  std::string yaml = replaced(kTinyHead, "[128, 3, 2]", "[128, 3, 2, None, 1, 'nn.LeakyReLU(0.1, inplace=True)']");  // quoted: YAML splits at the comma
+  yaml = replaced(yaml, "SPPF, [256, 5]", "nn.Upsample, [None, 1, 'nearest']");
+  yaml = replaced(yaml, "anchors:\n  - [10,13, 16,30, 33,23]\n  - [30,61, 62,45, 59,119]\n", "anchors: 2\n");
+  auto model = build_model(parse_model_config(yaml, "table.yaml"));
+  const auto& info = model->layer_info();
+  EXPECT_EQ(info[1].arguments, "[16, 32, 3, 2, None, 1, LeakyReLU(negative_slope=0.1, inplace=True)]");
+  EXPECT_EQ(info[4].arguments, "[None, 1, 'nearest']");
+  EXPECT_EQ(info[5].arguments, "[4, [[0, 1, 2, 3], [0, 1, 2, 3]], [32, 64]]");
+  EXPECT_EQ(Activation::parse("nn.SiLU()").repr(), "SiLU()");
+  EXPECT_EQ(Activation::parse("nn.ReLU(inplace=True)").repr(), "ReLU(inplace=True)");
+  EXPECT_EQ(Activation::parse("nn.LeakyReLU()").repr(), "LeakyReLU(negative_slope=0.01)");
+  EXPECT_EQ(Activation::parse("nn.Hardswish(True)").repr(), "Hardswish()");  // torch shows no inplace for it
+}
+
 // v7.0's autopad pads a convolution by half its dilated extent d(k - 1) + 1, rounded down (YOLOv7's k // 2 is
 // the same at d = 1): an even kernel is padded too, k = 2 by 1, and a 256 input to a 2x2 stride-2 Conv gives 129.
 TEST(ModelConfig, AutopadHalvesTheDilatedKernel) {

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/python_repr.h"
 #include "kestrel/models/batch_norm_silu.h"
 #include "kestrel/models/conv_ops.h"
 
@@ -27,14 +28,15 @@ at::Tensor Activation::operator()(const at::Tensor& x) const {
   return x;
 }
 
-std::string Activation::str() const {
+std::string Activation::repr() const {
+  const std::string flag = inplace ? "inplace=True" : "";
   switch (kind) {
-    case Kind::SiLU: return "nn.SiLU()";
-    case Kind::LeakyReLU: return cat("nn.LeakyReLU(", slope, ")");
-    case Kind::ReLU: return "nn.ReLU()";
-    case Kind::Hardswish: return "nn.Hardswish()";
-    case Kind::Sigmoid: return "nn.Sigmoid()";
-    case Kind::Identity: return "nn.Identity()";
+    case Kind::SiLU: return "SiLU(" + flag + ")";
+    case Kind::LeakyReLU: return "LeakyReLU(negative_slope=" + python_float_repr(slope) + (inplace ? ", " + flag : "") + ")";
+    case Kind::ReLU: return "ReLU(" + flag + ")";
+    case Kind::Hardswish: return "Hardswish()";  // torch shows no inplace for it
+    case Kind::Sigmoid: return "Sigmoid()";
+    case Kind::Identity: return "Identity()";
   }
   return "?";
 }
@@ -101,6 +103,7 @@ Activation Activation::parse(const std::string& text) {
     given.push_back(key);
     if (key == "inplace" && value != "True" && value != "False")
       fail("activation '", text, "': inplace must be True or False, got '", value, "'");
+    if (key == "inplace") a.inplace = value == "True";
     if (key == "negative_slope") {
       char* end = nullptr;
       a.slope = std::strtod(value.c_str(), &end);

@@ -19,10 +19,11 @@ namespace kestrel::models {
 struct Activation {
   enum class Kind { SiLU, LeakyReLU, ReLU, Hardswish, Sigmoid, Identity };
   Kind kind = Kind::SiLU;
-  double slope = 0.01;  // LeakyReLU only
+  double slope = 0.01;   // LeakyReLU only
+  bool inplace = false;  // as written; changes nothing here, shown in repr()
 
   at::Tensor operator()(const at::Tensor& x) const;
-  std::string str() const;  // the YAML spelling
+  std::string repr() const;  // torch's repr of the module, as upstream's layer table prints it
   // Throws kestrel::Error (message without location; the builder adds it) for unknown names.
   static Activation parse(const std::string& text);
 };

@@ -13,6 +13,7 @@
 #include <torch/utils.h>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/python_repr.h"
 #include "kestrel/models/common.h"
 #include "kestrel/models/csp_blocks.h"
 #include "kestrel/models/ghost_blocks.h"
@@ -34,25 +35,48 @@ int64_t make_divisible(double x, int64_t divisor) {
   return steps * divisor >= kSaturate ? static_cast<int64_t>(kSaturate) : static_cast<int64_t>(steps) * divisor;
 }
 
+// A scalar as Python prints it inside upstream's argument list (after parse_model's eval): None, True and
+// False, numbers as written, an activation as torch's repr (nn.LeakyReLU(0.1) -> LeakyReLU(negative_slope=0.1)),
+// other text quoted ('nearest').
+std::string python_scalar(const std::string& text) {
+  if (text == "True" || text == "true") return "True";
+  if (text == "False" || text == "false") return "False";
+  if (text == "None") return text;
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  if (!text.empty() && *end == '\0') return text;
+  if (text.find('(') != std::string::npos) {
+    try {
+      return Activation::parse(text).repr();
+    } catch (const Error&) {  // not one kestrel builds: the builder says so where it reads it
+    }
+  }
+  return python_str_repr(text);
+}
+
 // Stops after about `limit` characters ("..."): YAML aliases can make a short file's value gigabytes long.
-void render_into(const YAML::Node& node, std::string& out, size_t limit) {
+// `python`: scalars as python_scalar (the layer table), else as written (messages).
+void render_into(const YAML::Node& node, std::string& out, size_t limit, bool python) {
   if (out.size() > limit) return;
   if (node.IsSequence()) {
     out += "[";
     for (size_t i = 0; i < node.size() && out.size() <= limit; ++i) {
       if (i) out += ", ";
-      render_into(node[i], out, limit);
+      render_into(node[i], out, limit, python);
     }
     out += "]";
+  } else if (node.IsNull()) {
+    out += "None";
   } else {
-    out += node.IsNull() ? std::string("None") : node.Scalar().substr(0, limit);
+    const std::string text = node.Scalar().substr(0, limit);
+    out += python ? python_scalar(text) : text;
   }
 }
 
-std::string render(const YAML::Node& node) {
+std::string render(const YAML::Node& node, bool python = false) {
   constexpr size_t kLimit = 200;
   std::string out;
-  render_into(node, out, kLimit);
+  render_into(node, out, kLimit, python);
   if (out.size() > kLimit) out = out.substr(0, kLimit) + "...";
   return out;
 }
@@ -166,7 +190,7 @@ class Args {
   const YAML::Node node(size_t i) const { return spec_.args[i]; }
   std::string rest_from(size_t i) const {
     std::string s;
-    for (size_t k = i; k < size(); ++k) s += ", " + render(spec_.args[k]);
+    for (size_t k = i; k < size(); ++k) s += ", " + render(spec_.args[k], /*python=*/true);
     return s;
   }
 
@@ -470,7 +494,17 @@ std::shared_ptr<Detect> build_head(const Args& args, const std::string& module, 
                                        module != "Detect", aux);
   std::string chs;
   for (auto c : in_ch) chs += (chs.empty() ? "" : ", ") + std::to_string(c);
-  arguments = cat("[", head_nc, ", ", render(anchor_node), ", [", chs, "]]");
+  // anchors: k (a count) is shown as upstream's placeholder lists, [0, 1, ..., 2k - 1] per level
+  // per input map (upstream's `* len(f)`)
+  std::string anchors_text = render(anchor_node, /*python=*/true);
+  if (anchor_node.IsScalar()) {
+    std::string level;
+    for (int64_t i = 0; i < 2 * anchors_per_level(anchor_node, args.where()); ++i) level += (i ? ", " : "") + std::to_string(i);
+    anchors_text.clear();
+    for (size_t m = 0; m < in_ch.size(); ++m) anchors_text += (m ? ", [" : "[[") + level + "]";
+    anchors_text += "]";
+  }
+  arguments = cat("[", head_nc, ", ", anchors_text, ", [", chs, "]]");
   return head;
 }
 
