@@ -207,6 +207,10 @@ TEST(SafetensorsErrors, LyingShapesAndNonIntegerNumbersAreReported) {
   const std::string metadata_list = with_header("metadata_list.safetensors", R"({"__metadata__":["x"]})", 0);
   EXPECT_NE(error_of_loading(metadata_list).find(metadata_list + ": corrupt safetensors header: __metadata__ is not a JSON object"),
             std::string::npos);
+  // a value nested 100,000 deep: named by its kind (printing it recursed once per level, past the stack)
+  const std::string deep = with_header("deep.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[)" +
+                                       std::string(100000, '[') + std::string(100000, ']') + ",4]}}", 4);
+  EXPECT_EQ(error_of_loading(deep), deep + ": tensor 'w': data_offsets must be whole numbers from 0 to 2^63-1, not a nested list");
   // empty, but strides of 2^62 x 2^62 elements: ATen's stride calculation would overflow
   const std::string empty_overflow = with_header("empty_overflow.safetensors",
       R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})", 0);

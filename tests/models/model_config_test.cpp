@@ -341,7 +341,7 @@ TEST(ModelConfig, ActivationsTakeTorchsArguments) {
   EXPECT_DOUBLE_EQ(Activation::parse("nn.LeakyReLU()").slope, 0.01);  // torch's default
   EXPECT_DOUBLE_EQ(Activation::parse("nn.LeakyReLU(0.1)").slope, 0.1);
   EXPECT_DOUBLE_EQ(Activation::parse("nn.LeakyReLU(negative_slope=0.2)").slope, 0.2);
-  EXPECT_DOUBLE_EQ(Activation::parse("LeakyReLU(0.1, inplace=True)").slope, 0.1);
+  EXPECT_DOUBLE_EQ(Activation::parse("torch.nn.LeakyReLU(0.1, inplace=True)").slope, 0.1);
   EXPECT_DOUBLE_EQ(Activation::parse("nn.LeakyReLU(inplace=False, negative_slope=-1e-1,)").slope, -0.1);
   const auto refused = [](const char* text) { return test::error_message([&] { Activation::parse(text); }); };
   EXPECT_NE(refused("nn.Sigmoid(True)").find("nn.Sigmoid takes 0 arguments"), std::string::npos);
@@ -353,6 +353,12 @@ TEST(ModelConfig, ActivationsTakeTorchsArguments) {
   EXPECT_NE(refused("nn.LeakyReLU(0.1x)").find("negative_slope must be a finite number, got '0.1x'"), std::string::npos);
   EXPECT_NE(refused("nn.SiLU(inplace=yes)").find("inplace must be True or False, got 'yes'"), std::string::npos);
   EXPECT_NE(refused("nn.SiLU").find("is not of the form nn.Name(...)"), std::string::npos);
+  // without nn., upstream's eval fails: its layer gets nn.Identity, silently; refused here, with what to write
+  EXPECT_NE(refused("LeakyReLU(0.1)").find("activation 'LeakyReLU(0.1)' lacks the nn. prefix"), std::string::npos);
+  EXPECT_NE(refused("LeakyReLU(0.1)").find("write nn.LeakyReLU(...), or None for no activation"), std::string::npos);
+  // a bounded length: std::regex recursed once per character (50,000 spaces overflowed the stack)
+  EXPECT_NE(refused(("nn.LeakyReLU(0.1" + std::string(50000, ' ') + ")").c_str()).find("is 50017 characters long; at most 256"),
+            std::string::npos);
 }
 
 // The layer table's arguments as upstream's parse_model prints them (Python's repr of the list after eval):

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,20 @@ inline std::optional<int64_t> json_whole_number(const nlohmann::json& v, int64_t
   }
   if (x < min || x > max) return std::nullopt;
   return x;
+}
+
+// A value for messages: scalars and flat lists as JSON, cut at 60 characters; nested lists and objects by
+// their kind (dump() recurses once per level: a deeply nested value in a crafted file overflowed the stack).
+inline std::string json_shown(const nlohmann::json& value) {
+  bool flat = value.is_primitive();
+  if (value.is_array()) {
+    flat = true;
+    for (const auto& v : value) flat = flat && v.is_primitive();
+  }
+  if (!flat) return value.is_array() ? "a nested list" : "an object";
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
 }
 
 }  // namespace kestrel

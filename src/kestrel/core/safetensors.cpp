@@ -40,7 +40,7 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 // range: undefined behaviour or a wrapped value).
 uint64_t whole_number(const nlohmann::json& v, const std::string& path, const std::string& key, const char* what) {
   const std::optional<int64_t> x = json_whole_number(v, 0, INT64_MAX);
-  if (!x) fail(path, ": tensor '", key, "': ", what, " must be whole numbers from 0 to 2^63-1, not ", v.dump());
+  if (!x) fail(path, ": tensor '", key, "': ", what, " must be whole numbers from 0 to 2^63-1, not ", json_shown(v));
   return static_cast<uint64_t>(*x);
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kestrel/core/error.h"
+#include "kestrel/core/json_number.h"
 #include "kestrel/core/python_repr.h"
 #include "kestrel/core/regular_file.h"
 
@@ -38,18 +39,6 @@ json load_json(const std::string& path) {
   }
 }
 
-// A value for messages: scalars and flat lists as JSON, cut at 60 characters; nested lists and objects by
-// their kind (dump() recurses once per level: a deeply nested value overflowed the stack).
-std::string shown(const json& value) {
-  const bool flat = value.is_primitive() || (value.is_array() && std::all_of(value.begin(), value.end(), [](const json& v) {
-                      return v.is_primitive();
-                    }));
-  if (!flat) return value.is_array() ? "a nested list" : "an object";
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
-
 const json& member(const json& object, const char* key, const std::string& where) {
   if (!object.is_object()) fail(where, ": expected a JSON object");
   auto it = object.find(key);
@@ -61,13 +50,13 @@ int64_t integer_member(const json& object, const char* key, const std::string& w
   const json& value = member(object, key, where);
   // Above 2^63-1 get<int64_t> would wrap (18446744073709551615 became -1).
   if (!value.is_number_integer() || (value.is_number_unsigned() && value.get<uint64_t>() > INT64_MAX))
-    fail(where, ": field \"", key, "\" must be a 64-bit integer, got ", shown(value));
+    fail(where, ": field \"", key, "\" must be a 64-bit integer, got ", json_shown(value));
   return value.get<int64_t>();
 }
 
 double number_member(const json& object, const char* key, const std::string& where) {
   const json& value = member(object, key, where);
-  if (!value.is_number()) fail(where, ": field \"", key, "\" must be a number, got ", shown(value));
+  if (!value.is_number()) fail(where, ": field \"", key, "\" must be a number, got ", json_shown(value));
   return value.get<double>();
 }
 
@@ -75,14 +64,14 @@ CocoBox box_member(const json& object, const std::string& where) {
   const json& value = member(object, "bbox", where);
   if (!value.is_array() || value.size() != 4 ||
       !std::all_of(value.begin(), value.end(), [](const json& v) { return v.is_number(); }))
-    fail(where, ": \"bbox\" must be [x, y, width, height], got ", shown(value));
+    fail(where, ": \"bbox\" must be [x, y, width, height], got ", json_shown(value));
   return {value[0].get<double>(), value[1].get<double>(), value[2].get<double>(), value[3].get<double>()};
 }
 
 bool crowd_member(const json& object, const std::string& where) {
   const json& value = member(object, "iscrowd", where);
   if (value.is_boolean()) return value.get<bool>();
-  if (!value.is_number_integer()) fail(where, ": field \"iscrowd\" must be 0 or 1, got ", shown(value));
+  if (!value.is_number_integer()) fail(where, ": field \"iscrowd\" must be 0 or 1, got ", json_shown(value));
   return value.get<int64_t>() != 0;
 }
 

@@ -54,10 +54,19 @@ std::string trimmed(const std::string& s) {
 // or by keyword, as the torch class takes them: LeakyReLU(negative_slope=0.01, inplace=False), SiLU, ReLU and
 // Hardswish (inplace=False), Sigmoid() without any; Identity ignores its arguments. inplace changes nothing here.
 Activation Activation::parse(const std::string& text) {
-  static const std::regex call(R"(^\s*(?:nn\.)?(\w+)\s*\((.*)\)\s*$)");
+  // std::regex recurses once per character: a bound keeps a crafted config from overflowing the stack
+  constexpr size_t kMaxLength = 256;
+  if (text.size() > kMaxLength)
+    fail("activation '", text.substr(0, 40), "...' is ", text.size(), " characters long; at most ", kMaxLength);
+  static const std::regex call(R"(^\s*(torch\.nn\.|nn\.)?(\w+)\s*\((.*)\)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, call)) fail("activation '", text, "' is not of the form nn.Name(...)");
-  const std::string name = m[1];
+  const std::string name = m[2];
+  // Upstream eval()s the text where `nn` and `torch` are names: without the prefix its `activation:` key stops
+  // with a NameError, and a layer's argument silently becomes nn.Identity (no activation). Refused here.
+  if (!m[1].matched)
+    fail("activation '", text, "' lacks the nn. prefix: upstream's eval cannot read it (a layer then gets no activation, "
+         "nn.Identity, the activation: key a NameError); write nn.", name, "(...), or None for no activation");
   Activation a;
   std::vector<std::string> parameters{"inplace"};
   if (name == "SiLU") a.kind = Kind::SiLU;
@@ -75,7 +84,7 @@ Activation Activation::parse(const std::string& text) {
   } else
     fail("unsupported activation '", text, "' (kestrel has nn.SiLU, nn.LeakyReLU, nn.ReLU, nn.Hardswish, nn.Sigmoid, nn.Identity)");
   std::vector<std::string> arguments;
-  std::string rest = m[2];
+  std::string rest = m[3];
   for (size_t comma; (comma = rest.find(',')) != std::string::npos; rest = rest.substr(comma + 1))
     arguments.push_back(trimmed(rest.substr(0, comma)));
   if (!trimmed(rest).empty() || !arguments.empty()) arguments.push_back(trimmed(rest));

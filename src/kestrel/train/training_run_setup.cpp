@@ -145,7 +145,8 @@ void TrainingRun::build_model() {
   // architecture: from the run's own last.safetensors, written beside it), not from --cfg or --weights, which
   // may have moved or changed since (upstream's resume clears opt.cfg and rebuilds from the checkpoint too):
   // only a fresh run reads its config file and transfers pretrained weights.
-  if (resuming() && resume_state.model_yaml.empty()) pretrained = models::load_model_weights((fs::path(save_dir) / "weights" / "last.safetensors").string());
+  const std::string last_weights = (fs::path(save_dir) / "weights" / "last.safetensors").string();
+  if (resuming() && resume_state.model_yaml.empty()) pretrained = models::load_model_weights(last_weights);
   else if (!resuming() && !o.weights.empty()) pretrained = models::load_model_weights(o.weights);
   if (resuming() && !resume_state.model_yaml.empty()) {
     info.model_yaml = resume_state.model_yaml;
@@ -161,7 +162,9 @@ void TrainingRun::build_model() {
   // Errors in the config name the file given with --cfg (the weights' own config: its name).
   const std::string config_source = o.cfg.empty() || resuming() ? info.model_name + ".yaml" : models::resolve_model_config_path(o.cfg);
   // The config a state or weights file carries: its errors name that file too (config_source is no file there).
-  const std::string carrier = resuming() ? o.resume : o.cfg.empty() ? o.weights : "";
+  const std::string carrier = !resuming()                      ? (o.cfg.empty() ? o.weights : "")
+                              : !resume_state.model_yaml.empty() ? o.resume
+                                                                 : last_weights;
   auto build = [&] {
     try {
       return models::build_model(models::parse_model_config(info.model_yaml, config_source), nc);
@@ -361,6 +364,13 @@ void TrainingRun::restore_resume_state() {
   optimizer->load_state(resume_state.optimizer, o.resume);
   if (scaler->enabled() && !resume_state.scaler.empty()) scaler->load_state(resume_state.scaler, o.resume);
   progression = resume_state.progression;
+  // A batch past the epoch's end (a dataset that shrank since a Ctrl-C save, or an edited file): the epoch
+  // is over, and the run resumes at its end (what follows it: the validation, the next epoch).
+  if (progression.next_batch > nb) {
+    std::cout << "WARNING: " << o.resume << " was saved at batch " << progression.next_batch << " of epoch " << progression.epoch
+              << ", past the " << nb << " batches per epoch the dataset now gives (it changed?); resuming at that epoch's end\n";
+    progression.next_batch = nb;
+  }
   // Another number of ranks: rank r takes every W-th sample of the epoch order, so global batch i
   // (the total --batch-size, unchanged) holds the same samples for any W, and next_batch keeps its
   // meaning, as do the iteration numbers: the batches per epoch, ceil(ceil(N/W) / (B/W)) = ceil(N/B),
@@ -371,13 +381,6 @@ void TrainingRun::restore_resume_state() {
     if (o.quad) progression.last_opt_step = nb * progression.epoch + progression.next_batch - 1;
     std::cout << "Resuming with WORLD_SIZE " << dist_ctx.world_size << " a run saved with WORLD_SIZE "
               << resume_state.world_size << "\n";
-  }
-  // A batch past the epoch's end (a dataset that shrank since a Ctrl-C save, or an edited file): the epoch
-  // is over, and the run resumes at its end (what follows it: the validation, the next epoch).
-  if (progression.next_batch > nb) {
-    std::cout << "WARNING: " << o.resume << " was saved at batch " << progression.next_batch << " of epoch " << progression.epoch
-              << ", past the " << nb << " batches per epoch the dataset now gives (it changed?); resuming at that epoch's end\n";
-    progression.next_batch = nb;
   }
   // A dataset that shrank since the save (fewer batches per epoch) puts the saved last optimiser step
   // ahead of the iteration the run resumes at: no step would be due for epochs. Count from here.

@@ -50,7 +50,7 @@ double real(const nlohmann::json& v) {
 }
 template <size_t N>
 std::array<double, N> reals(const nlohmann::json& v) {
-  if (!v.is_array() || v.size() != N) throw std::out_of_range(cat("expected a list of ", N, " numbers, not ", v.dump()));
+  if (!v.is_array() || v.size() != N) throw std::out_of_range(cat("expected a list of ", N, " numbers, not ", json_shown(v)));
   std::array<double, N> out;
   for (size_t i = 0; i < N; ++i) out[i] = real(v[i]);
   return out;
