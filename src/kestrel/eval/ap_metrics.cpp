@@ -178,8 +178,8 @@ at::Tensor winners_per_threshold(const at::Tensor& iou, const at::Tensor& same_c
   const at::Tensor candidate = (iou.unsqueeze(0) >= thresholds) & same_class.unsqueeze(0);         // [T, M, N]
 
   // Step 1: each prediction keeps its highest-IoU candidate gt; among equal IoUs the highest gt index, as
-  // val.py's argsort()[::-1] orders them wherever numpy's sort keeps equal keys in order (torch.where lists
-  // the pairs gt by gt, and the reversal puts the last first).
+  // val.py's argsort()[::-1] orders them where numpy's sort keeps equal keys in order (torch.where lists the
+  // pairs gt by gt, and the reversal puts the last first; ap_metrics.h says where numpy does not).
   const at::Tensor scored = at::where(candidate, iou.unsqueeze(0), -1.0);
   const at::Tensor best = scored.amax(1, /*keepdim=*/true);                                        // [T, 1, N]
   const at::Tensor gt_index = at::arange(M, iou.options().dtype(at::kLong)).view({1, M, 1});

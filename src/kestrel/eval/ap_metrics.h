@@ -28,8 +28,9 @@ inline bool is_yolov7_style(MetricStyle s) { return s == MetricStyle::yolov7 || 
 // index) that kept it. Predictions are expected in descending confidence, as NMS returns them, so the
 // first is the most confident. A prediction whose best gt went to an earlier prediction does not fall
 // back to its second-best gt (v7.0 behaviour: the re-sort by IoU between the two steps is commented out
-// upstream). Exact IoU ties go to the highest gt index, as upstream's argsort()[::-1] puts them wherever
-// numpy's sort keeps equal keys in order (a stable sort always; numpy's default for short lists).
+// upstream). Exact IoU ties go to the highest gt index, as upstream's argsort()[::-1] puts them where numpy's
+// sort keeps equal keys in order: always for 2-3 candidate pairs; from 4 on, numpy builds with x86-simd-sort
+// (AVX-512) reorder ties by the data, so upstream's own result varies there, and kestrel's rule is fixed.
 // IoU = inter / (area1 + area2 - inter + 1e-7), in pred_boxes' dtype, as upstream's box_iou.
 at::Tensor match_predictions(const at::Tensor& pred_boxes, const at::Tensor& pred_classes,
                              const at::Tensor& gt_boxes, const at::Tensor& gt_classes,
