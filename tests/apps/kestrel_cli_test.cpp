@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <iterator>
 
 #include "kestrel/data/dataset_config.h"
@@ -164,7 +165,11 @@ TEST(CliTrain, TrainsThenValidatesItsWeights) {
   auto r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data data/demo/demo.yaml --epochs 2 --img 128"
                              " --batch-size 16 --workers 2 --device cpu --quiet --project " + dir.file("runs"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("2 epochs completed. Results saved to " + dir.file("runs/exp")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n2 epochs completed in 0.0"), std::string::npos) << r.output;  // train.py's line, in hours
+  EXPECT_NE(r.output.find(" hours.\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Results saved to " + dir.file("runs/exp")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Image sizes 128 train, 128 val\nUsing 2 dataloader workers\nLogging results to " + dir.file("runs/exp") +
+                          "\nStarting training for 2 epochs...\n"), std::string::npos) << r.output;
   const std::string weights = dir.file("runs/exp/weights/best.safetensors");
   ASSERT_TRUE(std::filesystem::exists(weights));
   r = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 128 --device cpu --weights " + weights +
@@ -511,8 +516,12 @@ TEST(CliTrain, SigtermSavesAndExits130) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("WARNING: --resume continues with the run's saved options; ignored: --epochs\n"),
             std::string::npos) << resumed.output;
-  EXPECT_NE(resumed.output.find("3 epochs completed"), std::string::npos) << resumed.output;
-  EXPECT_NE(resumed.output.find("Resuming " + dir.file("runs/exp") + " from epoch"), std::string::npos) << resumed.output;
+  const std::string from = "Resuming " + dir.file("runs/exp") + " from epoch ";
+  const size_t at = resumed.output.find(from);
+  ASSERT_NE(at, std::string::npos) << resumed.output;
+  // train.py's count: this session's epochs, from the one it resumed in to the last (of 3)
+  const int resumed_epoch = std::atoi(resumed.output.c_str() + at + from.size());
+  EXPECT_NE(resumed.output.find("\n" + std::to_string(3 - resumed_epoch) + " epochs completed in "), std::string::npos) << resumed.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/weights")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/last.safetensors.tmp.12345")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp/weights/last.state.safetensors.tmp12345-678901")));

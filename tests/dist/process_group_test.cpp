@@ -548,7 +548,8 @@ TEST_F(DistGloo, EarlyStopEndsEveryRank) {
                                          dir.file("runs/exp"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("Resuming with WORLD_SIZE 2 a run saved with WORLD_SIZE 1"), std::string::npos) << resumed.output;
-  EXPECT_NE(resumed.output.find("Stopping early: no improvement in the last 1 epochs (best epoch 0)"), std::string::npos)
+  EXPECT_NE(resumed.output.find("Stopping training early as no improvement observed in last 1 epochs. Best results observed at epoch 0,"),
+            std::string::npos)
       << resumed.output;
   std::ifstream csv(dir.file("runs/exp/results.csv"));
   std::vector<std::string> rows;

@@ -22,6 +22,9 @@ TEST(ProgressLine, ColumnsAsUpstream) {
             "       3/99      10.9G    0.05123     0.0456     0.0123        143        640");
   EXPECT_EQ(drawn(0, 0.8624, {1.5, 0.25, 0.125}, 7, 320),
             "       0/99     0.862G        1.5       0.25      0.125          7        320:  50% 1/2\n");
+  // Instances and Size are %11.4g too: a dense batch's 12345 boxes, a 10240-pixel --multi-scale size
+  EXPECT_EQ(drawn(1, 0.5, {1.5, 0.25, 0.125}, 12345, 10240).substr(0, 77),
+            "       1/99       0.5G        1.5       0.25      0.125  1.234e+04  1.024e+04");
 }
 
 }  // namespace

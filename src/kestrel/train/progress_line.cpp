@@ -31,9 +31,10 @@ void ProgressLine::draw(int epoch, double mem_gb, const std::array<double, 3>& m
   char rate[32] = "", mem[32];
   if (images_per_s > 0) std::snprintf(rate, sizeof rate, " %.1f img/s", images_per_s);
   std::snprintf(mem, sizeof mem, "%.3gG", mem_gb);  // upstream's f'{mem:.3g}G'; 10.9G, not 10.912G
-  std::printf("%s%11s%11s%11.4g%11.4g%11.4g%11lld%11lld: %3d%% %lld/%lld%s%s", tty_ ? "\r" : "",
+  // Instances and Size too as %11.4g, train.py's format (12345 boxes in a batch: 1.234e+04)
+  std::printf("%s%11s%11s%11.4g%11.4g%11.4g%11.4g%11.4g: %3d%% %lld/%lld%s%s", tty_ ? "\r" : "",
               cat(epoch, "/", epochs_ - 1).c_str(), mem, mloss[0],
-              mloss[1], mloss[2], static_cast<long long>(instances), static_cast<long long>(size),
+              mloss[1], mloss[2], static_cast<double>(instances), static_cast<double>(size),
               static_cast<int>(100 * (i + 1) / std::max<int64_t>(nb, 1)), static_cast<long long>(i + 1),
               static_cast<long long>(nb), rate, last ? "\n" : "");
   std::fflush(stdout);

@@ -77,13 +77,19 @@ void TrainingRun::start_epochs() {
   std::cout << "kestrel train: " << info.model_name << " (" << nc << " classes) on " << device << ", "
             << optimizer_name(opt_options.kind)
             << (model->head().aux() ? ", auxiliary-head OTA loss" : hyp.loss_ota ? ", OTA loss" : "")
-            << (o.weights.empty() ? ", from scratch (no --weights)" : "") << ", " << nb
+            << (resuming() ? ", resumed" : o.weights.empty() ? ", from scratch (no --weights)" : "") << ", " << nb
             << " batches of " << o.batch_size << " per epoch, amp "
             << amp << ", results to " << save_dir << "\n";
   // Ctrl-C or SIGTERM: stop at the next optimiser step and save.
   stop_signal.emplace("\nStopping after the next optimiser step to save the run (again to stop at once)\n");
   progress = ProgressLine(o.quiet, o.epochs);
   result.save_dir = save_dir;
+  if (dist_ctx.is_main())  // train.py's lines before the first epoch (YOLOv7's: "test" for "val")
+    std::cout << "Image sizes " << o.img_size << " train, " << (o.img_size_test > 0 ? o.img_size_test : o.img_size)
+              << (hyp.yolov7_recipe ? " test\n" : " val\n") << "Using " << train_data.loader->workers() * dist_ctx.world_size
+              << " dataloader workers\nLogging results to " << save_dir << "\nStarting training for " << o.epochs << " epochs...\n";
+  first_epoch = progression.epoch;
+  training_start = std::chrono::steady_clock::now();
 }
 
 // ---- one epoch --------------------------------------------------------------------------------------
@@ -313,7 +319,11 @@ bool TrainingRun::end_epoch(const EpochTotals& totals) {
   // epoch is the saved one, so their own count would stop a run that rank 0 sees improving.
   bool stop = dist_ctx.is_main() && o.patience > 0 && epoch - progression.best_epoch >= o.patience;
   stop = dist::any_rank(stop, dist_ctx);  // all ranks stop together
-  if (stop) std::cout << "Stopping early: no improvement in the last " << o.patience << " epochs (best epoch " << progression.best_epoch << ")\n";
+  if (stop)  // EarlyStopping's words
+    std::cout << "Stopping training early as no improvement observed in last " << o.patience
+              << " epochs. Best results observed at epoch " << progression.best_epoch
+              << ", best model saved as best.safetensors.\nTo update EarlyStopping(patience=" << o.patience
+              << ") pass a new patience value, i.e. `kestrel train --patience 300` or use `--patience 0` to disable EarlyStopping.\n";
   log_epoch(epoch, train_loss, totals);
   Progression done = progression;
   done.epoch = stop ? o.epochs : epoch + 1;  // an early stop ends the run: --resume has nothing left to do
@@ -426,6 +436,11 @@ TrainResult TrainingRun::finish() {
   if (fs::exists(last_path)) result.last = last_path;
   if (fs::exists(best_path)) result.best = best_path;
   bool stopped = result.interrupted || result.stopped_after_training;
+  // train.py's count: the epochs of this session (a resumed run's earlier ones not included), and its hours
+  const double hours = std::chrono::duration<double>(std::chrono::steady_clock::now() - training_start).count() / 3600;
+  if (dist_ctx.is_main())
+    std::printf("\n%d epochs completed in %.3f hours.\n", std::max(result.epochs_completed - first_epoch, 0), hours);
+  std::fflush(stdout);
   if (!stopped && !result.best.empty() && dist_ctx.is_main()) validate_best();
   if (!stopped && StopSignal::requested()) {  // during the final validation (on rank 0), or while waiting for it
     result.stopped_after_training = stopped = true;
@@ -433,7 +448,7 @@ TrainResult TrainingRun::finish() {
   }
   if (!stopped && fs::exists(results->path()) && dist_ctx.is_main() && !o.noplots)
     eval::plot_results(results->path(), (fs::path(save_dir) / "results.png").string());
-  std::cout << "\n" << result.epochs_completed << " epochs completed. Results saved to " << save_dir << "\n";
+  std::cout << "Results saved to " << save_dir << "\n";
   if (!dist_ctx.is_main()) {  // its scratch folder goes with the run (ScratchDir), as after an error
     std::cout.rdbuf(cout_buffer);
     result.save_dir = run_dir;  // the real run folder (empty for a new run: rank 0 named it)

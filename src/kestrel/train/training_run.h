@@ -170,6 +170,8 @@ class TrainingRun {
   std::optional<StopSignal> final_stop;          // rank 0, nested in it: the same during the final validation
   ProgressLine progress;
   TrainResult result;
+  int first_epoch = 0;                                   // this session's first epoch (a resume's saved one)
+  std::chrono::steady_clock::time_point training_start;  // for upstream's "N epochs completed in H hours."
   int64_t batches_run = 0;
   int64_t dist_stop_checks = 0;    // optimiser steps of this process (ranks vote on Ctrl-C every 8th)
   std::optional<dist::DeferredAnyRank> stop_vote;  // data parallel: the Ctrl-C vote, read one vote later

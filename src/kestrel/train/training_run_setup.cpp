@@ -470,8 +470,10 @@ void TrainingRun::open_run_files() {
   if (o.resume.empty() || !fs::exists(opt_yaml))
     write_file_atomic(opt_yaml.string(), {options_yaml(o, save_dir)}, Durability::kFlushed);
   // Upstream's labels.jpg: the training split's labels, once per run (a resumed run has it already).
-  if (o.resume.empty() && dist_ctx.is_main() && !o.noplots)
+  if (o.resume.empty() && dist_ctx.is_main() && !o.noplots) {
+    std::cout << "Plotting labels to " << (fs::path(save_dir) / "labels.jpg").string() << "... \n";
     eval::plot_labels(eval::label_rows(train_data.dataset->records()), names, (fs::path(save_dir) / "labels.jpg").string());
+  }
   results.emplace((fs::path(save_dir) / "results.csv").string());
   if (!o.resume.empty() && dist_ctx.is_main()) {
     const int dropped = results->drop_rows_from(progression.epoch);
@@ -481,6 +483,9 @@ void TrainingRun::open_run_files() {
   }
   if (o.tensorboard) {
     tensorboard.emplace(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
+    if (dist_ctx.is_main())
+      std::cout << "TensorBoard: Start with 'tensorboard --logdir " << fs::path(save_dir).parent_path().string()
+                << "', view at http://localhost:6006/\n";
     // A resumed run's earlier event files may hold epochs from progression.epoch on that were logged but
     // never saved (as results.csv's dropped rows): a session start at that step makes TensorBoard's readers
     // discard them (their out-of-order purge) instead of showing both.
