@@ -117,7 +117,7 @@ DetectSource open_detect_source(const std::string& source, const std::string& pr
         cat(data::image_formats_text(), "; ", data::video_formats_text()));
     // Only a folder searched recursively that holds the project (not the project itself, or a folder in it;
     // not files named one by one, in a list or by a glob).
-    const fs::path runs = fs::absolute(project).lexically_normal();
+    const fs::path runs = fs::absolute(project.empty() ? "." : project).lexically_normal();  // '': the working folder, as train and val
     const fs::path folder = fs::absolute(source).lexically_normal();
     const size_t listed = opened.files.size();
     std::error_code ec;

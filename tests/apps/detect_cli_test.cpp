@@ -105,6 +105,11 @@ TEST(DetectCli, UpstreamSpellings) {
   r = test::run_command(in_dir + "screenshot.jpg");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("screen-runs/exp/screenshot.jpg"))) << r.output;
+  // --project '': the working folder, as train and val (and detect.py's Path('') / 'exp')
+  r = test::run_command("cd " + dir.path() + " && " + test::kestrel_binary() + " detect --device cpu --img 160 --weights " +
+                        dir.file("w.safetensors") + " --project '' --source screenshot.jpg");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("exp/screenshot.jpg"))) << r.output;
 }
 
 // Images of the same name in a folder's subfolders, or beside each other with another extension, get

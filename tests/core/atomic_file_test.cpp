@@ -42,6 +42,18 @@ TEST(AtomicFile, WritesThePartsInOrderAndReplacesTheOldFile) {
   }
 }
 
+// A name near the file-name limit (255 bytes): the temporary file's longer name would not fit, so a short one
+// is used (225+ byte names of detect's sources failed with "File name too long").
+TEST(AtomicFile, NamesNearTheLimitAreWritten) {
+  test::TempDir dir;
+  const std::string name = dir.file(std::string(250, 'n') + ".jpg");
+  write_file_atomic(name, {"whole"}, Durability::kFlushed);
+  EXPECT_EQ(read_all(name), "whole");
+  write_file_atomic(name, {"again"}, Durability::kFlushed);
+  EXPECT_EQ(read_all(name), "again");
+  EXPECT_EQ(folder_entries(dir.path()).size(), 1u);  // no temporary file left
+}
+
 TEST(AtomicFile, FailuresNameTheFileAndLeaveNothingBehind) {
   test::TempDir dir;
   // No such folder: the temporary file cannot be created.

@@ -28,6 +28,15 @@ TEST(RunFiles, RunFoldersIncrementLikeUpstream) {
   EXPECT_EQ(make_run_dir(project.string(), "mine/", false), (project / "mine2").string());
   EXPECT_EQ(make_run_dir((project / "p").string(), "", false), (project / "p").string());
   EXPECT_EQ(make_run_dir((project / "p").string(), "", false), (project / "p2").string());
+  // a project that cannot be made (under a file here; a read-only folder alike) is named with the reason,
+  // not as the run folder's "No such file or directory"
+  std::ofstream(project / "file") << "x";
+  try {
+    make_run_dir((project / "file" / "p").string(), "exp", false);
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_EQ(std::string(e.what()), (project / "file" / "p").string() + ": cannot create the project folder (Not a directory)");
+  }
   fs::remove_all(project);
 }
 

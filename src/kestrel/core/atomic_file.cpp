@@ -49,7 +49,14 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   if (std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing))
     fail(path, ": exists and is not a regular file (",
          std::filesystem::is_directory(existing) ? "a directory" : "a device, FIFO or socket", "); not replaced");
-  const std::string tmp = cat(path, ".tmp", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  // Beside the target (a rename within one folder), named after it; where that name would pass the file-name
+  // limit (a target of 225 bytes or more), a short one: each thread writes one file at a time.
+  const std::string suffix = cat(".tmp", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  constexpr size_t kNameMax = 255;  // NAME_MAX of Linux's file systems
+  const std::filesystem::path target(path);
+  const std::string tmp = target.filename().string().size() + suffix.size() <= kNameMax
+                              ? path + suffix
+                              : (target.parent_path() / suffix).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // the umask applies, as for any new file
   if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
   auto give_up = [&](const char* what, int error) {

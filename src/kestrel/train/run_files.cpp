@@ -28,7 +28,8 @@ std::string make_run_dir(const std::string& project, const std::string& name, bo
   if (!exist_ok) {
     // Claimed by creating it: create_directory fails on a folder that exists, so two runs started at once
     // cannot both take expN (checking first and creating after could).
-    if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
+    if (dir.has_parent_path() && !fs::create_directories(dir.parent_path(), ec) && ec)  // say why (a read-only folder)
+      fail(dir.parent_path().string(), ": cannot create the project folder (", ec.message(), ")");
     for (int n = 2; !fs::create_directory(dir, ec); ++n) {
       if (ec && !fs::exists(dir)) fail(dir.string(), ": cannot create the run folder (", ec.message(), ")");
       dir = base + std::to_string(n);
