@@ -65,8 +65,27 @@ struct DataShowOptions {
   bool yolov7 = false;
 };
 
+// `out`'s folder, or a folder above it, is `folder` (both resolved, symlinks followed).
+bool inside(const std::filesystem::path& out, const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(fs::absolute(out).parent_path(), ec), root = fs::weakly_canonical(folder, ec);
+  if (ec || root.empty()) return false;
+  auto a = root.begin(), b = dir.begin();
+  for (; a != root.end() && !a->empty(); ++a, ++b)
+    if (b == dir.end() || *a != *b) return false;
+  return true;
+}
+
 void run_show(const DataShowOptions& o) {
   const data::DatasetConfig cfg = data::load_dataset_config(o.data);
+  // The batch image and labels.jpg written into a split's folder would join the split (images without labels),
+  // or replace one of its images.
+  for (const char* split : {"train", "val", "test"})
+    for (const std::string& entry : cfg.split(split))
+      if (std::filesystem::is_directory(entry) && inside(o.out, entry))
+        fail("--out ", o.out, ": inside the dataset's ", split, " images (", entry,
+             "), where it and labels.jpg would join the split; write it elsewhere");
   auto index = data::index_split(data::list_images(cfg.train, cfg.source), data::IndexOptions{cfg.nc, o.workers, true});
   if (!index.skipped.empty()) std::cout << data::describe(index, "train", 20);
   data::require_usable(index, cfg.source, "train", cfg.train);
@@ -114,6 +133,8 @@ void run_coco(const DataCocoOptions& o) {
   if (entries.size() != 1 || !std::filesystem::is_directory(entries[0]))
     fail(cfg.source, ": the '", o.split, "' split must be a single folder of images to convert to COCO");
   const std::filesystem::path out(o.out);
+  std::error_code ec;
+  if (std::filesystem::equivalent(out, o.data, ec)) fail("--out ", o.out, ": is the dataset YAML ", o.data, "; not replaced");
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
   eval::write_yolo_as_coco(entries[0], cfg.names, o.out);
   std::printf("%s: '%s' split (%s) -> %s\n", cfg.source.c_str(), o.split.c_str(), entries[0].c_str(), o.out.c_str());

@@ -3,6 +3,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +41,18 @@ TEST(DataCocoCli, MissingDatasetAndBadSplitAreErrors) {
   r = test::run_command(test::kestrel_binary() + " data coco data/demo/demo.yaml --split test --out " + dir.file("a.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("no 'test' split"), std::string::npos) << r.output;
+  // --out naming the dataset YAML itself: refused, the YAML left as it was
+  {
+    std::ifstream in("data/demo/demo.yaml");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    text.replace(text.find("path: ."), 7, "path: " + std::filesystem::absolute("data/demo").string());
+    std::ofstream(dir.file("demo.yaml")) << text;
+  }
+  const auto before = std::filesystem::file_size(dir.file("demo.yaml"));
+  r = test::run_command(test::kestrel_binary() + " data coco " + dir.file("demo.yaml") + " --out " + dir.file("demo.yaml"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(": is the dataset YAML " + dir.file("demo.yaml") + "; not replaced"), std::string::npos) << r.output;
+  EXPECT_EQ(std::filesystem::file_size(dir.file("demo.yaml")), before);
 }
 
 }  // namespace

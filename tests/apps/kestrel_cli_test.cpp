@@ -136,6 +136,11 @@ TEST(CliData, ShowWritesAnImage) {
   auto r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out " + dir.file("b.txt"));
   EXPECT_NE(r.exit_code, 0);  // a JPEG under another name
   EXPECT_NE(r.output.find("--out: kestrel writes a JPEG: name it .jpg"), std::string::npos) << r.output;
+  // into a split's folder, where the image and labels.jpg would join the split: refused
+  r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out data/demo/images/train/x.jpg");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--out data/demo/images/train/x.jpg: inside the dataset's train images"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists("data/demo/images/train/x.jpg"));
   r = test::run_command(test::kestrel_binary() + " data show data/demo/demo.yaml --img 128 --batch-size 4 --out " + dir.file("b.jpg"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::file_size(dir.file("b.jpg")) > 1000);
