@@ -650,3 +650,21 @@ TEST(DatasetConfig, DemoYamlAndErrors) {
 
 }  // namespace
 }  // namespace kestrel::data
+
+namespace kestrel::data {
+namespace {
+
+// A subfolder that cannot be listed stops the listing (files must not go missing in silence), and the error
+// names that subfolder, not the readable folder given. Root reads every folder: there the case cannot arise.
+TEST(ImageListing, AnUnreadableSubfolderIsNamed) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root lists folders of mode 000";
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("images/secret"));
+  std::filesystem::permissions(dir.file("images/secret"), std::filesystem::perms::none);
+  const std::string message = test::error_message([&] { list_images({dir.file("images")}, "test.yaml"); });
+  std::filesystem::permissions(dir.file("images/secret"), std::filesystem::perms::owner_all);
+  EXPECT_NE(message.find("cannot list " + dir.file("images/secret") + " ("), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace kestrel::data

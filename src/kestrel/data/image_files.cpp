@@ -52,10 +52,12 @@ void walk(const std::string& root, const std::string& source, const std::functio
   first_visit(root);
   std::error_code ec;
   const fs::recursive_directory_iterator end;
+  fs::path listing = root;  // the folder the next step reads: the one entered, or the current one's
   for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);; it.increment(ec)) {
-    if (ec) fail(source, ": cannot list ", root, " (", ec.message(), ")");
+    if (ec) fail(source, ": cannot list ", listing.string(), " (", ec.message(), ")");
     if (it == end) break;
     const std::string name = it->path().filename().string();
+    listing = it->path().parent_path();
     if (!with_hidden && !name.empty() && name[0] == '.') {
       if (it->is_directory(ec)) it.disable_recursion_pending();
       ec.clear();
@@ -63,6 +65,7 @@ void walk(const std::string& root, const std::string& source, const std::functio
     }
     if (it->is_directory(ec)) {
       if (!first_visit(it->path())) it.disable_recursion_pending();
+      else listing = it->path();  // entered next
     } else {
       // Files, and what only looks like one (a dangling link, a FIFO): passed on, so that reading it reports
       // it by name rather than the listing dropping it in silence.
