@@ -666,5 +666,15 @@ TEST(ImageListing, AnUnreadableSubfolderIsNamed) {
   EXPECT_NE(message.find("cannot list " + dir.file("images/secret") + " ("), std::string::npos) << message;
 }
 
+// A source named like an image that is a FIFO is said to be one (it was "not a file of a supported format (.jpg;
+// supported ... jpg ...)").
+TEST(ImageListing, AFifoNamedLikeAnImageIsSaidToBeOne) {
+  test::TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("x.jpg").c_str(), 0600), 0);
+  const std::string message = test::error_message(
+      [&] { list_files({dir.file("x.jpg")}, "--source", [](const std::string& p) { return has_image_extension(p); }); });
+  EXPECT_EQ(message, "--source: " + dir.file("x.jpg") + " is not a regular file (a FIFO, socket or device)");
+}
+
 }  // namespace
 }  // namespace kestrel::data

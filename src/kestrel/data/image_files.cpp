@@ -173,6 +173,8 @@ std::vector<std::string> list_files(const std::vector<std::string>& entries, con
     } else if (fs::is_regular_file(entry, ec) && wanted(entry)) {
       images.push_back(entry);
     } else if (fs::exists(entry, ec) && !fs::is_directory(entry, ec)) {  // a file of another kind
+      if (!fs::is_regular_file(entry, ec) && wanted(entry))  // its name is right: what it is, is not
+        fail(source, ": ", entry, " is not a regular file (a FIFO, socket or device)");
       const std::string ext = fs::path(entry).extension().string();
       fail(source, ": ", entry, " is not a file of a supported format (", ext.empty() ? "no extension" : ext,
            "; supported ", supported, "; or a folder or .txt list of them)");
