@@ -184,6 +184,7 @@ TEST(SafetensorsErrors, CorruptFilesAreReportedWithTheFileName) {
 // numbers out of range (1e300) were cast with undefined behaviour, fractional ones (1.5) truncated.
 TEST(SafetensorsErrors, LyingShapesAndNonIntegerNumbersAreReported) {
   test::TempDir dir;
+  EXPECT_EQ(error_of_loading(""), "a weights file is needed, but the path given is empty ('')");  // --weights ''
   auto with_header = [&](const std::string& name, const std::string& json, size_t data_bytes) {
     return file_with_header(dir, name, json, data_bytes);
   };

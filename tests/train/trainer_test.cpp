@@ -24,6 +24,7 @@
 #include "kestrel/models/weights_file.h"
 #include "kestrel/models/yolo_model.h"
 #include "kestrel/train/trainer.h"
+#include "kestrel/train/training_run.h"
 #include "kestrel/train/training_state.h"
 #include "test_support.h"
 
@@ -315,6 +316,14 @@ TEST(Trainer, ResumeAfterTheDatasetShrankStillSteps) {
   const TrainingState after = read_training_state(state_path);
   EXPECT_GT(after.ema_updates, updates_before) << "no optimiser step after the resume";
   EXPECT_LT(after.progression.last_opt_step, 1000);
+}
+
+// The suggested `kestrel val` command pastes into a shell whatever the paths hold (POSIX single quotes).
+TEST(Trainer, SuggestedCommandsQuotePaths) {
+  EXPECT_EQ(shell_word("runs/train/exp2/weights/best.safetensors"), "runs/train/exp2/weights/best.safetensors");
+  EXPECT_EQ(shell_word("my runs/best.safetensors"), "'my runs/best.safetensors'");
+  EXPECT_EQ(shell_word("it's $HOME"), "'it'\\''s $HOME'");
+  EXPECT_EQ(shell_word(""), "''");
 }
 
 // --patience: a run that stopped early is finished; resuming it again must not train (and log) another epoch

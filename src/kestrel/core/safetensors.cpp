@@ -202,6 +202,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 SafetensorsContents load_safetensors(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (path.empty()) fail("a weights file is needed, but the path given is empty ('')");
   if (!fs::exists(path, ec)) {
     // train.py downloads a missing yolov5s.pt; kestrel downloads nothing and reads .safetensors only.
     if (fs::path(path).extension() == ".pt")

@@ -1,7 +1,10 @@
 #include "kestrel/train/training_run.h"
 
 #include <cmath>
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -462,8 +465,19 @@ TrainResult TrainingRun::finish() {
   return result;
 }
 
+// A path as one shell word: as it is where it holds only characters no shell reads specially, else quoted.
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_@%+=:,./-", c) != nullptr;
+  });
+  if (plain) return s;
+  std::string quoted = "'";
+  for (char c : s) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
 std::string final_validation_command(const TrainOptions& o, const std::string& best, double iou_thres, int world_size) {
-  return cat("kestrel val --data ", o.data, " --weights ", best, " --img ", o.img_size_test > 0 ? o.img_size_test : o.img_size,
+  return cat("kestrel val --data ", shell_word(o.data), " --weights ", shell_word(best), " --img ", o.img_size_test > 0 ? o.img_size_test : o.img_size,
              " --batch-size ", std::max(1, o.batch_size / std::max(1, world_size)) * 2, " --iou-thres ", iou_thres, o.single_cls ? " --single-cls" : "",
              o.v3_metric ? " --v3-metric" : "", o.v5_metric ? " --v5-metric" : "");
 }

@@ -61,9 +61,12 @@ struct EpochTotals {
 // where YOLOv7 validates at the end, last and best; kestrel validates best in every case, at 0.6 otherwise).
 double final_validation_iou_thres(bool yolov7_recipe, const data::DatasetConfig& data, int64_t nc);
 
+// `s` as one word of a POSIX shell command (quoted where it holds spaces, quotes, $ and the like).
+std::string shell_word(const std::string& s);
+
 // The `kestrel val` command that validates a run's best weights as its final validation would: the run's
 // --data, validation size and batch (twice a rank's batch: rectangular batches pad by their batch's shapes),
-// --single-cls and final IoU threshold (for the messages of a run stopped before it).
+// --single-cls and final IoU threshold (for the messages of a run stopped before it); paths as shell_word.
 std::string final_validation_command(const TrainOptions& o, const std::string& best, double iou_thres, int world_size);
 
 // Upstream --multi-scale's size for a batch: random.randrange(int(img * 0.5), int(img * 1.5) + stride)
