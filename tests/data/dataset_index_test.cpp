@@ -668,6 +668,14 @@ TEST(ImageListing, AnUnreadableSubfolderIsNamed) {
 
 // A source named like an image that is a FIFO is said to be one (it was "not a file of a supported format (.jpg;
 // supported ... jpg ...)").
+// v7.0 unzips a --data archive; kestrel says to unpack it (it read the zip's bytes as YAML: "unknown escape").
+TEST(ImageListing, AnArchiveAsDataIsNamed) {
+  test::TempDir dir;
+  test::write_file(dir.file("coco128.zip"), std::string("PK\x03\x04\x14\x00", 6));
+  EXPECT_EQ(test::error_message([&] { load_dataset_config(dir.file("coco128.zip")); }),
+            dir.file("coco128.zip") + ": an archive; unpack it and give the dataset YAML inside (kestrel does not unpack --data)");
+}
+
 TEST(ImageListing, AFifoNamedLikeAnImageIsSaidToBeOne) {
   test::TempDir dir;
   ASSERT_EQ(::mkfifo(dir.file("x.jpg").c_str(), 0600), 0);

@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/yaml_file.h"
 
@@ -88,6 +89,10 @@ const std::vector<std::string>& DatasetConfig::existing_split(const std::string&
 }
 
 DatasetConfig load_dataset_config(const std::string& path) {
+  // v7.0's check_dataset unzips a .zip given as --data and reads the YAML inside; kestrel reads YAML only.
+  const std::string ext = ascii_lower(fs::path(path).extension().string());
+  if (ext == ".zip" || ext == ".tar" || ext == ".gz" || ext == ".tgz")
+    fail(path, ": an archive; unpack it and give the dataset YAML inside (kestrel does not unpack --data)");
   YAML::Node root = load_yaml_file(path, "dataset");
   if (!root.IsMap()) fail(path, ": a dataset file is a YAML mapping with train, val and names");
   DatasetConfig cfg;
