@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/dataset_index.h"
@@ -135,6 +136,8 @@ void run_coco(const DataCocoOptions& o) {
   const std::filesystem::path out(o.out);
   std::error_code ec;
   if (std::filesystem::equivalent(out, o.data, ec)) fail("--out ", o.out, ": is the dataset YAML ", o.data, "; not replaced");
+  // a typo naming a label file or an image would replace it with JSON
+  if (ascii_lower(out.extension().string()) != ".json") fail("--out ", o.out, ": kestrel writes COCO JSON: name it .json");
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
   eval::write_yolo_as_coco(entries[0], cfg.names, o.out);
   std::printf("%s: '%s' split (%s) -> %s\n", cfg.source.c_str(), o.split.c_str(), entries[0].c_str(), o.out.c_str());

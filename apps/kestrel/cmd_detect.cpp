@@ -387,7 +387,7 @@ void run_detect(const DetectOptions& o) {
     std::cout << "WARNING: --imgsz " << d.img_height << " " << d.img_width << " must be multiple of max stride "
               << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
 
-  DetectSource source = open_detect_source(o.source, o.project);  // before the run folder: a bad source leaves nothing
+  DetectSource source = open_detect_source(o.source, o.project, o.name);  // before the run folder: a bad source leaves nothing
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
   if (o.save_txt) fs::create_directories(save_dir / "labels");
   if (o.save_csv && fs::exists(save_dir / "predictions.csv")) require_regular_file((save_dir / "predictions.csv").string());

@@ -1,6 +1,7 @@
 #include "detect_source.h"
 
 #include <algorithm>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -73,7 +74,7 @@ void refuse_streams_in_txt_list(const std::string& list) {
 
 }  // namespace
 
-DetectSource open_detect_source(const std::string& source, const std::string& project) {
+DetectSource open_detect_source(const std::string& source, const std::string& project, const std::string& name) {
   // Upstream downloads an image URL and treats it as a file; kestrel has no downloader.
   if (data::is_stream_url(source) && data::has_image_extension(source))
     fail("--source ", source, ": an image URL; download the image and pass the file");
@@ -116,17 +117,30 @@ DetectSource open_detect_source(const std::string& source, const std::string& pr
         [](const std::string& path) { return data::has_image_extension(path) || data::is_video_file(path); },
         cat(data::image_formats_text(), "; ", data::video_formats_text()));
     // Only a folder searched recursively that holds the project (not the project itself, or a folder in it;
-    // not files named one by one, in a list or by a glob).
-    const fs::path runs = fs::absolute(project.empty() ? "." : project).lexically_normal();  // '': the working folder, as train and val
+    // not files named one by one, in a list or by a glob). A project that is the working folder (--project ''
+    // or .) holds the user's own files too: there only its run folders <name>, <name>2, ... are left out.
+    const std::string shown_project = project.empty() ? "." : project;
+    const fs::path runs = fs::absolute(shown_project).lexically_normal();
     const fs::path folder = fs::absolute(source).lexically_normal();
+    const std::string run_stem = fs::path(name).lexically_normal().begin()->string();
+    std::error_code same_ec;
+    const bool project_is_working_folder = fs::equivalent(runs, fs::current_path(), same_ec);
+    const auto in_a_run_folder = [&](const std::string& file) {
+      if (!is_below(file, runs)) return false;
+      if (!project_is_working_folder) return true;
+      const fs::path relative = fs::absolute(file).lexically_normal().lexically_relative(runs);
+      const std::string first = relative.begin() == relative.end() ? "" : relative.begin()->string();
+      if (first.rfind(run_stem, 0) != 0 || std::next(relative.begin()) == relative.end()) return false;
+      const std::string number = first.substr(run_stem.size());
+      return std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
     const size_t listed = opened.files.size();
     std::error_code ec;
     if (fs::is_directory(source, ec) && is_below(runs, folder) && !is_below(folder, runs))
-      opened.files.erase(std::remove_if(opened.files.begin(), opened.files.end(),
-                                        [&](const std::string& file) { return is_below(file, runs); }),
-                         opened.files.end());
+      opened.files.erase(std::remove_if(opened.files.begin(), opened.files.end(), in_a_run_folder), opened.files.end());
     if (opened.files.size() != listed)
-      std::cout << "note: " << listed - opened.files.size() << " files below --project " << project
+      std::cout << "note: " << listed - opened.files.size() << " files below --project " << shown_project
+                << (project_is_working_folder ? cat(" in its run folders ", run_stem, ", ", run_stem, "2, ...") : std::string())
                 << " (earlier runs' outputs) are not taken as sources\n";
     if (opened.files.empty()) fail("--source ", source, ": no images or videos found");
   }

@@ -25,7 +25,8 @@ struct DetectSource {
 // An Error naming --source when it cannot be used: an image URL (kestrel has no downloader), detect.py's
 // screen capture, a .txt list naming a camera or stream, a stream that cannot be opened, no files found.
 // Files below `project` (--project) are left out, with a note: a source folder holding the runs folder
-// (`--source .`, searched recursively) would otherwise feed earlier runs' images and crops back in.
-DetectSource open_detect_source(const std::string& source, const std::string& project);
+// (`--source .`, searched recursively) would otherwise feed earlier runs' images and crops back in. A project
+// that is the working folder: only its run folders (<name>, <name>2, ... for --name).
+DetectSource open_detect_source(const std::string& source, const std::string& project, const std::string& name);
 
 }  // namespace kestrel::app

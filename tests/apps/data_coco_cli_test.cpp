@@ -53,6 +53,10 @@ TEST(DataCocoCli, MissingDatasetAndBadSplitAreErrors) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(": is the dataset YAML " + dir.file("demo.yaml") + "; not replaced"), std::string::npos) << r.output;
   EXPECT_EQ(std::filesystem::file_size(dir.file("demo.yaml")), before);
+  // an --out that is not .json (a label file, an image) would be replaced with JSON
+  r = test::run_command(test::kestrel_binary() + " data coco data/demo/demo.yaml --out " + dir.file("000000000139.txt"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("kestrel writes COCO JSON: name it .json"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -110,6 +110,17 @@ TEST(DetectCli, UpstreamSpellings) {
                         dir.file("w.safetensors") + " --project '' --source screenshot.jpg");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("exp/screenshot.jpg"))) << r.output;
+  // ... where a source folder above it leaves out only the run folders (exp, exp2, ...), not the user's files
+  std::filesystem::create_directories(dir.file("work"));
+  std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("work/own.jpg"));
+  const std::string from_work = "cd " + dir.file("work") + " && " + test::kestrel_binary() + " detect --device cpu --img 160 --weights " +
+                                dir.file("w.safetensors") + " --project '' --source ..";
+  ASSERT_EQ(test::run_command(from_work).exit_code, 0);
+  r = test::run_command(from_work);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("work/own.jpg: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("work/exp/own.jpg: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("below --project . in its run folders exp, exp2, ..."), std::string::npos) << r.output;
 }
 
 // Images of the same name in a folder's subfolders, or beside each other with another extension, get

@@ -666,16 +666,19 @@ TEST(ImageListing, AnUnreadableSubfolderIsNamed) {
   EXPECT_NE(message.find("cannot list " + dir.file("images/secret") + " ("), std::string::npos) << message;
 }
 
-// A source named like an image that is a FIFO is said to be one (it was "not a file of a supported format (.jpg;
-// supported ... jpg ...)").
-// v7.0 unzips a --data archive; kestrel says to unpack it (it read the zip's bytes as YAML: "unknown escape").
-TEST(ImageListing, AnArchiveAsDataIsNamed) {
+// v7.0 unpacks an archive given as --data (recognised by content); kestrel says to unpack it (it read the
+// archive's bytes as YAML: "unknown escape character").
+TEST(DatasetYaml, AnArchiveIsNamedWhateverItsName) {
   test::TempDir dir;
-  test::write_file(dir.file("coco128.zip"), std::string("PK\x03\x04\x14\x00", 6));
-  EXPECT_EQ(test::error_message([&] { load_dataset_config(dir.file("coco128.zip")); }),
-            dir.file("coco128.zip") + ": an archive; unpack it and give the dataset YAML inside (kestrel does not unpack --data)");
+  for (const char* name : {"coco128.zip", "coco128.yaml"}) {
+    test::write_file(dir.file(name), std::string("PK\x03\x04\x14\x00", 6));
+    EXPECT_EQ(test::error_message([&] { load_dataset_config(dir.file(name)); }),
+              dir.file(name) + ": an archive; unpack it and give the dataset YAML inside (kestrel does not unpack --data)");
+  }
 }
 
+// A source named like an image that is a FIFO is said to be one (it was "not a file of a supported format (.jpg;
+// supported ... jpg ...)").
 TEST(ImageListing, AFifoNamedLikeAnImageIsSaidToBeOne) {
   test::TempDir dir;
   ASSERT_EQ(::mkfifo(dir.file("x.jpg").c_str(), 0600), 0);

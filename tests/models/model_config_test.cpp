@@ -371,6 +371,11 @@ TEST(ModelConfig, LayerTableArgumentsReadAsUpstreamsTable) {
   const auto& info = model->layer_info();
   EXPECT_EQ(info[1].arguments, "[16, 32, 3, 2, None, 1, LeakyReLU(negative_slope=0.1, inplace=True)]");
   EXPECT_EQ(info[4].arguments, "[None, 1, 'nearest']");
+  // numbers as Python prints them once evaluated: 0.50 -> 0.5, 2. -> 2.0, 1e-3 -> 0.001, +1 -> 1
+  auto numbers = build_model(parse_model_config(replaced(replaced(kTinyHead, "[-1, 3, C3, [128]]", "[-1, 3, C3, [128, True, +1, 0.50]]"),
+                                                         "SPPF, [256, 5]", "nn.Upsample, [None, 2., 'nearest']"), "numbers.yaml"));
+  EXPECT_EQ(numbers->layer_info()[2].arguments, "[32, 32, 1, True, 1, 0.5]");
+  EXPECT_EQ(numbers->layer_info()[4].arguments, "[None, 2.0, 'nearest']");
   EXPECT_EQ(info[5].arguments, "[4, [[0, 1, 2, 3], [0, 1, 2, 3]], [32, 64]]");
   EXPECT_EQ(Activation::parse("nn.SiLU()").repr(), "SiLU()");
   EXPECT_EQ(Activation::parse("nn.ReLU(inplace=True)").repr(), "ReLU(inplace=True)");

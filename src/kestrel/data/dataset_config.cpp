@@ -1,11 +1,11 @@
 #include "kestrel/data/dataset_config.h"
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include <yaml-cpp/yaml.h>
 
-#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/yaml_file.h"
 
@@ -89,10 +89,17 @@ const std::vector<std::string>& DatasetConfig::existing_split(const std::string&
 }
 
 DatasetConfig load_dataset_config(const std::string& path) {
-  // v7.0's check_dataset unzips a .zip given as --data and reads the YAML inside; kestrel reads YAML only.
-  const std::string ext = ascii_lower(fs::path(path).extension().string());
-  if (ext == ".zip" || ext == ".tar" || ext == ".gz" || ext == ".tgz")
-    fail(path, ": an archive; unpack it and give the dataset YAML inside (kestrel does not unpack --data)");
+  // v7.0's check_dataset unpacks an archive given as --data (is_zipfile / is_tarfile: by content) and reads
+  // the YAML inside; kestrel reads YAML only, and says so rather than parsing the archive's bytes as YAML.
+  {
+    std::ifstream in(path, std::ios::binary);
+    char head[262] = {};
+    in.read(head, sizeof head);
+    const std::string bytes(head, static_cast<size_t>(in.gcount()));
+    if (bytes.rfind("PK\x03\x04", 0) == 0 || bytes.rfind("\x1f\x8b", 0) == 0 ||
+        (bytes.size() >= 262 && bytes.compare(257, 5, "ustar") == 0))
+      fail(path, ": an archive; unpack it and give the dataset YAML inside (kestrel does not unpack --data)");
+  }
   YAML::Node root = load_yaml_file(path, "dataset");
   if (!root.IsMap()) fail(path, ": a dataset file is a YAML mapping with train, val and names");
   DatasetConfig cfg;

@@ -42,9 +42,13 @@ std::string python_scalar(const std::string& text) {
   if (text == "True" || text == "true") return "True";
   if (text == "False" || text == "false") return "False";
   if (text == "None") return text;
+  // a number as Python prints it after eval: ints as ints (+1 -> 1), floats as repr (0.50 -> 0.5, 2. -> 2.0, 1e-3 -> 0.001)
   char* end = nullptr;
-  std::strtod(text.c_str(), &end);
-  if (!text.empty() && *end == '\0') return text;
+  const double value = std::strtod(text.c_str(), &end);
+  if (!text.empty() && *end == '\0' && std::isfinite(value)) {
+    const bool integer = text.find_first_not_of("+-0123456789") == std::string::npos;
+    return integer && std::abs(value) < 9e15 ? std::to_string(static_cast<int64_t>(value)) : python_float_repr(value);
+  }
   if (text.find('(') != std::string::npos) {
     try {
       return Activation::parse(text).repr();

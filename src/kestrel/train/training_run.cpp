@@ -89,7 +89,8 @@ void TrainingRun::start_epochs() {
   result.save_dir = save_dir;
   if (dist_ctx.is_main())  // train.py's lines before the first epoch (YOLOv7's: "test" for "val")
     std::cout << "Image sizes " << o.img_size << " train, " << (o.img_size_test > 0 ? o.img_size_test : o.img_size)
-              << (hyp.yolov7_recipe ? " test\n" : " val\n") << "Using " << train_data.loader->workers() * dist_ctx.world_size
+              << (hyp.yolov7_recipe ? " test\n" : " val\n") << "Using "  // YOLOv7: a rank's workers; v7.0: all ranks'
+              << train_data.loader->workers() * (hyp.yolov7_recipe ? 1 : dist_ctx.world_size)
               << " dataloader workers\nLogging results to " << save_dir << "\nStarting training for " << o.epochs << " epochs...\n";
   first_epoch = progression.epoch;
   training_start = std::chrono::steady_clock::now();
@@ -287,7 +288,7 @@ void TrainingRun::save_interrupted() {
     return;
   }
   save_checkpoint(progression, false, progression.epoch - 1, /*periodic=*/false);  // epoch<n> files: whole epochs only
-  std::cout << "\nInterrupted: saved " << state_path << "; continue with kestrel train --resume " << save_dir << "\n";
+  std::cout << "\nInterrupted: saved " << state_path << "; continue with kestrel train --resume " << shell_word(save_dir) << "\n";
 }
 
 // The EMA is validated (on rank 0; every epoch unless --noval), logged and saved.
@@ -441,7 +442,7 @@ TrainResult TrainingRun::finish() {
   bool stopped = result.interrupted || result.stopped_after_training;
   // train.py's count: the epochs of this session (a resumed run's earlier ones not included), and its hours
   const double hours = std::chrono::duration<double>(std::chrono::steady_clock::now() - training_start).count() / 3600;
-  if (dist_ctx.is_main())
+  if (dist_ctx.is_main() && !result.interrupted)  // upstream's KeyboardInterrupt skips it
     std::printf("\n%d epochs completed in %.3f hours.\n", std::max(result.epochs_completed - first_epoch, 0), hours);
   std::fflush(stdout);
   if (!stopped && !result.best.empty() && dist_ctx.is_main()) validate_best();

@@ -358,8 +358,8 @@ void TrainingRun::restore_resume_state() {
     models::load_state_dict(*model, resume_state.model, true, o.resume);
   } catch (const Error& e) {  // most often the dataset's classes changed since the save
     fail(e.what(), "\n(the dataset ", o.data, " now has ", nc, " classes; a run whose dataset or model changed since it was "
-         "saved cannot be resumed: start a new run with --weights ", fs::path(o.resume).parent_path().string(),
-         "/last.safetensors)");
+         "saved cannot be resumed: start a new run with --weights ",
+         shell_word((fs::path(o.resume).parent_path() / "last.safetensors").string()), ")");
   }
   optimizer->load_state(resume_state.optimizer, o.resume);
   if (scaler->enabled() && !resume_state.scaler.empty()) scaler->load_state(resume_state.scaler, o.resume);
@@ -456,7 +456,8 @@ void TrainingRun::open_run_files() {
   if (o.save_weights) fs::create_directories(weights_dir);
   if (!o.resume.empty() && dist_ctx.is_main()) {
     // Partial files of a process killed while it wrote (a second Ctrl-C): <file>.tmp<pid>-<thread> of
-    // write_file_atomic, <file>.tmp<pid> and <file>.tmp.<pid> of older versions.
+    // write_file_atomic (.tmp<pid>-<thread> for names near the length limit), <file>.tmp<pid> and
+    // <file>.tmp.<pid> of older versions.
     const std::regex partial(R"(.*\.tmp\.?[0-9]+(-[0-9]+)?)");
     std::error_code ec;
     for (const fs::path& folder : {fs::path(save_dir), weights_dir})
@@ -484,7 +485,8 @@ void TrainingRun::open_run_files() {
   if (o.tensorboard) {
     tensorboard.emplace(save_dir);  // `tensorboard --logdir runs/train` (upstream logs there too)
     if (dist_ctx.is_main())
-      std::cout << "TensorBoard: Start with 'tensorboard --logdir " << fs::path(save_dir).parent_path().string()
+      std::cout << "TensorBoard: Start with 'tensorboard --logdir "
+                << (fs::path(save_dir).has_parent_path() ? fs::path(save_dir).parent_path().string() : std::string("."))
                 << "', view at http://localhost:6006/\n";
     // A resumed run's earlier event files may hold epochs from progression.epoch on that were logged but
     // never saved (as results.csv's dropped rows): a session start at that step makes TensorBoard's readers
