@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/path_below.h"
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/dataset_index.h"
 #include "kestrel/data/batch_image.h"
@@ -71,11 +72,7 @@ bool inside(const std::filesystem::path& out, const std::string& folder) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path dir = fs::weakly_canonical(fs::absolute(out).parent_path(), ec), root = fs::weakly_canonical(folder, ec);
-  if (ec || root.empty()) return false;
-  auto a = root.begin(), b = dir.begin();
-  for (; a != root.end() && !a->empty(); ++a, ++b)
-    if (b == dir.end() || *a != *b) return false;
-  return true;
+  return !ec && !root.empty() && path_is_below(dir, root);
 }
 
 void run_show(const DataShowOptions& o) {

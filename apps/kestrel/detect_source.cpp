@@ -8,6 +8,7 @@
 
 #include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/path_below.h"
 #include "kestrel/core/regular_file.h"
 #include "kestrel/data/image_files.h"
 
@@ -31,11 +32,7 @@ bool is_screen_source(const std::string& source) {
 
 // Whether `file` lies below `folder` (both made absolute and normal; links are not followed).
 bool is_below(const fs::path& file, const fs::path& folder) {
-  const fs::path f = fs::absolute(file).lexically_normal();
-  auto a = folder.begin(), b = f.begin();
-  for (; a != folder.end() && !a->empty(); ++a, ++b)
-    if (b == f.end() || *a != *b) return false;
-  return true;
+  return path_is_below(fs::absolute(file).lexically_normal(), folder);
 }
 
 // The sources of a .streams list, one per line (blank lines skipped): camera indices, URLs of any scheme

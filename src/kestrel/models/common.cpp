@@ -87,8 +87,8 @@ Activation Activation::parse(const std::string& text) {
   std::string rest = m[3];
   for (size_t comma; (comma = rest.find(',')) != std::string::npos; rest = rest.substr(comma + 1))
     arguments.push_back(trimmed(rest.substr(0, comma)));
-  if (!trimmed(rest).empty() || !arguments.empty()) arguments.push_back(trimmed(rest));
-  if (!arguments.empty() && arguments.back().empty()) arguments.pop_back();  // Python's trailing comma
+  arguments.push_back(trimmed(rest));
+  if (arguments.back().empty()) arguments.pop_back();  // "()" has none; Python allows a trailing comma
   static const std::regex keyword(R"(^(\w+)\s*=\s*(.*)$)");
   std::vector<std::string> given;
   bool saw_keyword = false;
