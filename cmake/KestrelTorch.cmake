@@ -15,15 +15,17 @@ endif()
 
 if(KESTREL_WITH_CUDA)
   # TorchConfig sets the CUDA flags from TORCH_CUDA_ARCH_LIST (and turns CMAKE_CUDA_ARCHITECTURES off);
-  # its default list includes archs that CUDA 13's nvcc rejects. sm_90 machine code for the H100/H200,
-  # plus compute_90 PTX that the driver compiles for newer GPUs (kestrel's own kernels would otherwise
-  # have no image for them).
+  # its default list includes archs that CUDA 13's nvcc rejects. kestrel's own kernels (CUDA NMS, the fused
+  # BN+SiLU) for every GPU the torch 2.11 cu130 wheel runs on (torch.cuda.get_arch_list(): Turing T4 to
+  # Blackwell), plus PTX of the newest for later GPUs: PTX runs only on its own architecture or newer, so
+  # "9.0+PTX" alone left a T4, A100 or L4 without an NMS kernel ("no kernel image is available").
+  # -DTORCH_CUDA_ARCH_LIST=9.0 builds faster for one GPU.
   # (CMake itself wants CMAKE_CUDA_ARCHITECTURES set when CUDA is enabled.)
   if(NOT CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 90)
   endif()
   if(NOT TORCH_CUDA_ARCH_LIST)
-    set(TORCH_CUDA_ARCH_LIST "9.0+PTX")
+    set(TORCH_CUDA_ARCH_LIST "7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX")
   endif()
   set(CMAKE_CUDA_STANDARD 17)
   enable_language(CUDA)

@@ -159,6 +159,18 @@ class Tensor:
         return f"Tensor{tuple(self.array.shape)}:{self.array.dtype}"
 
 
+class ExpandedView:
+    """An overlapping (stride-0) view: never a weight, and its copy could blow up memory. v7.0's Detect keeps
+    its anchor_grid cache as one (an .expand() in a plain list attribute) in any fp32 model saved after an
+    eval forward; only a state-dict entry of this kind is an error (module_state_dict)."""
+
+    def __init__(self, numel: int, storage_size: int):
+        self.numel, self.storage_size = numel, storage_size
+
+    def __repr__(self):
+        return f"tensor view of {self.numel} elements over a storage of {self.storage_size} (an expanded view)"
+
+
 def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None,
                        metadata=None):
     if not isinstance(storage, Storage):
@@ -177,7 +189,7 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
     if numel > MAX_TENSOR_ELEMENTS:
         raise pickle.UnpicklingError(f"tensor of {numel} elements is larger than any YOLO weight")
     if numel > base.size:  # only overlapping (expanded, stride-0) views can: no weight is one, and the copy would blow up
-        raise pickle.UnpicklingError(f"tensor view of {numel} elements over a storage of {base.size} (an expanded view)")
+        return ExpandedView(numel, base.size)
     if numel == 0:
         out = np.zeros(size, dtype=base.dtype)
     else:
@@ -337,6 +349,8 @@ def module_state_dict(module, path: str, prefix: str = "", out=None, dropped=Non
         if t is None:
             continue
         key = prefix + str(name)
+        if isinstance(t, ExpandedView):
+            raise ConvertError(f"{path}: '{key}' is a {t!r}, not a weight")
         if not isinstance(t, Tensor) or not isinstance(getattr(t, "array", None), np.ndarray):
             raise ConvertError(f"{path}: '{key}' is not a tensor ({t!r:.80})")
         if implicit_free_detect and name == "anchor_grid":

@@ -36,8 +36,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr const char* kDefaultSource = "data/demo/images/val";
+
 struct DetectOptions {
-  std::string weights, source = "data/demo/images/val", device, project = "runs/detect", name = "exp", data;
+  std::string weights, source = kDefaultSource, device, project = "runs/detect", name = "exp", data;
   std::vector<int> imgsz{640};
   double conf_thres = 0.25, iou_thres = 0.45;
   int max_det = 1000, line_thickness = 3, vid_stride = 1, save_format = 0;
@@ -387,7 +389,12 @@ void run_detect(const DetectOptions& o) {
     std::cout << "WARNING: --imgsz " << d.img_height << " " << d.img_width << " must be multiple of max stride "
               << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
 
-  DetectSource source = open_detect_source(o.source, o.project, o.name);  // before the run folder: a bad source leaves nothing
+  // detect.py's default source is in its repository (ROOT / 'data/images'): the demo images are found from
+  // any working folder, in the source tree when not below it.
+  std::string source_path = o.source;
+  std::error_code ec;
+  if (o.source == kDefaultSource && !fs::exists(o.source, ec)) source_path = (fs::path(KESTREL_SOURCE_DIR) / kDefaultSource).string();
+  DetectSource source = open_detect_source(source_path, o.project, o.name);  // before the run folder: a bad source leaves nothing
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
   if (o.save_txt) fs::create_directories(save_dir / "labels");
   if (o.save_csv && fs::exists(save_dir / "predictions.csv")) require_regular_file((save_dir / "predictions.csv").string());
@@ -445,7 +452,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (images first, as detect.py), camera index (0), stream URL (rtsp://, rtmp://, http(s)://) or .streams list of them (one per line, each read on its own thread)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
-      ->expected(1, 2)->check(CLI::Range(32, 8192));
+      ->expected(1, 2)->check(CLI::Range(1, 8192));  // below the stride: rounded up with detect.py's warning
   cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str()->check(unit_interval());
   cmd->add_option("--iou-thres,--iou", o->iou_thres, "NMS IoU threshold")->capture_default_str()->check(unit_interval());
   auto* max_det = cmd->add_option("--max-det", o->max_det, "maximum detections per image (YOLOv7 models: 300 unless given)")

@@ -18,7 +18,7 @@ void run_env() {
   std::printf("kestrel      %s\n", KESTREL_VERSION);
   std::printf("libtorch     %s\n", TORCH_VERSION);
 #ifdef KESTREL_WITH_CUDA
-  // TORCH_CUDA_ARCH_LIST's spelling: "9.0+PTX" is sm_90 machine code plus PTX for newer GPUs.
+  // TORCH_CUDA_ARCH_LIST's spelling: "8.0 9.0+PTX" is sm_80 and sm_90 machine code plus PTX for newer GPUs.
   std::printf("cuda build   yes (runtime %s, driver %s, kestrel's kernels for %s)\n",
               cuda_version_text(acc.cuda_runtime_version).c_str(),
               acc.cuda_driver_version ? cuda_version_text(acc.cuda_driver_version).c_str() : "not installed",

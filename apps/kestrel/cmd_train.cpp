@@ -213,10 +213,22 @@ void add_train_command(CLI::App& app) {
       o->resume.clear();
     }
     const bool latest = resolve_resume(*cmd, *o);
-    for (const auto& [name, option] : *unsupported)
-      if (option->count() > 0)
-        throw CLI::ValidationError(name, "kestrel has no W&B or Google Cloud logging; it writes TensorBoard "
-                                   "event files and results.csv into the run folder (tensorboard --logdir runs/train)");
+    // Their defaults (train.py's: --bucket '', --bbox_interval -1, --artifact_alias latest; a script passing them
+    // all) change nothing there and are accepted here.
+    for (const auto& [name, option] : *unsupported) {
+      if (option->count() == 0) continue;
+      const std::string value = option->results().empty() ? std::string() : option->results().back();
+      const bool no_op = name == "--upload_dataset" ? false
+                         : name == "--bbox_interval" ? value == "-1"
+                         : name == "--artifact_alias" ? value == "latest" || value.empty()
+                                                      : value.empty();
+      if (no_op) continue;
+      if (name == "--bucket")
+        throw CLI::ValidationError(name, "kestrel does not copy evolve.csv to or from a Google Cloud bucket (gsutil): "
+                                   "copy it into the evolution folder and continue there with --resume");
+      throw CLI::ValidationError(name, "kestrel has no W&B or Google Cloud logging; it writes TensorBoard "
+                                 "event files and results.csv into the run folder (tensorboard --logdir runs/train)");
+    }
     // `--img 64 --img 32` would make the pair `--img 64 32` (train, val) without a word: CLI11 collects the
     // values of every use of a list option, where argparse keeps the last use (`--freeze 10 --freeze 0`
     // freezes nothing upstream, layers 0 and 10 here). Refused rather than guessed.
@@ -261,7 +273,9 @@ void add_train_command(CLI::App& app) {
       throw CLI::ValidationError(seed_dir->count() > 0 ? "--evolve_population" : "--resume_evolve",
                                  "belongs to --evolve N (the number of generations)");
     if (*generations > 0) {
-      if (*nproc > 1 || dist::launched_worker()) throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
+      // Any launcher's ranks (torchrun's WORLD_SIZE, mpirun's, an srun step's): each would evolve into the same folder.
+      if (*nproc > 1 || dist::launched_worker() || dist::read_env().world_size > 1)
+        throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
       const train::EvolveResult evolved =
           genetic ? train::evolve_population(*o, *generations, *population) : train::evolve(*o, *generations);
       if (evolved.interrupted) throw CLI::RuntimeError(130);  // as an interrupted training

@@ -41,7 +41,7 @@ struct Model {
   models::LoadedModel loaded;
   bool yolov7 = false;
   eval::MetricStyle metric = eval::MetricStyle::yolov5;  // --v5-metric / --v3-metric against the model's family
-  std::vector<std::string> names;  // ["item"] with --single-cls
+  std::vector<std::string> names;  // the weights' names, also with --single-cls (val.py: model.names)
   int nc = 0;
 };
 
@@ -57,7 +57,9 @@ Model load_for(const ValOptions& o, const std::string& weights, const data::Data
   if (!o.single_cls && cfg.nc != m.nc) fail(weights, " has ", m.nc, " classes but ", o.data, " has ", cfg.nc);
   m.yolov7 = models::is_yolov7_family(*m.loaded.model);
   m.metric = eval::metric_style_for(*m.loaded.model, o.v5_metric, o.v3_metric);  // refused before any folder is made
-  m.names = o.single_cls ? std::vector<std::string>{"item"} : m.loaded.info.names;
+  // val.py keeps the model's names with --single-cls (train.py's {0: 'item'} is training's): class 0's name
+  // in the charts and batch images, indices on the confusion matrix (its names no longer fit its one class).
+  m.names = m.loaded.info.names;
   return m;
 }
 
@@ -120,7 +122,8 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
   // fp16 on a GPU where upstream uses it without being asked: val.py for --task speed and study, YOLOv7's
   // test.py always.
   v.half = o.half || (device.is_cuda() && (kind != PassKind::plain || m.yolov7));
-  v.augment = o.augment;
+  // test.py's speed and study passes call test() without augment (val.py's pass it on).
+  v.augment = o.augment && !(m.yolov7 && kind != PassKind::plain);
   // test.py's speed and study passes take no --save-hybrid (val.py's do).
   v.save_hybrid = o.save_hybrid && !(m.yolov7 && kind != PassKind::plain);
   v.save_json = out.save_json;
@@ -147,7 +150,7 @@ eval::ValidationResult validate_once(const ValOptions& o, Model& m, const data::
     v.names = m.names;
   }
   const eval::ValidationResult r = eval::validate(*m.loaded.model, *split.loader, *split.dataset, device, m.nc, v);
-  std::cout << eval::format_validation_table(r, m.names, o.verbose || m.nc < 50, o.task);
+  std::cout << eval::format_validation_table(r, m.names, (o.verbose || m.nc < 50) && m.nc > 1, o.task);
   std::printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%d, 3, %d, %d)\n",
               r.ms_per_image[0], r.ms_per_image[1], r.ms_per_image[2], o.batch_size, l.img_size, l.img_size);
   return r;
@@ -213,7 +216,7 @@ std::optional<eval::CocoSummary> save_coco_predictions(const CocoOutput& c, cons
                                                        const eval::ValidationResult& r, const std::string& path) {
   if (r.predictions.empty()) return std::nullopt;  // val.py: `if save_json and len(jdict)`: no file, no scoring
   write_file_atomic(path, {eval::coco_results_json(r.predictions)}, Durability::kFlushed);
-  std::cout << "Saved " << r.predictions.size() << " predictions to " << path << "\n";
+  std::cout << "\nEvaluating pycocotools mAP... saving " << path << "...\n";  // val.py's line, also without annotations
   if (!c.annotations) {
     if (c.is_coco && o.task == "val")
       std::cout << "WARNING: no " << c.expected_ann << ": the predictions are not scored with COCOeval (--coco-ann FILE)\n";
@@ -256,7 +259,7 @@ void run_study(ValOptions o, const data::DatasetConfig& cfg, const c10::Device& 
     const std::string file = (dir / eval::study_file_name(o.data, weights)).string();
     std::string rows;
     for (int img : eval::study_image_sizes()) {
-      std::cout << "\nRunning " << file << " --img " << img << "...\n";
+      std::cout << "\nRunning " << std::filesystem::path(file).filename().string() << " --imgsz " << img << "...\n";  // val.py's line
       eval::ValidationResult r = validate_once(o, m, cfg, device, img, PassKind::study, out);
       if (coco.save_json) {
         const std::string json = (dir / (std::filesystem::path(weights).stem().string() + "_" + std::to_string(img) +

@@ -71,7 +71,20 @@ void refuse_streams_in_txt_list(const std::string& list) {
 
 }  // namespace
 
+// detect.py fetches a YouTube page's video URL through pafy / youtube_dl (LoadStreams); kestrel has no such client.
+static void refuse_youtube(const std::string& source, const std::string& where) {
+  const std::string s = ascii_lower(source);
+  const size_t scheme_end = s.find("://");
+  if (scheme_end == std::string::npos) return;
+  const size_t host_begin = scheme_end + 3;
+  const std::string host = s.substr(host_begin, s.find_first_of("/?:#", host_begin) - host_begin);
+  if (host == "www.youtube.com" || host == "youtube.com" || host == "m.youtube.com" || host == "youtu.be")
+      fail(where, ": '", source, "' is a YouTube page (detect.py reads it through pafy); kestrel has no YouTube client: "
+           "download the video (yt-dlp) and pass the file, or pass the stream's own URL");
+}
+
 DetectSource open_detect_source(const std::string& source, const std::string& project, const std::string& name) {
+  refuse_youtube(source, "--source");
   // Upstream downloads an image URL and treats it as a file; kestrel has no downloader.
   if (data::is_stream_url(source) && data::has_image_extension(source))
     fail("--source ", source, ": an image URL; download the image and pass the file");
@@ -96,6 +109,7 @@ DetectSource open_detect_source(const std::string& source, const std::string& pr
   } else if (stream_list) {
     opened.kind = DetectSource::Kind::kStreams;
     opened.stream_sources = read_stream_list(source);
+    for (const std::string& entry : opened.stream_sources) refuse_youtube(entry, "--source " + source);
     const size_t n = opened.stream_sources.size();
     for (size_t i = 0; i < n; ++i) {
       try {

@@ -101,6 +101,22 @@ TEST(DetectCli, UpstreamSpellings) {
   EXPECT_NE(r.output.find("--source screen 0 100 100 512 256: detect.py's screen capture is not supported"), std::string::npos)
       << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("screen-runs")));
+  // A YouTube page (detect.py: pafy), given or in a .streams list: refused with what to do, before a run folder.
+  test::write_file(dir.file("yt.streams"), "rtsp://cam.local/live\nhttps://youtu.be/Zgi9g1ksQHc\n");
+  for (const std::string& source : {std::string("'https://www.youtube.com/watch?v=Zgi9g1ksQHc'"), std::string("yt.streams")}) {
+    r = test::run_command(in_dir + source);
+    EXPECT_NE(r.exit_code, 0) << source;
+    EXPECT_NE(r.output.find("is a YouTube page (detect.py reads it through pafy); kestrel has no YouTube client"),
+              std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("screen-runs")));
+  // detect.py's default source lies in its repository: found from any working folder. A size below the
+  // stride is rounded up with detect.py's warning (not refused).
+  r = test::run_command("cd " + dir.path() + " && " + test::kestrel_binary() + " detect --device cpu --img 16 --weights " +
+                        dir.file("w.safetensors") + " --project default-runs --nosave");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("WARNING: --imgsz 16 16 must be multiple of max stride"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("data/demo/images/val/"), std::string::npos) << r.output;
   std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("screenshot.jpg"));
   r = test::run_command(in_dir + "screenshot.jpg");
   EXPECT_EQ(r.exit_code, 0) << r.output;

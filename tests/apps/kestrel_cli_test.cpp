@@ -393,12 +393,22 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   EXPECT_NE(r.output.find("--linear-lr: and --cos-lr: give one of them"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp")));
   // train.py's W&B / Google Cloud flags: refused with the reason, before any work.
-  for (const std::string flag : {"--entity me", "--bbox_interval 5", "--artifact_alias latest", "--bucket b", "--upload_dataset"}) {
+  for (const std::string flag : {"--entity me", "--bbox_interval 5", "--artifact_alias best", "--upload_dataset"}) {
     r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --project " + dir.file("runs") + " " + flag);
     EXPECT_NE(r.exit_code, 0) << flag;
     EXPECT_NE(r.output.find(flag.substr(0, flag.find(' ')) + ": kestrel has no W&B or Google Cloud logging"), std::string::npos)
         << r.output;
   }
+  r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --evolve 1 --project " + dir.file("runs") + " --bucket b");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--bucket: kestrel does not copy evolve.csv to or from a Google Cloud bucket"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp")));
+  // train.py's defaults of those flags change nothing: accepted (the run then fails on its --data, later).
+  r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --data " + dir.file("none.yaml") + " --project " +
+                        dir.file("runs") + " --bucket '' --entity '' --bbox_interval -1 --artifact_alias latest");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.output.find("W&B"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("none.yaml"), std::string::npos) << r.output;
   // WORLD_SIZE left in the environment (a torchrun shell) would make --nproc-per-node 2 train in one
   // process without a word: it is refused, naming both.
   r = test::run_command("WORLD_SIZE=1 " + test::kestrel_binary() + " train --cfg yolov5n --nproc-per-node 2 --project " +

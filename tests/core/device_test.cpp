@@ -34,8 +34,16 @@ TEST(Device, EachRankTakesItsEntryOfTheList) {
   // NCCL takes one GPU per rank: a device listed twice (in any spelling) is named.
   for (const char* spec : {"0,0", "1,cuda:1", "cuda,0"})
     EXPECT_NE(test::error_message([&] { device_of_rank(spec, 0); }).find("is listed twice"), std::string::npos) << spec;
-  EXPECT_EQ(device_of_rank("cuda:0", 3), "cuda:0");  // no list: unchanged (the caller picks cuda:LOCAL_RANK)
+  // One named GPU is a list of one (upstream: CUDA_VISIBLE_DEVICES=1, cuda:LOCAL_RANK among the visible):
+  // local rank 0 takes it (one process per node: GPU 1 of each node), a second local rank has none.
+  EXPECT_EQ(device_of_rank("1", 0), "1");
+  EXPECT_EQ(device_of_rank("cuda:2", 0), "cuda:2");
+  for (const char* spec : {"1", "cuda:0", "CUDA:3"})
+    EXPECT_NE(test::error_message([&] { device_of_rank(spec, 1); }).find("names one GPU"), std::string::npos) << spec;
+  // Nothing named: unchanged (the caller picks cuda:LOCAL_RANK, or the CPU).
   EXPECT_EQ(device_of_rank("", 1), "");
+  EXPECT_EQ(device_of_rank("cuda", 3), "cuda");
+  EXPECT_EQ(device_of_rank("cpu", 2), "cpu");
   EXPECT_THROW(device_of_rank("0,1", 2), Error);     // more ranks on this node than devices listed
   EXPECT_THROW(device_of_rank("0,,1", 0), Error);
 }

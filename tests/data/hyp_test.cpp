@@ -1,4 +1,6 @@
 // Augmentation hyperparameters: defaults equal hyp.scratch-low.yaml, files override them.
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "kestrel/core/error.h"
@@ -64,6 +66,23 @@ TEST(Hyp, Yolov7ScaleMayBeNegativeDownToItsZoomRange) {
   }
   test::write_file(dir.file("v5.yaml"), "scale: -0.05\n");
   EXPECT_THROW(load_augment_options(dir.file("v5.yaml")), Error);
+}
+
+// --hyp as upstream's commands spell it finds the bundled file: a bare name (with or without .yaml), and
+// YOLOv5's data/hyps/<file> or YOLOv7's data/<file> when no such file exists here. Other folders are
+// taken as given (the loader names them when missing).
+TEST(Hyp, UpstreamSpellingsFindTheBundledFiles) {
+  const auto bundled = [](const std::string& file) {
+    return std::filesystem::path(resolve_hyp_path(file)).lexically_normal().generic_string();
+  };
+  EXPECT_NE(bundled("hyp.scratch-low").find("configs/hyps/hyp.scratch-low.yaml"), std::string::npos);
+  EXPECT_NE(bundled("data/hyps/hyp.scratch-low.yaml").find("configs/hyps/hyp.scratch-low.yaml"), std::string::npos);
+  EXPECT_NE(bundled("data/hyps/hyp.VOC.yaml").find("configs/hyps/hyp.VOC.yaml"), std::string::npos);
+  EXPECT_NE(bundled("data/hyp.scratch.p5.yaml").find("configs/hyps/hyp.scratch.p5.yaml"), std::string::npos);
+  EXPECT_NE(bundled("data/hyp.scratch.custom.yaml").find("configs/hyps/hyp.scratch.custom.yaml"), std::string::npos);
+  EXPECT_EQ(resolve_hyp_path("other/hyp.scratch-low.yaml"), "other/hyp.scratch-low.yaml");
+  EXPECT_EQ(resolve_hyp_path("data/hyps/hyp.mine.yaml"), "data/hyps/hyp.mine.yaml");
+  EXPECT_EQ(resolve_hyp_path("data/demo/demo.yaml"), "data/demo/demo.yaml");  // exists: as given
 }
 
 }  // namespace

@@ -77,11 +77,12 @@ TEST(DistEnv, MpiAndSlurmVariables) {
   const std::vector<std::pair<std::string, std::string>> clear{
       {"WORLD_SIZE", ""}, {"RANK", ""}, {"LOCAL_RANK", ""}, {"OMPI_COMM_WORLD_SIZE", ""}, {"OMPI_COMM_WORLD_RANK", ""},
       {"OMPI_COMM_WORLD_LOCAL_RANK", ""}, {"PMI_SIZE", ""}, {"PMI_RANK", ""}, {"MPI_LOCALRANKID", ""},
-      {"SLURM_NTASKS", ""}, {"SLURM_PROCID", ""}, {"SLURM_LOCALID", ""}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29400"},
+      {"SLURM_NTASKS", ""}, {"SLURM_STEP_NUM_TASKS", ""}, {"SLURM_PROCID", ""}, {"SLURM_LOCALID", ""}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29400"},
       {"LOCAL_WORLD_SIZE", ""}, {"OMPI_COMM_WORLD_LOCAL_SIZE", ""}, {"MPI_LOCALNRANKS", ""}, {"SLURM_NTASKS_PER_NODE", ""}};
   ScopedEnv cleared(clear);
   {
-    ScopedEnv slurm({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "4"}});
+    ScopedEnv slurm({{"SLURM_NTASKS", "8"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"},
+                     {"SLURM_NTASKS_PER_NODE", "4"}});
     const DistEnv e = read_env();
     EXPECT_EQ(e.world_size, 8);
     EXPECT_EQ(e.rank, 5);
@@ -113,10 +114,16 @@ TEST(DistEnv, MpiAndSlurmVariables) {
     EXPECT_EQ(e.local_rank, 1);  // no MPI_LOCALRANKID: the rank (one node)
   }
   {
+    // A batch script or salloc shell of 4 tasks: the allocation's variables without an srun step's. One
+    // process, as train.py (it would otherwise wait for ranks 1-3 forever).
+    ScopedEnv batch({{"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}});
+    EXPECT_EQ(read_env().world_size, 1);
+  }
+  {
     ScopedEnv torchrun({{"WORLD_SIZE", "1"}, {"SLURM_NTASKS", "16"}, {"SLURM_PROCID", "3"}});  // torchrun wins
     EXPECT_EQ(read_env().world_size, 1);
   }
-  ScopedEnv bad({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "7"}});
+  ScopedEnv bad({{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "7"}});
   try {
     (void)read_env();
     ADD_FAILURE() << "SLURM_PROCID 7 of 2 accepted";

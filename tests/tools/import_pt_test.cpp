@@ -378,6 +378,10 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       "cfg = {'nc': 1, 'backbone': [], 'head': []}\n"
       "save('good.pt', cfg, torch.zeros(2), ['a'])\n"
       "save('expanded.pt', cfg, torch.zeros(1).expand(1 << 20), ['a'])\n"
+      "m = Model()\n"  // v7.0's Detect.anchor_grid after an eval forward: an expanded view in a list attribute
+      "m.register_buffer('b', torch.zeros(2))\n"
+      "m.yaml, m.names, m.anchor_grid = cfg, ['a'], [torch.zeros(1, 3, 1, 1, 2).expand(1, 3, 80, 80, 2)]\n"
+      "torch.save({'model': m, 'epoch': 1}, '" + dir.file("") + "' + 'expanded_attr.pt')\n"
       "save('huge_nc.pt', {'nc': 10 ** 10, 'backbone': [], 'head': []}, torch.zeros(2))\n"
       "save('nan.pt', cfg, torch.tensor([0.0, float('nan')]), ['a'])\n"
       "save('head_dict.pt', {'nc': 1, 'backbone': [], 'head': {'x': 1}}, torch.zeros(2), ['a'])\n"
@@ -407,6 +411,13 @@ TEST(ImportPt, DamagedAndCraftedCheckpointsAreClearErrors) {
       {"deep.pt", "'model' is not a model object ([[[[[[[...]]]]]]])"},
   };
   for (const auto& [name, message] : cases) expect_import_error(dir.file(name), dir.file("out.safetensors"), message);
+  // An expanded view outside the state dict (v7.0's anchor_grid cache) is not read: the file imports as the
+  // same file without it.
+  const auto good = import_pt(dir.file("good.pt") + " " + dir.file("good.safetensors"));
+  const auto with_cache = import_pt(dir.file("expanded_attr.pt") + " " + dir.file("cache.safetensors"));
+  EXPECT_EQ(with_cache.exit_code, good.exit_code) << with_cache.output;
+  EXPECT_EQ(with_cache.output.find("expanded view"), std::string::npos) << with_cache.output;
+  EXPECT_EQ(fs::exists(dir.file("cache.safetensors")), fs::exists(dir.file("good.safetensors")));
 }
 
 // Outputs that cannot be written (no such folder, a folder of that name) are errors naming them, with no

@@ -156,6 +156,56 @@ TEST(Evolve, EvolveCsvOfAnotherRecipeOrAFolderIsRefusedFirst) {
   EXPECT_FALSE(fs::exists(dir.file("runs/exp/generation"))) << "a generation trained first";
 }
 
+// An evolve.csv of a header alone (a run stopped in its first generation, by hand) is continued without a
+// second header, and its columns are checked against --hyp like rows'. The warnings about --hyp's keys are
+// said once, of the user's file (not of each generation's hyp_generation.yaml).
+TEST(Evolve, HeaderOnlyCsvContinuedAndHypWarningsOnce) {
+  test::TempDir dir;
+  std::string low_hyp;
+  {
+    std::ifstream in("configs/hyps/hyp.scratch-low.yaml");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("mixup:", 0) != 0) low_hyp += line + "\n";
+  }
+  low_hyp += "foo: 2\n";
+  test::write_file(dir.file("lacking.yaml"), low_hyp);
+  const HypValues start = load_hyperparameters(dir.file("lacking.yaml")).values;
+  std::string header = "metrics/precision,metrics/recall,metrics/mAP_0.5,metrics/mAP_0.5:0.95,val/box_loss,val/obj_loss,val/cls_loss";
+  for (const auto& [k, v] : start) header += "," + k;
+  fs::create_directories(dir.file("runs/exp"));
+  test::write_file(dir.file("runs/exp/evolve.csv"), header + "\n");
+  TrainOptions o = test_evolve::tiny_evolve_options(dir.file("lacking.yaml"), dir.file("runs"));
+  o.name = "exp";
+  o.exist_ok = true;
+  testing::internal::CaptureStdout();
+  const EvolveResult r = evolve(o, 1);
+  const std::string console = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(r.generations, 1);
+  const auto rows = read_evolve_csv(dir.file("runs/exp/evolve.csv"));
+  EXPECT_EQ(rows.size(), 1u);
+  std::ifstream in(dir.file("runs/exp/evolve.csv"));
+  int headers = 0;
+  for (std::string line; std::getline(in, line);) headers += line.find("metrics/precision") != std::string::npos;
+  EXPECT_EQ(headers, 1);
+  const auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t at = console.find(what); at != std::string::npos; at = console.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("warning: " + dir.file("lacking.yaml") + " lacks mixup"), 1) << console;
+  EXPECT_EQ(count("warning: " + dir.file("lacking.yaml") + ": keys kestrel does not use: foo"), 1) << console;
+  EXPECT_EQ(count("hyp_generation.yaml"), 0) << console;
+
+  // A header of other columns is refused before anything trains, as a file with rows.
+  fs::create_directories(dir.file("runs/other"));
+  test::write_file(dir.file("runs/other/evolve.csv"), header.substr(0, header.rfind(",foo")) + "\n");
+  TrainOptions other = o;
+  other.name = "other";
+  const std::string refused = test::error_message([&] { evolve(other, 1); });
+  EXPECT_NE(refused.find("other hyperparameters"), std::string::npos) << refused;
+  EXPECT_FALSE(fs::exists(dir.file("runs/other/generation")));
+}
+
 std::map<std::string, double> yaml_values(const std::string& path) {
   std::map<std::string, double> m;
   std::ifstream in(path);
@@ -170,8 +220,18 @@ std::map<std::string, double> yaml_values(const std::string& path) {
 TEST(Evolve, ThreeGenerationsEndToEnd) {
   test::TempDir dir;
   TrainOptions o = test_evolve::tiny_evolve_options("configs/hyps/hyp.scratch-low.yaml", dir.file("runs/train"));
+  testing::internal::CaptureStdout();
   const EvolveResult r = evolve(o, 3);
+  const std::string console = testing::internal::GetCapturedStdout();
   EXPECT_EQ(r.generations, 3);
+  // print_mutation's block after each generation (train.py's evolve: prefix), and train.py's closing lines.
+  for (int g = 1; g <= 3; ++g)
+    EXPECT_NE(console.find("evolve: " + std::to_string(g) + " generations finished, current result:\nevolve:    metrics/precision, "
+                           "      metrics/recall,"), std::string::npos) << console;
+  EXPECT_NE(console.find("                 lr0,                  lrf,"), std::string::npos) << console;
+  EXPECT_NE(console.find("Hyperparameter evolution finished 3 generations\nResults saved to " + r.save_dir +
+                         "\nUsage example: $ kestrel train --hyp " + r.save_dir + "/hyp_evolve.yaml\n"), std::string::npos)
+      << console;
   // A --project given is kept (upstream renames only its default runs/train to runs/evolve).
   EXPECT_EQ(fs::path(r.save_dir).parent_path(), fs::path(dir.file("runs/train")));
   const auto rows = read_evolve_csv((fs::path(r.save_dir) / "evolve.csv").string());
@@ -206,6 +266,14 @@ TEST(Evolve, ThreeGenerationsEndToEnd) {
   // As upstream (evolve implies --nosave and skips the final save): no generation writes weights.
   const fs::path generation = fs::path(r.save_dir) / "generation";
   EXPECT_TRUE(fs::exists(generation / "results.csv"));
+  {  // upstream trains every generation in the evolution folder: its results.csv gathers all their epochs
+    std::ifstream in((fs::path(r.save_dir) / "results.csv").string());
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), 1u + 3u) << "a header, then one epoch per generation";
+    EXPECT_NE(lines[0].find("train/box_loss"), std::string::npos) << lines[0];
+    for (size_t i = 1; i < lines.size(); ++i) EXPECT_EQ(lines[i].find("epoch"), std::string::npos) << lines[i];
+  }
   EXPECT_FALSE(fs::exists(generation / "weights")) << "a generation wrote checkpoints";
   // Nor TensorBoard event files (upstream opens no TensorBoard logger under evolve): one per generation,
   // each from step 0, in one TensorBoard run.

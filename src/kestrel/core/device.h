@@ -19,7 +19,8 @@ c10::Device parse_device(const std::string& spec);
 void make_current(const c10::Device& device);
 
 // Data parallel: this rank's entry of a device list ("0,1" -> "1" for local rank 1, as upstream's
-// --device 0,1 under torch.distributed.run); a spec without a comma is returned as it is.
+// --device 0,1 under torch.distributed.run). A single GPU ("1", "cuda:1") is a list of one: local rank 0's,
+// an error for the others. "", "cuda" and "cpu" are returned as they are (the caller picks cuda:LOCAL_RANK).
 std::string device_of_rank(const std::string& spec, int local_rank);
 
 struct AcceleratorInfo {

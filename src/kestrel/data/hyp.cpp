@@ -15,9 +15,15 @@ namespace kestrel::data {
 std::string resolve_hyp_path(const std::string& name_or_path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (name_or_path.empty() || fs::exists(name_or_path, ec) || fs::path(name_or_path).has_parent_path()) return name_or_path;
+  if (name_or_path.empty() || fs::exists(name_or_path, ec)) return name_or_path;
+  // Upstream's own spellings of its files: YOLOv5's data/hyps/<file> (train.py's default), YOLOv7's data/<file>.
+  const fs::path given(name_or_path);
+  const std::string folder = given.parent_path().lexically_normal().generic_string();
+  const bool upstream_folder = folder == "data/hyps" || folder == "data";
+  if (given.has_parent_path() && !upstream_folder) return name_or_path;
+  const std::string file = given.filename().string();
   for (const fs::path& dir : {fs::path("configs/hyps"), fs::path(KESTREL_SOURCE_DIR) / "configs/hyps"})
-    for (const std::string& name : {name_or_path, name_or_path + ".yaml"})
+    for (const std::string& name : {file, file + ".yaml"})
       if (fs::is_regular_file(dir / name, ec)) return (dir / name).string();
   return name_or_path;
 }

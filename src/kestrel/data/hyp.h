@@ -38,8 +38,9 @@ namespace kestrel::data {
 // 9-tile mosaic share of 0.2 unless `mosaic9` is given. Errors name the file and key.
 AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe = nullptr);
 // A --hyp value as upstream's check_yaml finds it: an existing path as given, else a bare file name (with or
-// without .yaml) among the bundled configs/hyps (in the working folder, then the source tree). Otherwise
-// the value unchanged, for the loader to report as not found.
+// without .yaml) among the bundled configs/hyps (in the working folder, then the source tree); so is a
+// missing file of upstream's folders, data/hyps/hyp.scratch-low.yaml (YOLOv5) or data/hyp.scratch.p5.yaml
+// (YOLOv7). Otherwise the value unchanged, for the loader to report as not found.
 std::string resolve_hyp_path(const std::string& name_or_path);
 // The same checks on a mapping already read (a hyperparameter file's, or an entry of evolve_population.yaml);
 // errors name `path` and the line.

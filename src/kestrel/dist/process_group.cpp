@@ -72,7 +72,10 @@ std::string first_line(const std::string& s) {
 DistEnv read_env() {
   DistEnv env;
   // Who launched us: torchrun / kestrel's launcher (WORLD_SIZE), else Open MPI's mpirun, MPICH/Intel
-  // MPI's (PMI_*), or SLURM's srun. Only the names of rank, size and local rank differ.
+  // MPI's (PMI_*), or SLURM's srun. Only the names of rank, size and local rank differ. SLURM's size is the
+  // step's (SLURM_STEP_NUM_TASKS, set by srun), not the allocation's SLURM_NTASKS: a batch script or an
+  // salloc shell of --ntasks 4 has SLURM_NTASKS=4 and SLURM_PROCID=0 too, and a plain `kestrel train` run
+  // there is one process (it would wait for 3 ranks that never come).
   struct Names {
     const char *size, *rank, *local_rank, *local_size;
   };
@@ -82,8 +85,8 @@ DistEnv read_env() {
       n = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
     else if (env_or_null("PMI_SIZE") != nullptr && env_or_null("PMI_RANK") != nullptr)
       n = {"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"};
-    else if (env_or_null("SLURM_NTASKS") != nullptr && env_or_null("SLURM_PROCID") != nullptr)
-      n = {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
+    else if (env_or_null("SLURM_STEP_NUM_TASKS") != nullptr && env_or_null("SLURM_PROCID") != nullptr)
+      n = {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
   }
   env.world_size = env_int(n.size, 1, 1, 1 << 20);
   env.rank = env_int(n.rank, 0, 0, env.world_size - 1);

@@ -41,7 +41,7 @@ struct DistEnv {
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE,
 // TORCHELASTIC_RESTART_COUNT. Without WORLD_SIZE, rank/size/local rank come from mpirun
-// (OMPI_COMM_WORLD_*, or PMI_RANK/PMI_SIZE/MPI_LOCALRANKID) or srun (SLURM_PROCID/SLURM_NTASKS/
+// (OMPI_COMM_WORLD_*, or PMI_RANK/PMI_SIZE/MPI_LOCALRANKID) or srun (SLURM_PROCID/SLURM_STEP_NUM_TASKS/
 // SLURM_LOCALID); MASTER_ADDR and MASTER_PORT are always needed then. None set: one process. Bad
 // values fail naming the variable.
 DistEnv read_env();

@@ -20,6 +20,7 @@
 #include "kestrel/eval/plots.h"
 #include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/run_files.h"
+#include "kestrel/train/training_run.h"
 
 namespace kestrel::train {
 namespace fs = std::filesystem;
@@ -89,7 +90,7 @@ const EvolveRow& fittest(const std::vector<EvolveRow>& rows) {
 }
 
 
-std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
+std::vector<EvolveRow> read_evolve_csv(const std::string& path, std::vector<std::string>* hyp_columns) {
   std::vector<EvolveRow> rows;
   if (!fs::exists(path)) return rows;
   require_regular_file(path);  // a folder of that name would only fail after a generation's training
@@ -104,6 +105,7 @@ std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
       header = cells;
       if (header.size() < kResultColumns.size() + 1 || !std::equal(kResultColumns.begin(), kResultColumns.end(), header.begin()))
         fail(path, ":", n, ": not an evolve.csv header (", kResultColumns[0], ", ...)");
+      if (hyp_columns) hyp_columns->assign(header.begin() + static_cast<long>(kResultColumns.size()), header.end());
       continue;
     }
     if (cells.size() != header.size()) fail(path, ":", n, ": ", cells.size(), " columns, the header has ", header.size());
@@ -121,7 +123,9 @@ std::vector<EvolveRow> read_evolve_csv(const std::string& path) {
 Hyperparameters evolution_start(const TrainOptions& base, int generations) {
   if (generations < 1) fail("--evolve ", generations, ": expected at least one generation");
   if (!base.resume.empty()) fail("--evolve: the command line turns --resume into continuing the folder (exist_ok); a training state cannot be resumed here");
-  return base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
+  const Hyperparameters h = base.hyp.empty() ? default_hyperparameters() : load_hyperparameters(base.hyp);
+  print_hyperparameter_warnings(h, base.hyp, std::cout);
+  return h;
 }
 
 EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& start)
@@ -132,11 +136,13 @@ EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& star
   hyp_file_ = (fs::path(dir_) / "hyp_generation.yaml").string();
   // An evolve.csv already there (--exist-ok) supplies the parents: it must evolve the same hyperparameters,
   // or its keys would silently replace --hyp's (a YOLOv7 file's paste_in and loss_ota dropped, or added).
-  rows_ = read_evolve_csv(csv_);
-  if (!rows_.empty()) {
+  // Its header names the columns, also of a file without rows (which then gets no second header).
+  std::vector<std::string> columns;
+  rows_ = read_evolve_csv(csv_, &columns);
+  if (!columns.empty()) {
     std::set<std::string> given, found;
     for (const auto& [k, v] : start) given.insert(k);
-    for (const auto& [k, v] : rows_.front().hyp) found.insert(k);
+    for (const auto& k : columns) found.insert(k);
     if (given != found) {
       std::string missing, extra;
       for (const auto& k : given) if (!found.count(k)) missing += " " + k;
@@ -144,9 +150,12 @@ EvolutionFolder::EvolutionFolder(const TrainOptions& base, const HypValues& star
       fail(csv_, ": its generations evolve other hyperparameters than ", base.hyp.empty() ? "the default recipe" : base.hyp,
            " (", missing.empty() ? "" : "not in it:" + missing, missing.empty() || extra.empty() ? "" : "; ",
            extra.empty() ? "" : "not in " + std::string(base.hyp.empty() ? "the recipe" : base.hyp) + ":" + extra,
-           "): evolve into another --name, or give the --hyp it was started with");
+           "): evolve into another --name, or give the --hyp it was started with",
+           found.count("anchors") && !given.count("anchors")
+               ? " (upstream's train.py adds 'anchors: 3' to a file without it: add that line to the --hyp)"
+               : "");
     }
-    for (const auto& [k, v] : rows_.front().hyp) header_keys_.push_back(k);  // the file's column order
+    header_keys_ = columns;  // the file's column order
   }
 }
 
@@ -161,6 +170,7 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
   o.save_weights = false;  // upstream: evolve implies nosave, and no final checkpoint either
   o.noplots = true;  // upstream: plots = not evolve
   o.tensorboard = false;  // upstream: no TensorBoard logger under evolve (one event file per generation else)
+  o.hyp_warnings = false;  // said once, of --hyp (evolution_start): hyp_generation.yaml is not the user's file
   o.project = dir_;
   o.name = "generation";
   o.exist_ok = true;
@@ -168,7 +178,9 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
   const TrainResult run = train(o);
   fs::remove(hyp_file_);
   if (run.interrupted) return std::nullopt;
-  EvolveRow row{final_results((fs::path(run.save_dir) / "results.csv").string()), hyp};
+  const std::string generation_results = (fs::path(run.save_dir) / "results.csv").string();
+  EvolveRow row{final_results(generation_results), hyp};
+  append_results(generation_results);
   // The row in the file's column order (a file of an earlier run may order the same keys otherwise), and
   // kept as the file holds it (%.5g), as read_evolve_csv would read it back.
   const bool fresh = header_keys_.empty();
@@ -212,7 +224,39 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
                           "\n# Last generation: " + std::to_string(rows_.size() - 1) + "\n# " + names + "\n# " + values + "\n\n";
   for (const auto& [k, v] : best.hyp) best_yaml += k + ": " + yaml_float(v) + "\n";
   write_file_atomic((fs::path(dir_) / "hyp_evolve.yaml").string(), {best_yaml}, Durability::kFlushed);
+  // print_mutation's lines: every column's name and this generation's values (as trained, not rounded).
+  std::string key_line, value_line;
+  for (size_t c = 0; c < kResultColumns.size() + header_keys_.size(); ++c) {
+    const std::string& name = c < kResultColumns.size() ? kResultColumns[c] : header_keys_[c - kResultColumns.size()];
+    const double value = c < kResultColumns.size() ? row.results[c] : by_key.at(name);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%20s", c ? ", " : "", name.c_str());
+    key_line += buf;
+    std::snprintf(buf, sizeof buf, "%s%20s", c ? ", " : "", python_percent_g(value, 5).c_str());
+    value_line += buf;
+  }
+  std::cout << "evolve: " << rows_.size() << " generations finished, current result:\nevolve: " << key_line
+            << "\nevolve: " << value_line << "\n\n\n";
   return row;
+}
+
+// Upstream trains every generation in the evolution folder, so its results.csv gathers all their epochs;
+// here each generation reuses generation/ and its rows are appended to <dir>/results.csv (header once).
+void EvolutionFolder::append_results(const std::string& generation_results) const {
+  std::ifstream in(generation_results);
+  std::string line, header, rows;
+  while (std::getline(in, line)) {
+    if (blank(line)) continue;
+    if (header.empty()) header = line + "\n";
+    else rows += line + "\n";
+  }
+  const std::string all = (fs::path(dir_) / "results.csv").string();
+  std::error_code ec;
+  const bool fresh = !fs::exists(all) || fs::file_size(all, ec) == 0;
+  std::ofstream out(all, std::ios::app);
+  out << (fresh ? header : std::string()) << rows;
+  out.close();
+  if (!out) fail(all, ": cannot append the generation's epochs");
 }
 
 void EvolutionFolder::finish(EvolveResult& result) const {
@@ -238,9 +282,15 @@ void EvolutionFolder::finish(EvolveResult& result) const {
     }
     if (!base_.noplots) std::cout << "Saved " << png << "\n";
   }
-  std::cout << "--evolve: " << (result.interrupted ? "stopped after " : "") << result.generations << " generations";
-  if (rows_.empty()) std::cout << ", nothing recorded in " << dir_ << "\n";
-  else std::cout << "; best hyperparameters in " << (fs::path(dir_) / "hyp_evolve.yaml").string() << ", all in " << csv_ << "\n";
+  // train.py's closing lines (its usage example with kestrel's command).
+  std::cout << "Hyperparameter evolution " << (result.interrupted ? "stopped after " : "finished ") << result.generations
+            << " generations\n";
+  if (rows_.empty()) {
+    std::cout << "Nothing recorded in " << dir_ << "\n";
+    return;
+  }
+  const std::string best_yaml = (fs::path(dir_) / "hyp_evolve.yaml").string();
+  std::cout << "Results saved to " << dir_ << "\nUsage example: $ kestrel train --hyp " << shell_word(best_yaml) << "\n";
 }
 
 }  // namespace kestrel::train

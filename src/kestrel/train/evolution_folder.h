@@ -20,7 +20,9 @@ struct EvolveRow {
   std::vector<double> results;  // P, R, mAP50, mAP50-95, val box, obj, cls loss
   HypValues hyp;
 };
-std::vector<EvolveRow> read_evolve_csv(const std::string& path);
+// The rows of `path` (none when it does not exist); `hyp_columns`, when given, gets the header's
+// hyperparameter columns (a file of a header alone has them too).
+std::vector<EvolveRow> read_evolve_csv(const std::string& path, std::vector<std::string>* hyp_columns = nullptr);
 // Upstream's fitness of a row, 0.1 mAP50 + 0.9 mAP50-95, and the first row of the greatest (rows not empty).
 double row_fitness(const EvolveRow& row);
 const EvolveRow& fittest(const std::vector<EvolveRow>& rows);
@@ -32,7 +34,8 @@ struct EvolveResult {
   bool interrupted = false;   // stopped by Ctrl-C or SIGTERM
 };
 
-// Both schemes' start: `generations` at least 1, no --resume; the hyperparameters of --hyp (or the defaults).
+// Both schemes' start: `generations` at least 1, no --resume; the hyperparameters of --hyp (or the defaults),
+// with its warnings (keys unused, keys missing) said once.
 struct Hyperparameters;
 Hyperparameters evolution_start(const TrainOptions& base, int generations);
 
@@ -54,6 +57,8 @@ class EvolutionFolder {
   void finish(EvolveResult& result) const;
 
  private:
+  void append_results(const std::string& generation_results) const;
+
   TrainOptions base_;
   StopSignal stop_;
   std::string dir_, csv_, hyp_file_;

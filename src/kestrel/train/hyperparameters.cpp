@@ -1,5 +1,7 @@
 #include "kestrel/train/hyperparameters.h"
 
+#include <ostream>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -122,6 +124,19 @@ Hyperparameters load_hyperparameters(const std::string& given) {
            "], got ", value);
     }
   return h;
+}
+
+void print_hyperparameter_warnings(const Hyperparameters& h, const std::string& path, std::ostream& out) {
+  if (!h.unknown_keys.empty()) {
+    std::string keys;
+    for (const auto& k : h.unknown_keys) keys += " " + k;
+    out << "warning: " << path << ": keys kestrel does not use:" << keys << "\n";
+  }
+  if (!h.defaulted_keys.empty()) {
+    std::string keys;
+    for (const auto& k : h.defaulted_keys) keys += " " + k;
+    out << "warning: " << path << " lacks" << keys << ": hyp.scratch-low's values are used (hyp.yaml lists them)\n";
+  }
 }
 
 std::string hyperparameters_yaml(const Hyperparameters& h) {

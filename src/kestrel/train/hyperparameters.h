@@ -2,6 +2,7 @@
 // augmentation keys, with the defaults of YOLOv5's hyp.scratch-low.yaml. YOLOv7's files add loss_ota
 // and paste_in. Unknown keys are kept (and written back to the run's hyp.yaml) but reported.
 #pragma once
+#include <iosfwd>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,9 @@ struct Hyperparameters {
 // line and key). Missing keys keep the defaults above (upstream fails
 // on them with a KeyError), are listed in defaulted_keys and appended to values.
 Hyperparameters load_hyperparameters(const std::string& path);
+// train.py has no such lines (it fails on a missing key, and --evolve on an unknown one): the keys of `h`
+// (read from `path`) kestrel does not use, and those it lacks, as "warning: ..." lines on `out`.
+void print_hyperparameter_warnings(const Hyperparameters& h, const std::string& path, std::ostream& out);
 // The defaults as a file would hold them (no file given).
 Hyperparameters default_hyperparameters();
 

@@ -58,6 +58,9 @@ struct TrainOptions {
   // generations, as upstream, where only results.csv is read back); the final validation of best
   // weights is skipped with it.
   bool save_weights = true;
+  // No flag: false leaves out the warnings about --hyp's unused and missing keys (--evolve says them once,
+  // of the user's file, not of each generation's).
+  bool hyp_warnings = true;
   bool cuda_graph = false;             // capture the step as CUDA graphs after the warm-up (one process, CUDA)
   // Tests only (no flag): false runs --cuda-graph's step (static buffers, gradients kept in place) without
   // capturing, on any device, so a CPU test covers everything around the capture.

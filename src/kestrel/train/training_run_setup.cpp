@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/cuda.h>
 
+#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
@@ -77,11 +78,13 @@ void TrainingRun::read_options(const TrainOptions& requested) {
 void TrainingRun::join_ranks() {
   const dist::DistEnv dist_env = dist::read_env();
   // Upstream's data-parallel command names the devices, --device 0,1 (or none): rank r takes entry
-  // LOCAL_RANK of the list, and without a list cuda:LOCAL_RANK.
-  const bool listed = o.device.find(',') != std::string::npos;
-  device = parse_device(dist_env.world_size > 1 ? device_of_rank(o.device, dist_env.local_rank) : o.device);
+  // LOCAL_RANK of the list (one named GPU: a list of one), and without a GPU named cuda:LOCAL_RANK.
+  const std::string rank_device = dist_env.world_size > 1 ? device_of_rank(o.device, dist_env.local_rank) : o.device;
+  const std::string spelled = ascii_lower(rank_device);
+  const bool gpu_named = !spelled.empty() && spelled != "cuda" && spelled != "cpu";
+  device = parse_device(rank_device);
   make_current(device);
-  if (dist_env.world_size > 1 && device.is_cuda() && !listed) {
+  if (dist_env.world_size > 1 && device.is_cuda() && !gpu_named) {
     const int count = static_cast<int>(torch::cuda::device_count());
     if (dist_env.local_rank >= count)
       fail("distributed: local rank ", dist_env.local_rank, " would train on cuda:", dist_env.local_rank, ", but this machine "
@@ -117,16 +120,7 @@ void TrainingRun::load_recipe() {
   std::string listed;
   for (const auto& [key, value] : hyp.values) listed += cat(listed.empty() ? "" : ", ", key, "=", python_float_repr(value));
   std::cout << "hyperparameters: " << listed << "\n";
-  if (!hyp.unknown_keys.empty()) {
-    std::string keys;
-    for (const auto& k : hyp.unknown_keys) keys += " " + k;
-    std::cout << "warning: " << o.hyp << ": keys kestrel does not use:" << keys << "\n";
-  }
-  if (!hyp.defaulted_keys.empty()) {
-    std::string keys;
-    for (const auto& k : hyp.defaulted_keys) keys += " " + k;
-    std::cout << "warning: " << o.hyp << " lacks" << keys << ": hyp.scratch-low's values are used (hyp.yaml lists them)\n";
-  }
+  if (o.hyp_warnings) print_hyperparameter_warnings(hyp, o.hyp, std::cout);
   // torch's SGD refuses Nesterov without momentum when upstream builds it ("Nesterov momentum requires a
   // momentum and zero dampening"); the fused kernel would fail only once the warm-up reached it.
   if (hyp.momentum == 0 && parse_optimizer_kind(o.optimizer) == OptimizerKind::sgd)
