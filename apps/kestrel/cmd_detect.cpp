@@ -386,15 +386,10 @@ void run_detect(const DetectOptions& o) {
   eval::Detector detector(loaded.model, device, d);
   const cv::Size net = detector.network_size();
   if (net.height != d.img_height || net.width != d.img_width)
-    std::cout << "WARNING: --imgsz " << d.img_height << " " << d.img_width << " must be multiple of max stride "
-              << detector.stride() << ", updating to " << net.height << " " << net.width << "\n";
+    std::cout << "WARNING: --img-size [" << d.img_height << ", " << d.img_width << "] must be multiple of max stride "
+              << detector.stride() << ", updating to [" << net.height << ", " << net.width << "]\n";  // detect.py's lists
 
-  // detect.py's default source is in its repository (ROOT / 'data/images'): the demo images are found from
-  // any working folder, in the source tree when not below it.
-  std::string source_path = o.source;
-  std::error_code ec;
-  if (o.source == kDefaultSource && !fs::exists(o.source, ec)) source_path = (fs::path(KESTREL_SOURCE_DIR) / kDefaultSource).string();
-  DetectSource source = open_detect_source(source_path, o.project, o.name);  // before the run folder: a bad source leaves nothing
+  DetectSource source = open_detect_source(o.source, o.project, o.name);  // before the run folder: a bad source leaves nothing
   const fs::path save_dir = train::make_run_dir(o.project, o.name, o.exist_ok, /*with_weights=*/false);
   if (o.save_txt) fs::create_directories(save_dir / "labels");
   if (o.save_csv && fs::exists(save_dir / "predictions.csv")) require_regular_file((save_dir / "predictions.csv").string());
@@ -452,7 +447,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--source", o->source, "image or video file (mp4, avi, mov ...), folder (searched recursively), quoted glob ('dir/**/*.jpg'), .txt list of image and video paths (images first, as detect.py), camera index (0), stream URL (rtsp://, rtmp://, http(s)://) or .streams list of them (one per line, each read on its own thread)")
       ->capture_default_str();
   cmd->add_option("--img,--img-size,--imgsz", o->imgsz, "inference size h [w]")->capture_default_str()
-      ->expected(1, 2)->check(CLI::Range(1, 8192));  // below the stride: rounded up with detect.py's warning
+      ->expected(1, 2)->check(CLI::Range(1, 8192));  // below the stride: rounded up with a warning, as detect.py
   cmd->add_option("--conf-thres,--conf", o->conf_thres, "confidence threshold")->capture_default_str()->check(unit_interval());
   cmd->add_option("--iou-thres,--iou", o->iou_thres, "NMS IoU threshold")->capture_default_str()->check(unit_interval());
   auto* max_det = cmd->add_option("--max-det", o->max_det, "maximum detections per image (YOLOv7 models: 300 unless given)")
@@ -499,8 +494,13 @@ void add_detect_command(CLI::App& app) {
       });
   cmd->add_option("--vid-stride", o->vid_stride, "video frame-rate stride (detect every n-th frame)")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->callback([o, max_det] {
+  auto* source = cmd->get_option("--source");
+  cmd->callback([o, max_det, source] {
     refuse_repeated({"--img", "--img-size", "--imgsz"}, "--imgsz 640 480 (height, width)");
+    // detect.py's default source lies in its repository (ROOT / 'data/images'): without --source, the demo
+    // images are found from any working folder (in the source tree when not below it).
+    std::error_code ec;
+    if (source->count() == 0 && !fs::exists(o->source, ec)) o->source = (fs::path(KESTREL_SOURCE_DIR) / kDefaultSource).string();
     refuse_repeated({"--classes"}, "--classes 0 2 3");
     o->max_det_given = max_det->count() > 0;
     run_detect(*o);

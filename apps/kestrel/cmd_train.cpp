@@ -183,7 +183,7 @@ void add_train_command(CLI::App& app) {
   // "not expected" (kestrel logs to TensorBoard event files and results.csv in the run folder).
   auto unsupported = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();
   for (const std::string name : {"--entity", "--bbox_interval", "--artifact_alias", "--bucket", "--upload_dataset"})
-    unsupported->emplace_back(name, cmd->add_option(name)->expected(0, 1)->group(""));
+    unsupported->emplace_back(name, cmd->add_option(name)->expected(name == "--upload_dataset" ? 0 : 1, 1)->group(""));
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc-per-node", *nproc,
                   "data-parallel processes on this node (runs this command N times with RANK, WORLD_SIZE, "
@@ -274,8 +274,13 @@ void add_train_command(CLI::App& app) {
                                  "belongs to --evolve N (the number of generations)");
     if (*generations > 0) {
       // Any launcher's ranks (torchrun's WORLD_SIZE, mpirun's, an srun step's): each would evolve into the same folder.
-      if (*nproc > 1 || dist::launched_worker() || dist::read_env().world_size > 1)
-        throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
+      bool ranks = *nproc > 1 || dist::launched_worker();
+      try {
+        ranks = ranks || dist::read_env().world_size > 1;
+      } catch (const Error&) {
+        ranks = true;  // a launcher's variables without MASTER_ADDR ...: several ranks all the same
+      }
+      if (ranks) throw CLI::ValidationError("--evolve", "runs in one process (as upstream)");
       const train::EvolveResult evolved =
           genetic ? train::evolve_population(*o, *generations, *population) : train::evolve(*o, *generations);
       if (evolved.interrupted) throw CLI::RuntimeError(130);  // as an interrupted training

@@ -206,7 +206,10 @@ CocoOutput coco_output_for(const ValOptions& o, const data::DatasetConfig& cfg) 
 
 // Class -> category id in the JSON predictions (empty: the class index).
 std::vector<int> category_ids_for(const CocoOutput& c, const Model& m) {
-  if (c.annotations) return eval::coco_category_ids_for(m.names, *c.annotations, c.is_coco);
+  if (c.annotations) {  // the classes predicted: with --single-cls one, class 0 (named as the weights' class 0)
+    const std::vector<std::string> predicted(m.names.begin(), m.names.begin() + std::min<size_t>(m.names.size(), m.nc));
+    return eval::coco_category_ids_for(predicted, *c.annotations, c.is_coco);
+  }
   return eval::coco_category_ids(c.is_coco, static_cast<size_t>(m.nc));
 }
 
@@ -217,6 +220,7 @@ std::optional<eval::CocoSummary> save_coco_predictions(const CocoOutput& c, cons
   if (r.predictions.empty()) return std::nullopt;  // val.py: `if save_json and len(jdict)`: no file, no scoring
   write_file_atomic(path, {eval::coco_results_json(r.predictions)}, Durability::kFlushed);
   std::cout << "\nEvaluating pycocotools mAP... saving " << path << "...\n";  // val.py's line, also without annotations
+  std::cout.flush();
   if (!c.annotations) {
     if (c.is_coco && o.task == "val")
       std::cout << "WARNING: no " << c.expected_ann << ": the predictions are not scored with COCOeval (--coco-ann FILE)\n";

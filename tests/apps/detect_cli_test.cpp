@@ -115,7 +115,8 @@ TEST(DetectCli, UpstreamSpellings) {
   r = test::run_command("cd " + dir.path() + " && " + test::kestrel_binary() + " detect --device cpu --img 16 --weights " +
                         dir.file("w.safetensors") + " --project default-runs --nosave");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("WARNING: --imgsz 16 16 must be multiple of max stride"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("WARNING: --img-size [16, 16] must be multiple of max stride 32, updating to [32, 32]"),
+            std::string::npos) << r.output;
   EXPECT_NE(r.output.find("data/demo/images/val/"), std::string::npos) << r.output;
   std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("screenshot.jpg"));
   r = test::run_command(in_dir + "screenshot.jpg");

@@ -209,7 +209,8 @@ TEST(CliTrain, TrainsThenValidatesItsWeights) {
   const std::string ap = " Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]";
   const std::string ar = " Average Recall     (AR) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]";
   ASSERT_NE(line_of(r.output, ap), "") << r.output;
-  ASSERT_EQ(r.output.find("Saved 0 predictions"), std::string::npos) << r.output;
+  ASSERT_NE(r.output.find("\nEvaluating pycocotools mAP... saving " + dir.file("val/coco/best_predictions.json") + "...\n"),
+            std::string::npos) << r.output;
   const auto py = test::run_python("from pycocotools.coco import COCO\nfrom pycocotools.cocoeval import COCOeval\n"
                                    "gt = COCO('" + dir.file("ann.json") + "')\n"
                                    "e = COCOeval(gt, gt.loadRes('" + dir.file("val/coco/best_predictions.json") + "'), 'bbox')\n"
@@ -409,6 +410,16 @@ TEST(CliTrain, BadFlagsAndFilesAreClearErrors) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(r.output.find("W&B"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("none.yaml"), std::string::npos) << r.output;
+  // ... but a value is needed, as argparse's (a bare --bucket is not the empty default).
+  r = test::run_command(test::kestrel_binary() + " train --cfg yolov5n --project " + dir.file("runs") + " --bucket");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--bucket"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/exp")));
+  // --evolve runs in one process: an srun step of 2 tasks (its MASTER_ADDR not even set) is refused as such.
+  r = test::run_command("env -u WORLD_SIZE -u MASTER_ADDR SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 " + test::kestrel_binary() +
+                        " train --cfg yolov5n --evolve 1 --project " + dir.file("runs"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--evolve: runs in one process"), std::string::npos) << r.output;
   // WORLD_SIZE left in the environment (a torchrun shell) would make --nproc-per-node 2 train in one
   // process without a word: it is refused, naming both.
   r = test::run_command("WORLD_SIZE=1 " + test::kestrel_binary() + " train --cfg yolov5n --nproc-per-node 2 --project " +

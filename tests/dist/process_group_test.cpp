@@ -120,7 +120,7 @@ TEST(DistEnv, MpiAndSlurmVariables) {
     EXPECT_EQ(read_env().world_size, 1);
   }
   {
-    ScopedEnv torchrun({{"WORLD_SIZE", "1"}, {"SLURM_NTASKS", "16"}, {"SLURM_PROCID", "3"}});  // torchrun wins
+    ScopedEnv torchrun({{"WORLD_SIZE", "1"}, {"SLURM_NTASKS", "16"}, {"SLURM_STEP_NUM_TASKS", "16"}, {"SLURM_PROCID", "3"}});  // torchrun wins
     EXPECT_EQ(read_env().world_size, 1);
   }
   ScopedEnv bad({{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "7"}});

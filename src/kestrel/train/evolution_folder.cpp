@@ -175,6 +175,9 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
   o.name = "generation";
   o.exist_ok = true;
   std::cout << "--evolve: " << progress << std::endl;  // flushed: a log file shows where the evolution is
+  // generation/ is reused: its results.csv holds this generation's epochs only (they go to <dir>/results.csv).
+  std::error_code ec;
+  fs::remove(fs::path(dir_) / o.name / "results.csv", ec);
   const TrainResult run = train(o);
   fs::remove(hyp_file_);
   if (run.interrupted) return std::nullopt;
@@ -197,7 +200,6 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
     cells.push_back(csv_number(by_key.at(k)));
     recorded.hyp.emplace_back(k, std::stod(cells.back()));
   }
-  std::error_code ec;
   const bool empty_file = !fs::exists(csv_) || fs::file_size(csv_, ec) == 0;  // an empty file gets its header too
   std::ofstream out(csv_, std::ios::app);
   if (fresh || empty_file) {

@@ -81,7 +81,8 @@ void TrainingRun::join_ranks() {
   // LOCAL_RANK of the list (one named GPU: a list of one), and without a GPU named cuda:LOCAL_RANK.
   const std::string rank_device = dist_env.world_size > 1 ? device_of_rank(o.device, dist_env.local_rank) : o.device;
   const std::string spelled = ascii_lower(rank_device);
-  const bool gpu_named = !spelled.empty() && spelled != "cuda" && spelled != "cpu";
+  const bool listed = o.device.find(',') != std::string::npos;  // every entry of a list names its device
+  const bool gpu_named = listed || (!spelled.empty() && spelled != "cuda" && spelled != "cpu");
   device = parse_device(rank_device);
   make_current(device);
   if (dist_env.world_size > 1 && device.is_cuda() && !gpu_named) {
