@@ -27,6 +27,9 @@ constexpr const char* kLatestRun = "latest";
 
 namespace {
 
+// What a bare W&B / Google Cloud flag holds (no value can be this).
+constexpr const char* kNoValue = "\x1f(no value)";
+
 // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
 // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options). A bare
 // --resume becomes the newest run under --project. Says which given flags are ignored. True: it was bare.
@@ -183,7 +186,8 @@ void add_train_command(CLI::App& app) {
   // "not expected" (kestrel logs to TensorBoard event files and results.csv in the run folder).
   auto unsupported = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();
   for (const std::string name : {"--entity", "--bbox_interval", "--artifact_alias", "--bucket", "--upload_dataset"})
-    unsupported->emplace_back(name, cmd->add_option(name)->expected(name == "--upload_dataset" ? 0 : 1, 1)->group(""));
+    // (A bare flag gets default_str as its value under expected(0, 1): a marker that no value can be.)
+    unsupported->emplace_back(name, cmd->add_option(name)->expected(0, 1)->default_str(kNoValue)->group(""));
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc-per-node", *nproc,
                   "data-parallel processes on this node (runs this command N times with RANK, WORLD_SIZE, "
@@ -217,7 +221,9 @@ void add_train_command(CLI::App& app) {
     // all) change nothing there and are accepted here.
     for (const auto& [name, option] : *unsupported) {
       if (option->count() == 0) continue;
-      const std::string value = option->results().empty() ? std::string() : option->results().back();
+      const std::string value = option->results().empty() ? std::string(kNoValue) : option->results().back();
+      if (value == kNoValue && name != "--upload_dataset")
+        throw CLI::ValidationError(name, "expects one argument, as train.py's");
       const bool no_op = name == "--upload_dataset" ? false
                          : name == "--bbox_interval" ? value == "-1"
                          : name == "--artifact_alias" ? value == "latest" || value.empty()
