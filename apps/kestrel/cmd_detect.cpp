@@ -1,5 +1,6 @@
 // kestrel detect: YOLOv5 detect.py on images (a file, a folder or a .txt list), a video file, a camera
 // index or a stream URL: annotated copies (or an annotated .mp4) and, with --save-txt, YOLO label files in runs/detect/<name>/.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -205,9 +206,21 @@ bool detect_video(eval::Detector& detector, data::VideoReader& video, const std:
 // one frame of every source, until one of them ends. Per source, as upstream: <stem>.mp4 at 30 fps,
 // labels/<stem>_<round>.txt with rounds from 0, predictions.csv named Path(clean_str(source)).name; a stem
 // wanted twice gets an increment (live, live2), where upstream's outputs would overwrite each other.
+// LoadStreams' line for a source it opened: "1/2: rtsp://...  Success (inf frames 640x480 at 30.00 FPS)". Its
+// frame count (inf when the container gives none) and frame rate as it shows them: the rate modulo 100, 30
+// when that is 0 or not a number.
+std::string stream_opened_line(size_t i, size_t n, const std::string& source, int64_t frames, cv::Size size, double fps) {
+  const double rate = std::isfinite(fps) ? fps - 100.0 * std::floor(fps / 100.0) : 0.0;  // Python's fps % 100
+  char shown[64];
+  std::snprintf(shown, sizeof shown, "%.2f", rate > 0 ? rate : 30.0);
+  return cat(i + 1, "/", n, ": ", source, "...  Success (", frames > 0 ? std::to_string(frames) : std::string("inf"),
+             " frames ", size.width, "x", size.height, " at ", shown, " FPS)");
+}
+
 void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::StreamGrabber>>& streams,
-                    const std::vector<std::string>& sources, const DetectOptions& o, const std::vector<std::string>& names,
-                    const fs::path& save_dir, JsonPredictions& json) {
+                    const std::vector<std::string>& sources, const std::vector<std::pair<int64_t, double>>& counts_and_rates,
+                    const DetectOptions& o, const std::vector<std::string>& names, const fs::path& save_dir,
+                    JsonPredictions& json) {
   const size_t n = sources.size();
   std::vector<std::string> csv_names;
   for (const std::string& source : sources) csv_names.push_back(eval::stream_csv_name(source));
@@ -225,6 +238,12 @@ void detect_streams(eval::Detector& detector, std::vector<std::unique_ptr<data::
       std::cout << sources[ended] << ": ended after " << round << " frames"
                 << (n > 1 ? cat("; stopping the ", n, " streams") : std::string()) << std::endl;
       break;
+    }
+    if (round == 0) {  // LoadStreams says so once it has each source's first frame
+      for (size_t i = 0; i < n; ++i)
+        std::cout << stream_opened_line(i, n, sources[i], counts_and_rates[i].first, frames[i].size(),
+                                        counts_and_rates[i].second) << "\n";
+      std::cout << std::endl;
     }
     for (size_t i = 0; i < n; ++i) {
       detect_one(detector, frames[i], o, names,
@@ -404,9 +423,11 @@ void run_detect(const DetectOptions& o) {
   // The stream readers are stopped last, after the predictions and summary are written: one stuck in a
   // network read is not waited for (data/stream_grabber.h), but a second Ctrl-C meanwhile must lose nothing.
   std::vector<std::unique_ptr<data::StreamGrabber>> streams;
+  std::vector<std::pair<int64_t, double>> counts_and_rates;  // each stream's frame count and rate, as opened
   switch (source.kind) {
     case DetectSource::Kind::kStreams:
       for (size_t i = 0; i < source.stream_sources.size(); ++i) {
+        counts_and_rates.emplace_back(source.stream_readers[i]->frame_count(), source.stream_readers[i]->fps());
         // Live: a camera or device, or a stream without a frame count (a remote file has one: every frame is
         // read); a regular file never is.
         const std::string& name = source.stream_sources[i];
@@ -416,7 +437,7 @@ void run_detect(const DetectOptions& o) {
         streams.push_back(std::make_unique<data::StreamGrabber>(std::move(source.stream_readers[i]), name, live,
                                                                 o.vid_stride));
       }
-      detect_streams(detector, streams, source.stream_sources, o, names, save_dir, json);
+      detect_streams(detector, streams, source.stream_sources, counts_and_rates, o, names, save_dir, json);
       break;
     case DetectSource::Kind::kVideo:
       if (!detect_video(detector, *source.video, o.source, "video 1/1", o, names, save_dir, json, /*first_video=*/true))

@@ -398,6 +398,12 @@ TEST(DetectVideoCli, StreamsListDetectsEverySourceInRounds) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string exp = run.project + "/exp";
   EXPECT_NE(r.output.find("media/short.avi: ended after 3 frames; stopping the 3 streams"), std::string::npos) << r.output;
+  // LoadStreams' line for each source opened (both clips written at 10 fps), then a blank line.
+  EXPECT_NE(r.output.find("1/3: " + run.dir.file("media/long.avi") + "...  Success (5 frames 192x128 at 10.00 FPS)\n"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2/3: " + run.dir.file("media/short.avi") + "...  Success (3 frames 160x160 at 10.00 FPS)\n"
+                          "3/3: " + run.dir.file("media/long.avi") + "...  Success (5 frames 192x128 at 10.00 FPS)\n\n"),
+            std::string::npos) << r.output;
   for (const char* prefix : {"0: ", "1: ", "2: "}) EXPECT_NE(r.output.find(std::string("\n") + prefix), std::string::npos) << r.output;
   // Each clip alone, as the reference.
   for (const char* stem : {"long", "short"}) {
