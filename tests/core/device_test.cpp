@@ -48,5 +48,10 @@ TEST(Device, EachRankTakesItsEntryOfTheList) {
   EXPECT_THROW(device_of_rank("0,,1", 0), Error);
 }
 
+TEST(Device, OneGpuIsNamedByIndexOrCudaIndex) {
+  for (const char* spec : {"0", "7", "cuda:1", "CUDA:2"}) EXPECT_TRUE(names_one_gpu(spec)) << spec;
+  for (const char* spec : {"", "cuda", "cpu", "CPU", "0,1"}) EXPECT_FALSE(names_one_gpu(spec)) << spec;
+}
+
 }  // namespace
 }  // namespace kestrel

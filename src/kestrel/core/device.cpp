@@ -69,15 +69,15 @@ CudaSyncErrors::CudaSyncErrors() = default;
 CudaSyncErrors::~CudaSyncErrors() = default;
 #endif
 
+bool names_one_gpu(const std::string& spec) { return canonical_device(spec).rfind("cuda:", 0) == 0; }
+
 std::string device_of_rank(const std::string& spec, int local_rank) {
   if (spec.find(',') == std::string::npos) {
     // One named GPU is a list of one, as upstream's CUDA_VISIBLE_DEVICES=<--device> with cuda:LOCAL_RANK
     // among the visible: local rank 0 trains on it, a second process on the node has none (train.py:
     // "insufficient CUDA devices for DDP command"). "", "cuda" and "cpu" name no single GPU: each rank
     // takes cuda:LOCAL_RANK (the caller), or the CPU.
-    const std::string s = canonical_device(spec);
-    const bool one_gpu = s.rfind("cuda:", 0) == 0;
-    if (one_gpu && local_rank > 0)
+    if (names_one_gpu(spec) && local_rank > 0)
       fail("--device ", spec, " names one GPU for the processes of this node, local rank ", local_rank,
            " has none: name one device per process (--device 0,1,...), or leave --device out (rank r on cuda:r)");
     return spec;

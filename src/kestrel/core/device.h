@@ -23,6 +23,9 @@ void make_current(const c10::Device& device);
 // an error for the others. "", "cuda" and "cpu" are returned as they are (the caller picks cuda:LOCAL_RANK).
 std::string device_of_rank(const std::string& spec, int local_rank);
 
+// Whether `spec` names one GPU ("1", "cuda:1"): "", "cuda" and "cpu" do not, nor does a list.
+bool names_one_gpu(const std::string& spec);
+
 struct AcceleratorInfo {
   bool cuda_available = false;
   int cuda_device_count = 0;

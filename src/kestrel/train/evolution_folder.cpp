@@ -76,6 +76,18 @@ std::string format_row(const std::vector<std::string>& cells) {
 // evolve.csv holds upstream's %.5g.
 std::string csv_number(double v) { return python_percent_g(v, 5); }
 
+// print_mutation's header and value lines (hyp_evolve.yaml's comment, the console block): cells right-aligned
+// in 20 characters, joined by ", ".
+std::string padded_list(const std::vector<std::string>& cells) {
+  std::string out;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%20s", i ? ", " : "", cells[i].c_str());
+    out += buf;
+  }
+  return out;
+}
+
 }  // namespace
 
 // A mAP that is not a number (never written by a validation; a hand-edited row) counts as 0.
@@ -214,31 +226,20 @@ std::optional<EvolveRow> EvolutionFolder::train_and_record(const HypValues& hyp,
   // hyp_evolve.yaml: the fittest row so far, under upstream's header (print_mutation's).
   const EvolveRow& best = fittest(rows_);
   const size_t best_row = static_cast<size_t>(&best - rows_.data());
-  std::string names, values;
-  for (size_t c = 0; c < kResultColumns.size(); ++c) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%s%20s", c ? ", " : "", kResultColumns[c].c_str());
-    names += buf;
-    std::snprintf(buf, sizeof buf, "%s%20s", c ? ", " : "", csv_number(best.results[c]).c_str());
-    values += buf;
-  }
+  std::vector<std::string> best_values;
+  for (double v : best.results) best_values.push_back(csv_number(v));
   std::string best_yaml = "# YOLOv5 Hyperparameter Evolution Results\n# Best generation: " + std::to_string(best_row) +
-                          "\n# Last generation: " + std::to_string(rows_.size() - 1) + "\n# " + names + "\n# " + values + "\n\n";
+                          "\n# Last generation: " + std::to_string(rows_.size() - 1) + "\n# " +
+                          padded_list(kResultColumns) + "\n# " + padded_list(best_values) + "\n\n";
   for (const auto& [k, v] : best.hyp) best_yaml += k + ": " + yaml_float(v) + "\n";
   write_file_atomic((fs::path(dir_) / "hyp_evolve.yaml").string(), {best_yaml}, Durability::kFlushed);
   // print_mutation's lines: every column's name and this generation's values (as trained, not rounded).
-  std::string key_line, value_line;
-  for (size_t c = 0; c < kResultColumns.size() + header_keys_.size(); ++c) {
-    const std::string& name = c < kResultColumns.size() ? kResultColumns[c] : header_keys_[c - kResultColumns.size()];
-    const double value = c < kResultColumns.size() ? row.results[c] : by_key.at(name);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%20s", c ? ", " : "", name.c_str());
-    key_line += buf;
-    std::snprintf(buf, sizeof buf, "%s%20s", c ? ", " : "", python_percent_g(value, 5).c_str());
-    value_line += buf;
-  }
-  std::cout << "evolve: " << rows_.size() << " generations finished, current result:\nevolve: " << key_line
-            << "\nevolve: " << value_line << "\n\n\n";
+  std::vector<std::string> keys = kResultColumns, values;
+  keys.insert(keys.end(), header_keys_.begin(), header_keys_.end());
+  for (double v : row.results) values.push_back(python_percent_g(v, 5));
+  for (const auto& k : header_keys_) values.push_back(python_percent_g(by_key.at(k), 5));
+  std::cout << "evolve: " << rows_.size() << " generations finished, current result:\nevolve: " << padded_list(keys)
+            << "\nevolve: " << padded_list(values) << "\n\n\n";
   return row;
 }
 

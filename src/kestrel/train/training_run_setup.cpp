@@ -12,7 +12,6 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/cuda.h>
 
-#include "kestrel/core/ascii_lower.h"
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
@@ -80,9 +79,8 @@ void TrainingRun::join_ranks() {
   // Upstream's data-parallel command names the devices, --device 0,1 (or none): rank r takes entry
   // LOCAL_RANK of the list (one named GPU: a list of one), and without a GPU named cuda:LOCAL_RANK.
   const std::string rank_device = dist_env.world_size > 1 ? device_of_rank(o.device, dist_env.local_rank) : o.device;
-  const std::string spelled = ascii_lower(rank_device);
   const bool listed = o.device.find(',') != std::string::npos;  // every entry of a list names its device
-  const bool gpu_named = listed || (!spelled.empty() && spelled != "cuda" && spelled != "cpu");
+  const bool gpu_named = listed || names_one_gpu(rank_device);
   device = parse_device(rank_device);
   make_current(device);
   if (dist_env.world_size > 1 && device.is_cuda() && !gpu_named) {
