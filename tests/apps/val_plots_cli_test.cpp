@@ -315,5 +315,29 @@ TEST(ValPlotsCli, CocoIdsFollowTheAnnotationFileNames) {
   EXPECT_GT(std::stod(r.output.substr(at + ap50.size(), 5)), 0.9) << r.output;
 }
 
+// --single-cls keeps the weights' class names (val.py: model.names): the one class predicted is the weights'
+// class 0, so a one-category annotation file naming it ('rider', id 500: neither an index nor a COCO id)
+// maps every prediction to 500. Named 'item' (train.py's single-class name) it would match nothing.
+TEST(ValPlotsCli, SingleClsPredictionsTakeTheWeightsFirstName) {
+  test::TempDir dir;
+  auto r = test::run_command(test::kestrel_binary() + " data coco data/demo/demo.yaml --split val --out " + dir.file("ann.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json ann = nlohmann::json::parse(std::ifstream(dir.file("ann.json")));
+  ann["categories"] = nlohmann::json::array({{{"id", 500}, {"name", "rider"}, {"supercategory", "none"}}});
+  for (auto& a : ann["annotations"]) a["category_id"] = 500;
+  test::write_file(dir.file("one.json"), ann.dump());
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 80);
+  std::vector<std::string> names = data::load_dataset_config("data/demo/demo.yaml").names;
+  names[0] = "rider";  // the weights' names, not the dataset's
+  models::save_model_weights(dir.file("w.safetensors"), *model, models::describe_config("yolov5n", names));
+  r = test::run_command(test::kestrel_binary() + " val --data data/demo/demo.yaml --img 64 --device cpu --noplots --single-cls"
+                        " --save-hybrid --save-json --coco-ann " + dir.file("one.json") + " --weights " + dir.file("w.safetensors") +
+                        " --project " + dir.file("val"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json predictions = nlohmann::json::parse(std::ifstream(dir.file("val/exp/w_predictions.json")));
+  ASSERT_GT(predictions.size(), 0u);
+  for (const auto& p : predictions) ASSERT_EQ(p["category_id"].get<int>(), 500) << p.dump();
+}
+
 }  // namespace
 }  // namespace kestrel
