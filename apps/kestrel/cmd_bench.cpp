@@ -12,6 +12,7 @@
 #include "kestrel/data/dataset_config.h"
 #include "kestrel/data/image_files.h"
 #include "kestrel/data/loader.h"
+#include "kestrel/train/hyperparameters.h"
 #include "kestrel/train/step_bench.h"
 
 namespace kestrel::app {
@@ -51,7 +52,12 @@ void run_bench_data(const BenchDataOptions& o) {
   d.cache_ram = o.cache == "ram";  // checked by the command line: ram, disk or none
   d.cache_disk = o.cache == "disk";
   bool v7_hyp = false;  // a YOLOv7 hyp file brings YOLOv7's augmentations (mosaic-9, its zoom range), as in training
-  if (!o.hyp.empty()) d.hyp = data::load_augment_options(o.hyp, &v7_hyp);
+  if (!o.hyp.empty()) {  // read as training reads it, with its warnings (a misspelt key would time the defaults)
+    const train::Hyperparameters h = train::load_hyperparameters(o.hyp);
+    train::print_hyperparameter_warnings(h, o.hyp, std::cerr);  // stdout: --json
+    d.hyp = h.augment;
+    v7_hyp = h.yolov7_recipe;
+  }
   d.dialect = v7_hyp ? data::Dialect::yolov7 : data::Dialect::yolov5;
   auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;
@@ -151,11 +157,11 @@ void add_bench_command(CLI::App& app) {
   auto* cmd = bench->add_subcommand("data", "loader throughput with the training augmentations (images/s per epoch)");
   cmd->add_option("--data", o->data, "dataset YAML")->required();
   cmd->add_option("--hyp", o->hyp, "hyperparameter YAML (augmentation keys)");
-  cmd->add_option("--img,--img-size,--imgsz", o->img, "image size")->check(CLI::Range(32, 8192));
-  cmd->add_option("--batch-size", o->batch, "batch size")->check(CLI::Range(1, 4096));
-  cmd->add_option("--workers", o->workers, "loader threads")->check(CLI::Range(1, 1024));
-  cmd->add_option("--epochs", o->epochs, "epochs to time (the first fills a RAM cache)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--repeat", o->repeat, "use the split N times per epoch")->check(CLI::Range(1, 100000));
+  cmd->add_option("--img,--img-size,--imgsz", o->img, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
+  cmd->add_option("--batch-size", o->batch, "batch size")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--workers", o->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--epochs", o->epochs, "epochs to time (the first fills a RAM cache)")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--repeat", o->repeat, "use the split N times per epoch")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--cache", o->cache, "cache resized images: ram, disk (.npy next to each image) or none")
       ->check(CLI::IsMember({"ram", "disk", "none"}));
   cmd->add_flag("--bind", o->bind, "bind worker i to the i-th allowed CPU core");

@@ -15,6 +15,7 @@
 #include "kestrel/data/loader.h"
 #include "kestrel/eval/label_plots.h"
 #include "kestrel/eval/yolo_to_coco.h"
+#include "kestrel/train/hyperparameters.h"
 
 namespace kestrel::app {
 namespace {
@@ -51,6 +52,10 @@ void run_check(const DataCheckOptions& o) {
     const auto images = data::list_images(cfg.split(split), cfg.source);
     const auto index = data::index_split(images, data::IndexOptions{cfg.nc, o.workers, !o.no_cache});
     std::cout << data::describe(index, split, 1000);
+    // Upstream's "No labels found": labels not in the labels/ folder beside images/ (training stops on it).
+    if (!index.records.empty() && index.counts.labelled + index.counts.empty == 0)
+      std::printf("  WARNING: no labels found in %s: no image has a label file (e.g. %s); labels go in a labels/ folder "
+                  "beside images/\n", split, data::label_path_for(index.records[0].image).c_str());
     if (index.records.empty()) {
       std::printf("  %s has no usable sample\n", split);
       any_unusable = true;
@@ -66,6 +71,15 @@ struct DataShowOptions {
   uint64_t seed = 0;
   bool yolov7 = false;
 };
+
+// --out's folder, made when missing; an error names the flag.
+void make_out_folder(const std::string& out) {
+  const std::filesystem::path folder = std::filesystem::path(out).parent_path();
+  if (folder.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) fail("--out ", out, ": cannot create its folder ", folder.string(), " (", ec.message(), ")");
+}
 
 // `out`'s folder, or a folder above it, is `folder` (both resolved, symlinks followed).
 bool inside(const std::filesystem::path& out, const std::string& folder) {
@@ -91,7 +105,12 @@ void run_show(const DataShowOptions& o) {
   d.img_size = o.img;
   d.seed = o.seed;
   bool v7_hyp = false;
-  if (!o.hyp.empty()) d.hyp = data::load_augment_options(o.hyp, &v7_hyp);
+  if (!o.hyp.empty()) {  // read as training reads it, with its warnings (a misspelt key would show the defaults)
+    const train::Hyperparameters h = train::load_hyperparameters(o.hyp);
+    train::print_hyperparameter_warnings(h, o.hyp, std::cout);
+    d.hyp = h.augment;
+    v7_hyp = h.yolov7_recipe;
+  }
   d.dialect = o.yolov7 || v7_hyp ? data::Dialect::yolov7 : data::Dialect::yolov5;
   if (o.yolov7 && o.hyp.empty()) d.hyp.mosaic9 = 0.2;
   auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
@@ -103,7 +122,7 @@ void run_show(const DataShowOptions& o) {
   loader.start_epoch(0);
   auto batch = loader.next();
   const std::filesystem::path out(o.out);
-  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  make_out_folder(o.out);
   data::BatchImageOptions b;
   for (const auto& meta : batch->meta) b.paths.push_back(dataset->records()[meta.index].image);
   data::write_jpeg(o.out, data::render_batch(*batch, cfg.names, b));
@@ -135,7 +154,7 @@ void run_coco(const DataCocoOptions& o) {
   if (std::filesystem::equivalent(out, o.data, ec)) fail("--out ", o.out, ": is the dataset YAML ", o.data, "; not replaced");
   // a typo naming a label file or an image would replace it with JSON
   if (ascii_lower(out.extension().string()) != ".json") fail("--out ", o.out, ": kestrel writes COCO JSON: name it .json");
-  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  make_out_folder(o.out);
   eval::write_yolo_as_coco(entries[0], cfg.names, o.out);
   std::printf("%s: '%s' split (%s) -> %s\n", cfg.source.c_str(), o.split.c_str(), entries[0].c_str(), o.out.c_str());
 }
@@ -148,7 +167,7 @@ void add_data_command(CLI::App& app) {
   auto check = std::make_shared<DataCheckOptions>();
   auto* cmd = data->add_subcommand("check", "per-split image/label/box counts, class histogram, skipped files with reasons");
   cmd->add_option("data", check->data, "dataset YAML")->required();
-  cmd->add_option("--workers", check->workers, "verification threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--workers", check->workers, "verification threads")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_flag("--no-cache", check->no_cache, "verify again and do not write the label cache");
   cmd->callback([check] { run_check(*check); });
 
@@ -156,10 +175,10 @@ void add_data_command(CLI::App& app) {
   auto* shw = data->add_subcommand("show", "write an augmented training batch (boxes, class names) and labels.jpg, labels_correlogram.jpg (the split's label statistics) as images");
   shw->add_option("data", show->data, "dataset YAML")->required();
   shw->add_option("--hyp", show->hyp, "hyperparameter YAML (augmentation keys)");
-  shw->add_option("--img,--img-size,--imgsz", show->img, "image size")->check(CLI::Range(32, 8192));
-  shw->add_option("--batch-size", show->batch, "images in the batch")->check(CLI::Range(1, 1024));
-  shw->add_option("--workers", show->workers, "loader threads")->check(CLI::Range(1, 256));
-  shw->add_option("--seed", show->seed, "augmentation seed");
+  shw->add_option("--img,--img-size,--imgsz", show->img, "image size")->capture_default_str()->check(CLI::Range(32, 8192));
+  shw->add_option("--batch-size", show->batch, "images in the batch")->capture_default_str()->check(CLI::Range(1, 1024));
+  shw->add_option("--workers", show->workers, "loader threads")->capture_default_str()->check(CLI::Range(1, 256));
+  shw->add_option("--seed", show->seed, "augmentation seed")->capture_default_str();
   shw->add_flag("--yolov7", show->yolov7, "YOLOv7 augmentation semantics (also implied by a YOLOv7 hyp file)");
   shw->add_option("--out", show->out, "output image (JPEG: .jpg or .jpeg)")->check(CLI::Validator(
       [](std::string& v) {
@@ -173,7 +192,7 @@ void add_data_command(CLI::App& app) {
   auto coco = std::make_shared<DataCocoOptions>();
   auto* cc = data->add_subcommand("coco", "write a split's YOLO labels as a COCO annotation JSON (for kestrel val --save-json scoring)");
   cc->add_option("data", coco->data, "dataset YAML")->required();
-  cc->add_option("--split", coco->split, "split to convert")->check(CLI::IsMember({"train", "val", "test"}));
+  cc->add_option("--split", coco->split, "split to convert")->capture_default_str()->check(CLI::IsMember({"train", "val", "test"}));
   cc->add_option("--out", coco->out, "output JSON")->required();
   cc->callback([coco] { run_coco(*coco); });
 }

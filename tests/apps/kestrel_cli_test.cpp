@@ -95,6 +95,13 @@ TEST(CliData, SplitWithoutUsableSamplesIsAnError) {
   EXPECT_TRUE(r.output.find("a.jpg: corrupt or unsupported image") != std::string::npos ||
               r.output.find("a.jpg: not a JPEG or PNG") != std::string::npos) << r.output;
   EXPECT_NE(r.output.find("a split has no usable sample"), std::string::npos) << r.output;
+  // Images without any label file (labels put elsewhere): upstream's "No labels found", naming where they go.
+  std::filesystem::create_directories(dir.file("nolabels/images/train"));
+  std::filesystem::copy_file("data/demo/images/val/000000000139.jpg", dir.file("nolabels/images/train/a.jpg"));
+  test::write_file(dir.file("nolabels/d.yaml"), "path: .\ntrain: images/train\nval: images/train\nnames: [a]\n");
+  r = test::run_command(test::kestrel_binary() + " data check " + dir.file("nolabels/d.yaml") + " --no-cache");
+  EXPECT_NE(r.output.find("WARNING: no labels found in train: no image has a label file (e.g. " +
+                          dir.file("nolabels/labels/train/a.txt") + ")"), std::string::npos) << r.output;
 
   // Training on it names the dataset file, the split and its folder; a split with no images says so, and a
   // split the file does not have (val --task test on a YAML without `test:`) is named as missing.
@@ -113,6 +120,18 @@ TEST(CliData, SplitWithoutUsableSamplesIsAnError) {
                         "--epochs 1 --hyp configs/hyps/hyp.scratch.p5.yaml");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("images an epoch, YOLOv7's augmentations"), std::string::npos) << r.output;
+  // The hyp file read as training reads it: a misspelt key is named (it would time the defaults), and a file
+  // that is no hyp file (the dataset YAML) is refused.
+  test::write_file(dir.file("typo.yaml"), "mosiac: 0.0\n");
+  for (const std::string& command : {std::string(" bench data --data data/demo/demo.yaml --img 64 --batch-size 8 --workers 1 --epochs 1"),
+                                     " data show data/demo/demo.yaml --img 64 --batch-size 2 --workers 1 --out " + dir.file("s.jpg")}) {
+    r = test::run_command(test::kestrel_binary() + command + " --hyp " + dir.file("typo.yaml"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("typo.yaml: keys kestrel does not use: mosiac"), std::string::npos) << command << r.output;
+    r = test::run_command(test::kestrel_binary() + command + " --hyp data/demo/demo.yaml");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("'path' must be a number"), std::string::npos) << command << r.output;
+  }
   // --json: stdout holds the JSON object alone (reports and notes go to stderr).
   r = test::run_command(test::kestrel_binary() + " bench data --data data/demo/demo.yaml --img 64 --batch-size 8 --workers 1 "
                         "--epochs 1 --json 2>/dev/null");

@@ -81,6 +81,10 @@ TEST(LabelErrors, EachProblemNamesFileAndLine) {
   EXPECT_EQ(error_of("0 0.5 0.5 0.2 nan\n"), "l.txt:1: non-finite value 'nan'");
   EXPECT_EQ(error_of("0 0.5 0.5 0.2 0.1\n0 -0.1 0.5 0.2 0.1\n"), "l.txt:2: coordinate -0.1 is outside 0..1 (labels must be normalised)");
   EXPECT_EQ(error_of("0 0.5 1.5 0.2 0.1\n"), "l.txt:1: coordinate 1.5 is outside 0..1 (labels must be normalised)");
+  // just past 1: shown as more than 1 (the shortest decimal that reads back as the float)
+  EXPECT_EQ(error_of("0 0.5 1.0000001 0.2 0.1\n"), "l.txt:1: coordinate 1.0000001 is outside 0..1 (labels must be normalised)");
+  // a byte-order mark: float() fails on it upstream too; named rather than shown as '???0'
+  EXPECT_EQ(error_of("\xEF\xBB\xBF" "0 0.5 0.5 0.2 0.1\n"), "l.txt:1: starts with a UTF-8 byte-order mark (BOM): save the file without it");
   EXPECT_EQ(error_of("-1 0.5 0.5 0.2 0.1\n"), "l.txt:1: class -1 is not a non-negative integer");
   EXPECT_EQ(error_of("1.5 0.5 0.5 0.2 0.1\n"), "l.txt:1: class 1.5 is not a non-negative integer");
   EXPECT_EQ(error_of("80 0.5 0.5 0.2 0.1\n"), "l.txt:1: class 80 exceeds the dataset's nc=80 (classes 0..79)");

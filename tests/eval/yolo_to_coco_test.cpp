@@ -263,6 +263,17 @@ TEST(YoloToCoco, CorruptImagesFailNamingEveryFile) {
   EXPECT_NE(message.find(dir.file("images/val/tiny.png")), std::string::npos) << message;
 }
 
+// JSON holds UTF-8: a name of other bytes would be written with replacement characters and then match no
+// image when val reads the file back, so it is refused, naming the image.
+TEST(YoloToCoco, FileNameNotUtf8IsNamed) {
+  TempDir dir;
+  const std::string images = make_split(dir);
+  const std::string latin1 = dir.file("images/val/caf\xe9.png");
+  test::write_png(latin1, test::coordinate_image(20, 20));
+  const std::string message = test::error_message([&] { yolo_to_coco(images, {"a"}); });
+  EXPECT_NE(message.find(latin1 + ": the file name is not UTF-8"), std::string::npos) << message;
+}
+
 TEST(YoloToCoco, MissingOrEmptyFoldersAndNoNamesFail) {
   TempDir dir;
   EXPECT_NE(test::error_message([&] { yolo_to_coco(dir.file("nothing"), {"a"}); }).find(dir.file("nothing")), std::string::npos);

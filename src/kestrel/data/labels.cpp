@@ -59,7 +59,14 @@ LabelRow make_row(const std::vector<float>& v, const std::string& where, int nc)
   LabelRow row;
   if (is_box) {
     for (size_t i = 1; i < v.size(); ++i)
-      if (v[i] < 0 || v[i] > 1) fail(where, ": coordinate ", v[i], " is outside 0..1 (labels must be normalised)");
+      if (v[i] < 0 || v[i] > 1) {
+        char shown[32];  // the shortest that reads back as this float: 1.0000001 shows as itself, not as 1
+        for (int digits = 6; digits <= 9; ++digits) {
+          std::snprintf(shown, sizeof shown, "%.*g", digits, v[i]);
+          if (std::strtof(shown, nullptr) == v[i]) break;
+        }
+        fail(where, ": coordinate ", shown, " is outside 0..1 (labels must be normalised)");
+      }
     row.box = {cls, v[1], v[2], v[3], v[4]};
     return row;
   }
@@ -89,6 +96,9 @@ bool ParsedLabels::all_polygons() const {
 
 ParsedLabels parse_labels(const std::string& text, const std::string& source, int nc) {
   ParsedLabels out;
+  // Upstream's float() fails on it too (the file is corrupt there); named here rather than shown as '???0'.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0)
+    fail(source, ":1: starts with a UTF-8 byte-order mark (BOM): save the file without it");
   // Lines end at \n, \r\n, \r, \v or \f, as upstream's splitlines() ends them: a file with old-Mac \r
   // line ends is several rows, not one long row that could pass for a polygon.
   size_t at = 0;

@@ -13,6 +13,7 @@
 
 #include "kestrel/core/atomic_file.h"
 #include "kestrel/core/error.h"
+#include "kestrel/core/utf8.h"
 #include "kestrel/data/image_files.h"
 
 namespace kestrel::eval {
@@ -144,8 +145,12 @@ nlohmann::json coco_annotations(const data::DatasetIndex& index, const std::vect
   int64_t next_id = 1;
   for (size_t i = 0; i < index.records.size(); ++i) {
     const data::ImageRecord& r = index.records[i];
+    const std::string name = file_name(r.image, images_root);
+    // JSON holds UTF-8: written with replacement characters, the name would match no image when val reads it back.
+    if (drop_invalid_utf8(name).dropped)
+      fail(r.image, ": the file name is not UTF-8, which a COCO JSON file cannot hold; rename the image (and its label file)");
     images.push_back({{"id", ids[i]},
-                      {"file_name", file_name(r.image, images_root)},
+                      {"file_name", name},
                       {"width", r.width},
                       {"height", r.height}});
     const double W = r.width, H = r.height;

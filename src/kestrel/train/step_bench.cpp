@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <iostream>
 #include <limits>
 #include <numeric>
 #include <memory>
@@ -211,6 +212,7 @@ E2eBenchResult bench_e2e(const E2eBenchOptions& e) {
     fail("bench e2e: batch size, steps and workers must be >= 1, warm-up epochs >= 0");
   const data::DatasetConfig data_cfg = data::load_dataset_config(e.data);
   const Hyperparameters hyp = e.hyp.empty() ? default_hyperparameters() : load_hyperparameters(e.hyp);
+  if (!e.hyp.empty()) print_hyperparameter_warnings(hyp, e.hyp, std::cerr);  // as training says them (stdout: --json)
   const int nc = static_cast<int>(data_cfg.names.size());
   // The loss training would use: OTA where the hyp file says so (YOLOv7's recipes), as training_run_setup.
   StepBenchOptions with_loss = o;
