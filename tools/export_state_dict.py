@@ -31,8 +31,13 @@ def main(argv=None) -> int:
     p.add_argument("--yaml", metavar="FILE", help="also write the embedded model YAML to FILE")
     args = p.parse_args(argv)
 
-    import torch  # noqa: PLC0415
-    from safetensors import SafetensorError, safe_open  # noqa: PLC0415
+    try:
+        import torch  # noqa: PLC0415
+        from safetensors import SafetensorError, safe_open  # noqa: PLC0415
+    except ImportError as e:  # the system Python, not the project's
+        print(f"error: {e.name} is not installed for {sys.executable}; run this script with the project's Python: "
+              "~/.cache/kestrel/venv/bin/python (set up by scripts/setup.sh)", file=sys.stderr)
+        return 1
 
     if not os.path.isfile(args.weights):
         print(f"error: {args.weights}: no such file", file=sys.stderr)

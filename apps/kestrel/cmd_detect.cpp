@@ -520,8 +520,7 @@ void add_detect_command(CLI::App& app) {
     refuse_repeated({"--img", "--img-size", "--imgsz"}, "--imgsz 640 480 (height, width)");
     // detect.py's default source lies in its repository (ROOT / 'data/images'): without --source, the demo
     // images are found from any working folder (in the source tree when not below it).
-    std::error_code ec;
-    if (source->count() == 0 && !fs::exists(o->source, ec)) o->source = (fs::path(KESTREL_SOURCE_DIR) / kDefaultSource).string();
+    if (source->count() == 0) o->source = default_from_source_tree(kDefaultSource);
     refuse_repeated({"--classes"}, "--classes 0 2 3");
     o->max_det_given = max_det->count() > 0;
     run_detect(*o);

@@ -205,6 +205,7 @@ void add_train_command(CLI::App& app) {
                                       "with --evolve: the genetic algorithm from a saved evolve_population.yaml");
   cmd->callback([cmd, o, nproc, generations, population, seed_dir, resume_file, img_sizes, yolov7_flags, optimizer, cache,
                  unsupported, local_rank, local_rank_flag] {
+    if (cmd->count("--data") == 0) o->data = default_from_source_tree(o->data);  // the demo, from any folder
     if (local_rank_flag->count() > 0 && *local_rank != -1 && *local_rank != dist::read_env().local_rank)
       throw CLI::ValidationError("--local_rank", std::to_string(*local_rank) + ", but the environment makes this process " +
                                  "local rank " + std::to_string(dist::read_env().local_rank) +

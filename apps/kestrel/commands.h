@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -62,6 +63,15 @@ inline CLI::Option* add_one_weights_option(CLI::App* cmd, std::string& weights, 
           },
           help)
       ->required();
+}
+
+// A default path in the source tree (the demo dataset, its images) found from any working folder, as upstream's
+// scripts find theirs below their repository (ROOT / 'data/...'): `path` where it exists, else the source tree's.
+inline std::string default_from_source_tree(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return path;
+  const std::filesystem::path in_tree = std::filesystem::path(KESTREL_SOURCE_DIR) / path;
+  return std::filesystem::exists(in_tree, ec) ? in_tree.string() : path;
 }
 
 // How often this process's command line gives one of `names` (also as --name=value). CLI11 collects the

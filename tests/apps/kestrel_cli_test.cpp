@@ -506,6 +506,18 @@ TEST(CliTrain, SingleClsMergesClassesAboveTheYamlsNc) {
   EXPECT_NE(r.output.find("exceeds the dataset's nc=1"), std::string::npos) << r.output;
 }
 
+// From any working folder, the default --data is the demo (train.py's data/coco128.yaml lies under its ROOT);
+// a batch larger than the split is capped, and the start line says the batch trained.
+TEST(CliTrain, DefaultDataFromAnyFolderAndACappedBatch) {
+  test::TempDir dir;
+  const auto r = test::run_command("cd " + dir.path() + " && " + test::kestrel_binary() + " train --cfg yolov5n --epochs 1 "
+                                   "--img 64 --batch-size 48 --workers 1 --device cpu --noval --noplots --nosave --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("train: --batch-size 48 is more than the split's 32 images: batches of 32"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", 1 batches of 32 per epoch"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("runs/train/exp/results.csv"))) << r.output;
+}
+
 TEST(CliTrain, AutoBatchOnTheCpuUsesTheDefault) {
   test::TempDir dir;
   // (--name cfg: train.py names the run after the model YAML, here runs/yolov5n.)

@@ -148,8 +148,12 @@ TEST(SafetensorsErrors, CorruptFilesAreReportedWithTheFileName) {
             std::string::npos);
   EXPECT_NE(error_of_loading(dir.file("yolov5s.pt")).find("tools/import_pt.py"), std::string::npos);
   EXPECT_NE(error_of_loading(write("empty.safetensors", "")).find("empty.safetensors: not a safetensors file"), std::string::npos);
-  EXPECT_NE(error_of_loading(write("pickle.pt", std::string("PK\x03\x04", 4) + std::string(100, 'x'))).find("not a safetensors file"),
-            std::string::npos);
+  EXPECT_NE(error_of_loading(write("pickle.pt", std::string("PK\x03\x04", 4) + std::string(100, 'x')))
+                .find("pickle.pt: a PyTorch checkpoint (.pt, a zip archive), not safetensors"), std::string::npos);
+  // After an upstream habit (--weights runs/train/exp/weights/best.pt): the run's own file is named.
+  save_safetensors(dir.file("best.safetensors"), {{"w", at::ones({1})}});
+  EXPECT_EQ(error_of_loading(dir.file("best.pt")),
+            dir.file("best.pt") + ": weights file not found; kestrel writes weights as .safetensors: " + dir.file("best.safetensors"));
   // truncated data: the header promises 64 bytes of tensor data
   EXPECT_NE(error_of_loading(write("short.safetensors", bytes.substr(0, bytes.size() - 10))).find("lies outside the file"),
             std::string::npos);

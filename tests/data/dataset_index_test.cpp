@@ -666,6 +666,31 @@ TEST(ImageListing, AnUnreadableSubfolderIsNamed) {
   EXPECT_NE(message.find("cannot list " + dir.file("images/secret") + " ("), std::string::npos) << message;
 }
 
+// Upstream's dataset YAMLs (data/coco128.yaml ...) are not shipped: the message says so and what to do.
+// Relative entries resolve against the YAML's folder; where that misses but the working folder (upstream's
+// repository) has the entry, as YOLOv7's data/coco.yaml with ./coco/train2017.txt, the fix is named.
+TEST(DatasetYaml, UpstreamsFilesAndItsPathRuleAreExplained) {
+  for (const char* given : {"coco128.yaml", "data/coco128.yaml"})
+    EXPECT_NE(test::error_message([&] { load_dataset_config(given); })
+                  .find(std::string(given) + ": dataset file not found (kestrel ships no upstream dataset YAML and downloads nothing"),
+              std::string::npos) << given;
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("coco/images"));
+  std::filesystem::create_directories(dir.file("data"));
+  test::write_file(dir.file("data/coco.yaml"), "train: ./coco/images\nval: ./coco/images\nnames: [a]\n");
+  const fs::path before = fs::current_path();
+  fs::current_path(dir.path());
+  const std::string message = test::error_message([] { load_dataset_config("data/coco.yaml"); });
+  fs::current_path(before);
+  EXPECT_EQ(message, "data/coco.yaml: train entry ./coco/images is " + dir.file("data/coco/images") + ", which does not exist; " +
+                         dir.file("coco/images") + " does: kestrel resolves relative paths against the YAML's folder, upstream "
+                         "against its repository's (usually the working folder). Add `path: " + dir.path() +
+                         "` to the YAML, or give absolute paths");
+  // With that path: the same entries load.
+  test::write_file(dir.file("data/coco.yaml"), "path: " + dir.path() + "\ntrain: ./coco/images\nval: ./coco/images\nnames: [a]\n");
+  EXPECT_EQ(load_dataset_config(dir.file("data/coco.yaml")).train, std::vector<std::string>{dir.file("coco/images")});
+}
+
 // v7.0 unpacks an archive given as --data (recognised by content); kestrel says to unpack it (it read the
 // archive's bytes as YAML: "unknown escape character").
 TEST(DatasetYaml, AnArchiveIsNamedWhateverItsName) {

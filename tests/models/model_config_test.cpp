@@ -304,6 +304,18 @@ TEST(ModelConfigErrors, EmptyAndMissingFiles) {
   EXPECT_NE(unknown.find("yolov3-spp.yaml: no such file, and not a config kestrel ships ("), std::string::npos) << unknown;
   EXPECT_NE(unknown.find(", yolov3, yolov3-tiny, "), std::string::npos) << unknown;
   EXPECT_EQ(resolve_model_config_path("yolov3-tiny.yaml"), "configs/models/yolov3-tiny.yaml");
+  // Upstream's own spellings, relative to its checkout, are the shipped copies ...
+  EXPECT_EQ(resolve_model_config_path("models/yolov5n.yaml"), "configs/models/yolov5n.yaml");
+  EXPECT_EQ(resolve_model_config_path("./models/yolov5n.yaml"), "configs/models/yolov5n.yaml");
+  EXPECT_EQ(resolve_model_config_path("cfg/training/yolov7-tiny.yaml"), "configs/models/yolov7-tiny.yaml");
+  // ... any other missing path is an error: a mistyped path to the user's own modified file must not train the stock model.
+  EXPECT_EQ(test::error_message([] { resolve_model_config_path("/nonexistent/custom/yolov5s.yaml"); }),
+            "/nonexistent/custom/yolov5s.yaml: model config not found");
+  EXPECT_EQ(test::error_message([] { resolve_model_config_path("models/yolov5s6.yaml"); }),
+            "models/yolov5s6.yaml: model config not found (kestrel ships no yolov5s6.yaml)");
+  // YOLOv7's deploy files have other heads than the training configs shipped: named, not swapped.
+  EXPECT_NE(test::error_message([] { resolve_model_config_path("cfg/deploy/yolov7-tiny.yaml"); })
+                .find("YOLOv7's deploy configs are not shipped: train with cfg/training/yolov7-tiny.yaml"), std::string::npos);
 }
 
 TEST(ModelConfigErrors, HeadMustBeLast) {

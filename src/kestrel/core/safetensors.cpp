@@ -199,15 +199,31 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   write_file_atomic(path, parts, Durability::kFlushed);
 }
 
+namespace {
+
+// How to convert an upstream checkpoint: the converter's full path where the source tree is, as messages are
+// read from any working folder.
+std::string import_hint() {
+  const std::string in_tree = std::string(KESTREL_SOURCE_DIR) + "/tools/import_pt.py";
+  const std::string tool = std::filesystem::exists(in_tree) ? in_tree : "tools/import_pt.py";
+  return "convert it once with: python3 " + tool + " W.pt W.safetensors (docs/import.md)";
+}
+
+}  // namespace
+
 SafetensorsContents load_safetensors(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (path.empty()) fail("a weights file is needed, but the path given is empty ('')");
   if (!fs::exists(path, ec)) {
-    // train.py downloads a missing yolov5s.pt; kestrel downloads nothing and reads .safetensors only.
-    if (fs::path(path).extension() == ".pt")
-      fail(path, ": weights file not found (kestrel downloads nothing: get the upstream checkpoint and convert it once "
-                 "with python tools/import_pt.py W.pt W.safetensors, docs/import.md)");
+    if (fs::path(path).extension() == ".pt") {
+      // runs/train/exp/weights/best.pt, upstream's habit: kestrel's run wrote best.safetensors beside it.
+      const fs::path ours = fs::path(path).replace_extension(".safetensors");
+      if (fs::exists(ours, ec))
+        fail(path, ": weights file not found; kestrel writes weights as .safetensors: ", ours.string());
+      // train.py downloads a missing yolov5s.pt; kestrel downloads nothing and reads .safetensors only.
+      fail(path, ": weights file not found (kestrel downloads nothing: get the upstream checkpoint and ", import_hint(), ")");
+    }
     fail(path, ": weights file not found");
   }
   require_regular_file(path);  // a directory or a FIFO, named as such
@@ -217,11 +233,13 @@ SafetensorsContents load_safetensors(const std::string& path) {
   if (file_size < 8) fail(path, ": not a safetensors file (", file_size, " bytes)");
   unsigned char len[8];
   in.read(reinterpret_cast<char*>(len), 8);
+  if (std::string(reinterpret_cast<const char*>(len), 4) == std::string("PK\x03\x04", 4))  // torch.save's zip archive
+    fail(path, ": a PyTorch checkpoint (.pt, a zip archive), not safetensors; kestrel never unpickles weights: ", import_hint());
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
   if (n < 2 || n > kMaxHeaderBytes || n > file_size - 8)
     fail(path, ": not a safetensors file (header length ", n, " does not fit a ", file_size, "-byte file; a PyTorch .pt "
-               "checkpoint? convert it once with: python tools/import_pt.py W.pt W.safetensors, docs/import.md)");
+               "checkpoint? ", import_hint(), ")");
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   const nlohmann::json header = parse_header(path, text);

@@ -88,7 +88,45 @@ const std::vector<std::string>& DatasetConfig::existing_split(const std::string&
   return entries;
 }
 
+// Upstream resolves relative entries (and a relative `path:`) against its repository's folder, which is
+// usually the working folder; kestrel against the YAML's folder. A missing entry that exists from the working
+// folder (YOLOv7's data/coco.yaml with ./coco/train2017.txt) is named, with the fix.
+void check_entries_against_working_folder(const YAML::Node& root, const fs::path& base, const std::string& path) {
+  std::error_code ec;
+  fs::path alt_base = fs::current_path(ec);
+  if (ec) return;
+  if (root["path"] && root["path"].IsScalar() && !root["path"].Scalar().empty()) {
+    if (fs::path(root["path"].Scalar()).is_absolute()) return;  // resolved alike either way
+    alt_base /= root["path"].Scalar();
+  }
+  alt_base = alt_base.lexically_normal();
+  if (fs::equivalent(alt_base, base, ec)) return;
+  for (const char* key : {"train", "val"}) {  // (a test entry is read by val --task test alone, and named there)
+    const YAML::Node node = root[key];
+    if (!node || !(node.IsScalar() || node.IsSequence())) continue;
+    std::vector<YAML::Node> entries;
+    if (node.IsScalar()) entries.push_back(node);
+    else for (const auto& n : node) entries.push_back(n);
+    for (const YAML::Node& n : entries) {
+      if (!n.IsScalar() || n.Scalar().empty() || fs::path(n.Scalar()).is_absolute()) continue;
+      const fs::path ours = (base / n.Scalar()).lexically_normal(), theirs = (alt_base / n.Scalar()).lexically_normal();
+      const bool roboflow = node.IsScalar() && n.Scalar().rfind("../", 0) == 0 && fs::exists(base / n.Scalar().substr(3), ec);
+      if (fs::exists(ours, ec) || roboflow || !fs::exists(theirs, ec)) continue;
+      fail(path, ": ", key, " entry ", n.Scalar(), " is ", ours.string(), ", which does not exist; ", theirs.string(),
+           " does: kestrel resolves relative paths against the YAML's folder, upstream against its repository's "
+           "(usually the working folder). Add `path: ", alt_base.string(), "` to the YAML, or give absolute paths");
+    }
+  }
+}
+
 DatasetConfig load_dataset_config(const std::string& path) {
+  {  // upstream's data/coco128.yaml, coco.yaml ... download their data; kestrel ships neither and downloads nothing
+    std::error_code ec;
+    const fs::path given(path);
+    if (!fs::exists(given, ec) && (given.parent_path().empty() || given.parent_path() == "data"))
+      fail(path, ": dataset file not found (kestrel ships no upstream dataset YAML and downloads nothing: write one for "
+                 "your copy of the data, with path, train, val and names; the bundled demo is data/demo/demo.yaml)");
+  }
   // v7.0's check_dataset unpacks an archive given as --data (is_zipfile / is_tarfile: by content) and reads
   // the YAML inside; kestrel reads YAML only, and says so rather than parsing the archive's bytes as YAML.
   {
@@ -133,6 +171,7 @@ DatasetConfig load_dataset_config(const std::string& path) {
   // Without `names`, classes are named class0, class1 ...: a mistyped nc (2000000000) built that many strings.
   constexpr int kMaxClasses = 1000000;
   if (cfg.nc > kMaxClasses) fail(path, ": 'nc' is ", cfg.nc, ", above the limit of ", kMaxClasses, " classes");
+  check_entries_against_working_folder(root, base, path);
   if (cfg.train.empty()) fail(path, ": missing key 'train'");
   if (cfg.val.empty()) fail(path, ": missing key 'val'");
   if (cfg.names.empty() && cfg.nc < 1) fail(path, ": give 'names' (and optionally 'nc')");

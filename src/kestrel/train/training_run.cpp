@@ -81,7 +81,8 @@ void TrainingRun::start_epochs() {
             << optimizer_name(opt_options.kind)
             << (model->head().aux() ? ", auxiliary-head OTA loss" : hyp.loss_ota ? ", OTA loss" : "")
             << (resuming() ? ", resumed" : o.weights.empty() ? ", from scratch (no --weights)" : "") << ", " << nb
-            << " batches of " << o.batch_size << " per epoch, amp "
+            << " batches of " << train_data.loader->batch_size() * std::max(1, dist_ctx.world_size)  // capped at the split's size
+            << " per epoch, amp "
             << amp << ", results to " << save_dir << "\n";
   // Ctrl-C or SIGTERM: stop at the next optimiser step and save.
   stop_signal.emplace("\nStopping after the next optimiser step to save the run (again to stop at once)\n");
