@@ -3,6 +3,8 @@
 // the fused model as an ONNX graph with the decode included (output [batch, N, nc + 5]), or also NMS: with
 // --max-wh for onnxruntime ([K, 7]), without it for TensorRT (EfficientNMS_TRT), as YOLOv7's export.py.
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -32,6 +34,7 @@ struct ExportOptions {
   double max_wh = 0;            // --max-wh, when given (then NMS for onnxruntime)
   CLI::Option* max_wh_option = nullptr;
   std::string device;              // export.py's --device: accepted, unused
+  bool train_mode = false;         // ultralytics/yolov3 v9.6.0's --train: refused
 };
 
 // export.py's formats besides ONNX, and how to get each from kestrel's ONNX file instead.
@@ -52,6 +55,15 @@ const std::map<std::string, std::string>& other_formats() {
   return formats;
 }
 
+// export.py's file_size: MiB, shown with one decimal.
+std::string mib(const std::string& path) {
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MB", ec ? 0.0 : static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
 // {0: 'person', 1: 'bicycle'}: Python's str() of YOLOv5's names dict, the metadata export.py writes.
 std::string python_dict_text(const std::vector<std::string>& names) {
   std::string out = "{";
@@ -60,7 +72,11 @@ std::string python_dict_text(const std::vector<std::string>& names) {
 }
 
 void run_export(const ExportOptions& o) {
+  const auto started = std::chrono::steady_clock::now();
   if (o.weights.empty()) fail("--weights is required (a kestrel .safetensors file)");
+  if (o.train_mode)
+    fail("--train: ultralytics/yolov3 v9.6.0's training-mode export (the head's raw outputs, no decode) is not written; "
+         "kestrel's graph decodes the boxes, as v9.6.0's default export");
   // export.py lowercases --include, refuses unknown formats, and writes each format asked for; kestrel
   // writes the ONNX file and says how to make each other format from it.
   bool onnx_asked = false;
@@ -70,7 +86,13 @@ void run_export(const ExportOptions& o) {
     if (format == "onnx") {
       onnx_asked = true;
     } else if (const auto other = other_formats().find(format); other != other_formats().end()) {
-      others.push_back("--include " + format + ": not written (kestrel writes ONNX); " + other->second);
+      // The ways name the file this export writes (best.onnx stands for it in the table).
+      std::string way = other->second;
+      const std::filesystem::path onnx_file = o.out.empty() ? std::filesystem::path(o.weights).replace_extension(".onnx") : std::filesystem::path(o.out);
+      for (const auto& [from, to] : {std::pair<std::string, std::string>{"best.onnx", onnx_file.string()},
+                                     {"best.engine", std::filesystem::path(onnx_file).replace_extension(".engine").string()}})
+        for (size_t at = way.find(from); at != std::string::npos; at = way.find(from, at + to.size())) way.replace(at, from.size(), to);
+      others.push_back("--include " + format + ": not written (kestrel writes ONNX); " + way);
     } else {
       fail("--include ", format, ": not one of export.py's formats (torchscript, onnx, openvino, engine, coreml, "
            "saved_model, pb, tflite, edgetpu, tfjs, paddle)");
@@ -82,6 +104,7 @@ void run_export(const ExportOptions& o) {
   loaded.model->eval();
   exporting::OnnxExportOptions onnx = o.onnx;
   if (o.max_wh_option->count() > 0) onnx.nms.max_wh = o.max_wh;
+  const bool dynamic_asked = onnx.dynamic;
   if (onnx.dynamic_batch) onnx.dynamic = false;  // YOLOv7's export.py: --dynamic-batch wins over --dynamic
   // check_img_size: a size that is not a multiple of the largest stride is rounded up, with upstream's warning
   // (each of two sizes, before they are compared).
@@ -96,8 +119,9 @@ void run_export(const ExportOptions& o) {
   if (sizes.size() == 1) sizes.push_back(sizes[0]);
   // A dynamic graph takes any height and width (traced at the first size); a static one is square here.
   if (sizes[0] != sizes[1] && !onnx.dynamic)
-    fail("--img-size ", sizes[0], " ", sizes[1], ": kestrel's static graphs are square (one size, or two equal ones); "
-         "give --dynamic for a graph that takes any height and width at run time");
+    fail("--img-size ", sizes[0], " ", sizes[1], ": kestrel's static graphs are square (one size, or two equal ones); ",
+         dynamic_asked ? "--dynamic-batch (which wins over --dynamic, as YOLOv7's) fixes the height and width: leave it out"
+                       : "give --dynamic", " for a graph that takes any height and width at run time");
   onnx.img = sizes[0];
   onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
   std::string out = o.out;
@@ -116,24 +140,38 @@ void run_export(const ExportOptions& o) {
     if (onnx.include_nms) nms["box_coding"] = "corners";
     metadata["nms"] = nms.dump();
   }
-  exporting::export_onnx(*loaded.model, out, onnx, metadata);
+  // export.py v7.0's console: the model and its output shape, the format's start and success, the closing block.
   const auto& e = onnx;
+  const int64_t predictions = exporting::num_predictions(loaded.model->head(), e.img);
+  std::cout << "\nPyTorch: starting from " << o.weights << " with output shape (" << e.batch << ", " << predictions << ", "
+            << loaded.model->head().num_outputs() << ") (" << mib(o.weights) << ")\n\n"
+            << "ONNX: starting export with kestrel's ONNX writer (opset " << e.opset << ")...\n";
+  std::cout.flush();
+  const auto export_started = std::chrono::steady_clock::now();
+  exporting::export_onnx(*loaded.model, out, onnx, metadata);
+  const auto seconds = [](std::chrono::steady_clock::time_point since) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
+    return std::string(text);
+  };
+  std::cout << "ONNX: export success \u2705 " << seconds(export_started) << ", saved as " << out << " (" << mib(out) << ")\n";
   const std::string b = e.dynamic || e.dynamic_batch ? "batch" : std::to_string(e.batch);
   const std::string hw = e.dynamic ? "height, width" : std::to_string(e.img) + ", " + std::to_string(e.img);
-  std::cout << "exported " << o.weights << " -> " << out << " (ONNX opset " << e.opset << ", "
-            << (e.half ? "float16" : "float32") << ", input images [" << b << ", " << loaded.model->in_channels()
+  std::cout << "ONNX: " << (e.half ? "float16" : "float32") << ", input images [" << b << ", " << loaded.model->in_channels()
             << ", " << hw << "], ";
   if (e.include_nms || (e.end2end && e.nms.tensorrt())) {
     std::cout << "TensorRT EfficientNMS_TRT outputs num_dets [" << b << ", 1], det_boxes [" << b << ", " << e.nms.topk
               << ", 4], det_scores [" << b << ", " << e.nms.topk << "], det_classes [" << b << ", " << e.nms.topk
-              << "]; TensorRT runs this file, onnxruntime does not: --max-wh N exports NMS for onnxruntime)\n";
+              << "] (TensorRT runs this file, onnxruntime does not: --max-wh N exports NMS for onnxruntime)\n";
   } else if (e.end2end) {
-    std::cout << "output " << exporting::kEndToEndOutput << " [detections, 7]: image, x1, y1, x2, y2, class, score)\n";
+    std::cout << "output " << exporting::kEndToEndOutput << " [detections, 7] (image, x1, y1, x2, y2, class, score)\n";
   } else {
     std::cout << "output " << exporting::output_name(*loaded.model) << " [" << b << ", "
-              << (e.dynamic ? "anchors" : std::to_string(exporting::num_predictions(loaded.model->head(), e.img))) << ", "
-              << loaded.model->head().num_outputs() << "])\n";
+              << (e.dynamic ? "anchors" : std::to_string(predictions)) << ", " << loaded.model->head().num_outputs() << "]\n";
   }
+  std::cout << "\nExport complete (" << seconds(started) << ")\nResults saved to "
+            << std::filesystem::absolute(out).parent_path().lexically_normal().string()
+            << "\nVisualize:       https://netron.app\n";
 }
 
 }  // namespace
@@ -184,6 +222,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--opset", opts->onnx.opset, "ONNX opset")->capture_default_str()->check(CLI::Range(11, 21));
   cmd->add_flag("--dynamic", opts->onnx.dynamic,
                 "dynamic axes: batch, height and width chosen at run time (multiples of the largest stride)");
+  cmd->add_flag("--train", opts->train_mode, "")->group("");  // refused with the reason (run_export)
   cmd->add_flag("--dynamic-batch", opts->onnx.dynamic_batch, "dynamic batch axis only (YOLOv7's), image size fixed");
   cmd->add_flag("--half", opts->onnx.half, "float16 weights, input and output");
   // YOLOv7's export.py names for NMS in the graph; --max-wh picks the variant as there.

@@ -3,10 +3,12 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
 #include "commands.h"
+#include "flag_abbreviations.h"
 #include "kestrel/core/detached_threads.h"
 #include "kestrel/core/error.h"
 
@@ -29,12 +31,25 @@ int main(int argc, char** argv) {
     is_known = is_known || (argc > 1 && sub->check_name(argv[1]));
   }
   if (argc > 1 && argv[1][0] != '-' && !is_known) {
-    std::cerr << "error: unknown subcommand '" << argv[1] << "' (one of: " << known << "; kestrel --help)\n";
+    // Upstream's script names: YOLOv7's test.py and train_aux.py, and any script with its .py.
+    std::string script = argv[1];
+    if (script.size() > 3 && script.compare(script.size() - 3, 3, ".py") == 0) script.erase(script.size() - 3);
+    const std::string ours = script == "test" ? "val" : script == "train_aux" ? "train" : script;
+    const bool upstream = ours != argv[1] && known.find(ours) != std::string::npos;
+    std::cerr << "error: unknown subcommand '" << argv[1] << "'"
+              << (upstream ? "; upstream's " + script + ".py is kestrel " + ours +
+                                 (script == "train_aux" ? " (P6 configs train with the auxiliary-head loss)" : "")
+                           : "")
+              << " (one of: " << known << "; kestrel --help)\n";
     return 2;
   }
   const int code = [&] {
     try {
-      app.parse(argc, argv);
+      // argparse's abbreviations (--epoch for --epochs), expanded for CLI11, which has none.
+      const std::vector<std::string> args = kestrel::app::expand_flag_abbreviations(app, {argv, argv + argc});
+      std::vector<const char*> expanded;
+      for (const std::string& a : args) expanded.push_back(a.c_str());
+      app.parse(static_cast<int>(expanded.size()), expanded.data());
     } catch (const CLI::ParseError& e) {
       return app.exit(e);
     } catch (const kestrel::Error& e) {

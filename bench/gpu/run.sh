@@ -37,7 +37,7 @@ pack_figures() {
     for log in "$LOGS"/*.txt; do
       [ -f "$log" ] || continue
       echo "--- $(basename "$log")"
-      grep -E '^(=== |exit [0-9]+ after|\{|\[  (PASSED|FAILED)|kestrel |libtorch|cuda|cudnn|gpu)|[0-9]x +[0-9]|images/s|ms/step|peak|AutoBatch|epochs completed|^ +all +[0-9]|[Ee]rror|FAILED|captured|engine built|parsed|exported ' "$log" |
+      grep -E '^(=== |exit [0-9]+ after|\{|\[  (PASSED|FAILED)|kestrel |libtorch|cuda|cudnn|gpu)|[0-9]x +[0-9]|images/s|ms/step|peak|AutoBatch|epochs completed|^ +all +[0-9]|[Ee]rror|FAILED|captured|engine built|parsed|export success' "$log" |
         grep -vE '^(train|val): |^\[ +(RUN|OK) +\]|^\[-' | cut -c1-400 | head -60
     done
     echo "skipped for time: ${SKIPPED[*]:-none}"

@@ -3,6 +3,7 @@
 // NonMaxSuppression for onnxruntime (output [K, 7]). The graphs themselves: tests/export/onnx_nms_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include <string>
@@ -100,7 +101,7 @@ TEST(ExportCli, Yolov7ReadmeCommand) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("WARNING: --img-size 50 must be multiple of max stride 32, updating to 64"), std::string::npos) << r.output;
   // Static: the output's row count, na * sum((64 / s)^2) = 3 * (64 + 16 + 4) = 252 for strides 8, 16, 32.
-  EXPECT_NE(r.output.find("output output [1, 252, 8])"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("output output [1, 252, 8]\n"), std::string::npos) << r.output;
   r = test::run_command(base + " --dynamic --img-size 64 96 --out " + dir.file("wide.onnx"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const test::CommandResult meta = test::run_python(
@@ -182,6 +183,39 @@ TEST(ExportCli, Yolov7NamesItsOutputAndTheWeightsAreNeverOverwritten) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("newdir")));
 }
 
+// The console of export.py v7.0: the model with its output shape and file size (MiB), the format's start and
+// success with the file written, then the closing block with the output folder. yolov5n at 64: 3 anchors over
+// 8x8 + 4x4 + 2x2 cells = 252 predictions of 3 classes + 5.
+TEST(ExportCli, ConsoleAsExportPy) {
+  test::TempDir dir;
+  auto model = models::build_model(models::load_model_config(models::resolve_model_config_path("yolov5n")), 3);
+  const std::string weights = dir.file("w.safetensors");
+  models::save_model_weights(weights, *model, models::describe_config("yolov5n", {"a", "b", "c"}));
+  auto r = test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 64");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto mib = [](const std::string& path) {
+    char text[32];
+    std::snprintf(text, sizeof text, "(%.1f MB)", static_cast<double>(std::filesystem::file_size(path)) / 1048576.0);
+    return std::string(text);
+  };
+  EXPECT_NE(r.output.find("\nPyTorch: starting from " + weights + " with output shape (1, 252, 8) " + mib(weights) +
+                          "\n\nONNX: starting export with kestrel's ONNX writer (opset 12)...\nONNX: export success \u2705 "),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", saved as " + dir.file("w.onnx") + " " + mib(dir.file("w.onnx")) + "\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n\nExport complete ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("s)\nResults saved to " + dir.path() + "\nVisualize:       https://netron.app\n"), std::string::npos)
+      << r.output;
+  // ultralytics/yolov3 v9.6.0's --train (a graph of the raw head outputs) is refused, with the reason.
+  r = test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 64 --train");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--train: ultralytics/yolov3 v9.6.0's training-mode export"), std::string::npos) << r.output;
+  // --dynamic-batch wins over --dynamic (YOLOv7's rule): two sizes are then named as its doing.
+  r = test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 64 96 --dynamic --dynamic-batch");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--dynamic-batch (which wins over --dynamic, as YOLOv7's) fixes the height and width"), std::string::npos)
+      << r.output;
+}
+
 // export.py's other formats and their options: as export.py (which writes each format asked for and
 // ignores the options of the others), the ONNX file is written and a warning says how to make each other
 // format from it; without onnx among the formats nothing is written and the error says so. --include is
@@ -194,8 +228,8 @@ TEST(ExportCli, OtherFormatsAndTheirOptionsAreNamedWithTheWay) {
                            dir.file("w.onnx") + " ";
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"--include torchscript", "--include torchscript: not written (kestrel writes ONNX); kestrel's models are C++"},
-      {"--include engine", "trtexec --onnx=best.onnx --saveEngine=best.engine"},
-      {"--include openvino tflite", "ovc best.onnx"},
+      {"--include engine", "trtexec --onnx=" + dir.file("w.onnx") + " --saveEngine=" + dir.file("w.engine")},  // the file written
+      {"--include openvino tflite", "ovc " + dir.file("w.onnx")},
       {"--include onnx mnn", "--include mnn: not one of export.py's formats"}};
   for (const auto& [args, message] : refused) {
     const auto r = test::run_command(base + args);

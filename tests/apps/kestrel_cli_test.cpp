@@ -60,6 +60,34 @@ TEST(Cli, BadInputGivesAClearErrorAndExitCode) {
   r = kestrel("frobnicate");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("error: unknown subcommand 'frobnicate' (one of: train, val, detect"), std::string::npos) << r.output;
+  // Upstream's script names say which subcommand is theirs.
+  r = kestrel("test --weights w.safetensors");
+  EXPECT_NE(r.output.find("error: unknown subcommand 'test'; upstream's test.py is kestrel val (one of:"), std::string::npos) << r.output;
+  r = kestrel("train_aux.py --cfg yolov7-w6");
+  EXPECT_NE(r.output.find("upstream's train_aux.py is kestrel train (P6 configs train with the auxiliary-head loss)"), std::string::npos)
+      << r.output;
+}
+
+// argparse's abbreviations, as upstream's scripts take them: a unique prefix is the flag (--epoch 0 reaches
+// --epochs' own check), several flags are named, and a flag that is no prefix names the subcommand's --help.
+TEST(Cli, FlagAbbreviationsAsArgparse) {
+  auto r = kestrel("train --epoch 0 --device cpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--epochs: Value 0 not in range 1"), std::string::npos) << r.output;
+  r = kestrel("train --epoch=0 --device cpu");
+  EXPECT_NE(r.output.find("--epochs: Value 0 not in range 1"), std::string::npos) << r.output;
+  r = kestrel("train --im 64 --device cpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("ambiguous option: --im could match --img"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--image-weights"), std::string::npos) << r.output;
+  r = kestrel("train --epoh 3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("unknown flag --epoh (kestrel train --help lists its flags)"), std::string::npos) << r.output;
+  // nested subcommands: bench data's own flags
+  r = kestrel("bench data --dat data/demo/demo.yaml --img 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--img"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("unknown flag"), std::string::npos) << r.output;
 }
 
 TEST(Cli, EnvReportsVersions) {

@@ -74,7 +74,7 @@ TEST(GpuRunScript, EveryStepRunsOnTheCpuAtToySizes) {
   EXPECT_NE(r.output.rfind("===== summary"), std::string::npos);
   EXPECT_NE(summary.find("skipped for time: none"), std::string::npos) << summary;
   // The training run's weights were exported for TensorRT both ways (--end2end, --include-nms).
-  EXPECT_EQ(count_lines_starting(read_text(logs_dir + "/trt_end2end.txt"), "exported "), 2) << r.output;
+  EXPECT_EQ(count_lines_starting(read_text(logs_dir + "/trt_end2end.txt"), "ONNX: export success"), 2) << r.output;
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ c10::Device parse_device(const std::string& spec) {
   if (s.empty()) return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   if (s == "cpu") return c10::Device(c10::kCPU);
   if (s.find(',') != std::string::npos)
-    fail("--device ", spec, ": several devices need the multi-device launcher (one device per rank)");
+    fail("--device ", spec, ": several devices train with one process each: kestrel train --nproc-per-node N --device ", spec,
+         " ... (or torchrun --no-python; docs/distributed.md); val, detect and export run on one device");
   c10::Device device(c10::kCPU);
   try {
     device = c10::Device(s);

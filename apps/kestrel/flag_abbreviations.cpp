@@ -1,0 +1,54 @@
+#include "flag_abbreviations.h"
+
+#include <set>
+
+namespace kestrel::app {
+
+std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vector<std::string>& args) {
+  // The subcommand the flags belong to: `kestrel bench train ...` -> bench's train.
+  CLI::App* command = &app;
+  std::string path = "kestrel";
+  size_t first = 1;
+  for (; first < args.size(); ++first) {
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : command->get_subcommands({}))
+      if (sub->check_name(args[first])) next = sub;
+    if (next == nullptr) break;
+    command = next;
+    path += " " + next->get_name();
+  }
+  if (command == &app) return args;  // no subcommand: CLI11 says what is missing
+  std::vector<const CLI::Option*> options;
+  for (const CLI::Option* o : command->get_options({})) options.push_back(o);
+  std::vector<std::string> out = args;
+  for (size_t i = first; i < out.size(); ++i) {
+    const std::string& token = out[i];
+    if (token == "--") break;
+    if (token.size() < 3 || token.rfind("--", 0) != 0) continue;
+    const size_t eq = token.find('=');
+    const std::string name = token.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const std::string value = eq == std::string::npos ? "" : token.substr(eq);
+    std::set<const CLI::Option*> matched;
+    std::string full;
+    bool exact = false;
+    std::string candidates;
+    for (const CLI::Option* o : options)
+      for (const std::string& lname : o->get_lnames()) {
+        if (lname == name) exact = true;
+        if (lname.rfind(name, 0) != 0) continue;
+        if (matched.insert(o).second) full = lname;
+        candidates += (candidates.empty() ? "--" : ", --") + lname;
+      }
+    if (exact) continue;
+    if (matched.size() == 1) {
+      out[i] = "--" + full + value;
+    } else if (matched.size() > 1) {
+      throw CLI::ValidationError(path, "ambiguous option: --" + name + " could match " + candidates);
+    } else {
+      throw CLI::ValidationError(path, "unknown flag --" + name + " (" + path + " --help lists its flags)");
+    }
+  }
+  return out;
+}
+
+}  // namespace kestrel::app
