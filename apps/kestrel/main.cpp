@@ -8,7 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "commands.h"
-#include "flag_abbreviations.h"
+#include "argparse_rules.h"
 #include "kestrel/core/detached_threads.h"
 #include "kestrel/core/error.h"
 
@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   kestrel::app::add_models_command(app);
   kestrel::app::add_data_command(app);
   kestrel::app::add_bench_command(app);
+  kestrel::app::keep_last_values(app);  // argparse's: a flag given twice keeps its last value
   // CLI11 answers a mistyped subcommand with "A subcommand is required".
   std::string known;
   bool is_known = false;

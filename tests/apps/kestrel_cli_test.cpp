@@ -83,6 +83,10 @@ TEST(Cli, FlagAbbreviationsAsArgparse) {
   r = kestrel("train --epoh 3");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("unknown flag --epoh (kestrel train --help lists its flags)"), std::string::npos) << r.output;
+  // argparse's last value of a flag given twice (CLI11 refused: "At Most 1 required but received 2")
+  r = kestrel("train --cfg yolov5n --cfg no-such-model --device cpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("no-such-model: no such file"), std::string::npos) << r.output;
   // nested subcommands: bench data's own flags
   r = kestrel("bench data --dat data/demo/demo.yaml --img 0");
   EXPECT_NE(r.exit_code, 0);

@@ -160,6 +160,10 @@ TEST(DatasetIndex, AHugeClassIsNamedAgainstNc) {
   EXPECT_EQ(reason(80), label + ":2: class 16777216 exceeds the dataset's nc=80 (classes 0..79)");
   EXPECT_EQ(reason(80), label + ":2: class 16777216 exceeds the dataset's nc=80 (classes 0..79)");  // from the cache
   EXPECT_EQ(reason(0), label + ":2: class 16777216 is beyond any class index (at most 16777215)");
+  // The report's one line about them, however long the list of skipped files is.
+  const DatasetIndex idx = index_split(list_images({dir.file("images/train")}, "test.yaml"), IndexOptions{80, 1, true});
+  EXPECT_NE(describe(idx, "train", 0).find("  1 of the skipped images have classes beyond the dataset's nc: are nc and names in "
+                                           "the dataset YAML right?\n"), std::string::npos) << describe(idx, "train", 0);
 }
 
 // Upstream's check identifies each image's format by its content (PIL) and keeps only IMG_FORMATS: a netpbm

@@ -281,6 +281,14 @@ std::string describe(const DatasetIndex& index, const std::string& split, size_t
   if (!index.cache_note.empty()) out << "  note: " << index.cache_note << "\n";
   for (size_t i = 0; i < index.skipped.size() && i < limit; ++i) out << "  skipped " << index.skipped[i].reason << "\n";
   if (index.skipped.size() > limit) out << "  ... and " << index.skipped.size() - limit << " more skipped\n";
+  // Upstream stops at a class beyond nc; kestrel skips the image. Many such images usually mean a wrong nc or
+  // names in the dataset YAML, which one line should say, however long the list above.
+  const auto beyond_nc = std::count_if(index.skipped.begin(), index.skipped.end(), [](const auto& s) {
+    return s.reason.find("exceeds the dataset's nc=") != std::string::npos;
+  });
+  if (beyond_nc > 0)
+    out << "  " << beyond_nc << " of the skipped images have classes beyond the dataset's nc: are nc and names in the "
+        << "dataset YAML right?\n";
   for (size_t i = 0; i < index.warnings.size() && i < limit; ++i) out << "  warning " << index.warnings[i] << "\n";
   if (index.warnings.size() > limit) out << "  ... and " << index.warnings.size() - limit << " more warnings\n";
   return out.str();

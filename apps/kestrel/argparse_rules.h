@@ -1,5 +1,6 @@
-// argparse's allow_abbrev for kestrel's command line: upstream's scripts accept any unambiguous prefix of a
-// long flag (train.py --epoch 3, --noauto), so the same command lines work here.
+// argparse's rules for kestrel's command line (CLI11 has neither): upstream's scripts accept any unambiguous
+// prefix of a long flag (train.py --epoch 3, --noauto), and a flag given twice keeps its last value, so the
+// same command lines work here.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -13,5 +14,10 @@ namespace kestrel::app {
 // A prefix of several flags is an error naming them (argparse: "ambiguous option"), a flag that is no prefix
 // at all an error naming the subcommand's --help. Tokens after "--" are left alone.
 std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vector<std::string>& args);
+
+// Every single-value option of `app` and its subcommands keeps the last of its values (CLI11: "At Most 1
+// required but received 2"). List options (--img 640 640, --freeze ...) are not touched: CLI11 joins their
+// uses, which the commands refuse (refuse_repeated). Call after every option is added.
+void keep_last_values(CLI::App& app);
 
 }  // namespace kestrel::app

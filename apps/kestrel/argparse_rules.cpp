@@ -1,4 +1,4 @@
-#include "flag_abbreviations.h"
+#include "argparse_rules.h"
 
 #include <set>
 
@@ -49,6 +49,12 @@ std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vec
     }
   }
   return out;
+}
+
+void keep_last_values(CLI::App& app) {
+  for (CLI::Option* o : app.get_options({}))
+    if (o->get_items_expected_max() == 1) o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (CLI::App* sub : app.get_subcommands({})) keep_last_values(*sub);
 }
 
 }  // namespace kestrel::app
