@@ -36,7 +36,8 @@ def main(argv=None) -> int:
         from safetensors import SafetensorError, safe_open  # noqa: PLC0415
     except ImportError as e:  # the system Python, not the project's
         print(f"error: {e.name} is not installed for {sys.executable}; run this script with the project's Python: "
-              "~/.cache/kestrel/venv/bin/python (set up by scripts/setup.sh)", file=sys.stderr)
+              "$KESTREL_HOME/venv/bin/python, by default ~/.cache/kestrel/venv/bin/python (set up by scripts/setup.sh)",
+              file=sys.stderr)
         return 1
 
     if not os.path.isfile(args.weights):

@@ -20,6 +20,8 @@ std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vec
   if (command == &app) return args;  // no subcommand: CLI11 says what is missing
   std::vector<const CLI::Option*> options;
   for (const CLI::Option* o : command->get_options({})) options.push_back(o);
+  bool help = false;
+  for (size_t i = first; i < args.size() && args[i] != "--"; ++i) help = help || args[i] == "-h" || args[i] == "--help";
   std::vector<std::string> out = args;
   for (size_t i = first; i < out.size(); ++i) {
     const std::string& token = out[i];
@@ -44,12 +46,22 @@ std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vec
       out[i] = "--" + full + value;
     } else if (matched.size() > 1) {
       throw CLI::ValidationError(path, "ambiguous option: --" + name + " could match " + candidates);
-    } else {
+    } else if (!help) {
       throw CLI::ValidationError(path, "unknown flag --" + name + " (" + path + " --help lists its flags)");
     }
   }
   return out;
 }
+
+namespace {
+std::vector<std::string>& parsed_args() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+const std::vector<std::string>& parsed_command_line() { return parsed_args(); }
+void set_parsed_command_line(std::vector<std::string> args) { parsed_args() = std::move(args); }
 
 void keep_last_values(CLI::App& app) {
   for (CLI::Option* o : app.get_options({}))

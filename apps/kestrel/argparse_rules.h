@@ -12,12 +12,17 @@ namespace kestrel::app {
 // `args` (argv) with each long flag that is not one of its subcommand's own names but the prefix of exactly
 // one of its flags (aliases of one flag count once) replaced by that flag's name; "--epoch=3" keeps its value.
 // A prefix of several flags is an error naming them (argparse: "ambiguous option"), a flag that is no prefix
-// at all an error naming the subcommand's --help. Tokens after "--" are left alone.
+// at all an error naming the subcommand's --help (unless --help is asked for: argparse prints the help then).
+// Tokens after "--" are left alone.
 std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vector<std::string>& args);
 
 // Every single-value option of `app` and its subcommands keeps the last of its values (CLI11: "At Most 1
 // required but received 2"). List options (--img 640 640, --freeze ...) are not touched: CLI11 joins their
 // uses, which the commands refuse (refuse_repeated). Call after every option is added.
 void keep_last_values(CLI::App& app);
+
+// The command line as parsed, abbreviations expanded (main sets it): the commands count their list flags in it.
+const std::vector<std::string>& parsed_command_line();
+void set_parsed_command_line(std::vector<std::string> args);
 
 }  // namespace kestrel::app

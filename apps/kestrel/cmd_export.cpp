@@ -120,8 +120,11 @@ void run_export(const ExportOptions& o) {
   // A dynamic graph takes any height and width (traced at the first size); a static one is square here.
   if (sizes[0] != sizes[1] && !onnx.dynamic)
     fail("--img-size ", sizes[0], " ", sizes[1], ": kestrel's static graphs are square (one size, or two equal ones); ",
-         dynamic_asked ? "--dynamic-batch (which wins over --dynamic, as YOLOv7's) fixes the height and width: leave it out"
-                       : "give --dynamic", " for a graph that takes any height and width at run time");
+         onnx.dynamic_batch ? std::string(dynamic_asked ? "--dynamic-batch (which wins over --dynamic, as YOLOv7's)"
+                                                        : "--dynamic-batch") +
+                                  " fixes the height and width: give --dynamic without it"
+                            : std::string("give --dynamic"),
+         " for a graph that takes any height and width at run time");
   onnx.img = sizes[0];
   onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
   std::string out = o.out;
@@ -246,6 +249,8 @@ void add_export_command(CLI::App& app) {
   // export.py needs --device 0 for --half; kestrel writes the same graph on any machine (float16 from fp32).
   cmd->add_option("--device", opts->device, "accepted, as export.py's: kestrel exports on the CPU, --half included");
   cmd->callback([opts, ignored_options] {
+    refuse_repeated({"--img", "--img-size", "--imgsz"}, "--img 640 640");  // CLI11 would join the uses' sizes
+    refuse_repeated({"--include", "--format"}, "--include onnx engine");
     for (const auto& [name, option, why] : *ignored_options)
       if (option->count() > 0) std::cout << "WARNING: " << name << " ignored: " << why << "\n";
     run_export(*opts);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "argparse_rules.h"
 #include "kestrel/dist/launcher.h"
 
 namespace kestrel::app {
@@ -74,12 +75,13 @@ inline std::string default_from_source_tree(const std::string& path) {
   return std::filesystem::exists(in_tree, ec) ? in_tree.string() : path;
 }
 
-// How often this process's command line gives one of `names` (also as --name=value). CLI11 collects the
-// values of every use of a list option where argparse keeps the last use: `--img 640 --img 320` would be
-// one pair, so list options given twice are refused (refuse_repeated).
+// How often this process's command line gives one of `names` (also as --name=value; abbreviations counted
+// as the flag they stand for). CLI11 collects the values of every use of a list option where argparse keeps
+// the last use: `--img 640 --img 320` would be one pair, so list options given twice are refused
+// (refuse_repeated).
 inline int times_given(std::initializer_list<std::string> names) {
   int n = 0;
-  for (const std::string& arg : dist::own_command_line())
+  for (const std::string& arg : parsed_command_line())
     for (const std::string& name : names) n += arg == name || arg.rfind(name + "=", 0) == 0;
   return n;
 }

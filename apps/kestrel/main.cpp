@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
     std::string script = argv[1];
     if (script.size() > 3 && script.compare(script.size() - 3, 3, ".py") == 0) script.erase(script.size() - 3);
     const std::string ours = script == "test" ? "val" : script == "train_aux" ? "train" : script;
-    const bool upstream = ours != argv[1] && known.find(ours) != std::string::npos;
+    bool upstream = false;
+    for (const CLI::App* sub : app.get_subcommands({})) upstream = upstream || (ours != argv[1] && sub->get_name() == ours);
     std::cerr << "error: unknown subcommand '" << argv[1] << "'"
               << (upstream ? "; upstream's " + script + ".py is kestrel " + ours +
                                  (script == "train_aux" ? " (P6 configs train with the auxiliary-head loss)" : "")
@@ -47,7 +48,8 @@ int main(int argc, char** argv) {
   const int code = [&] {
     try {
       // argparse's abbreviations (--epoch for --epochs), expanded for CLI11, which has none.
-      const std::vector<std::string> args = kestrel::app::expand_flag_abbreviations(app, {argv, argv + argc});
+      kestrel::app::set_parsed_command_line(kestrel::app::expand_flag_abbreviations(app, {argv, argv + argc}));
+      const std::vector<std::string>& args = kestrel::app::parsed_command_line();
       std::vector<const char*> expanded;
       for (const std::string& a : args) expanded.push_back(a.c_str());
       app.parse(static_cast<int>(expanded.size()), expanded.data());

@@ -212,8 +212,13 @@ TEST(ExportCli, ConsoleAsExportPy) {
   // --dynamic-batch wins over --dynamic (YOLOv7's rule): two sizes are then named as its doing.
   r = test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 64 96 --dynamic --dynamic-batch");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("--dynamic-batch (which wins over --dynamic, as YOLOv7's) fixes the height and width"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("--dynamic-batch (which wins over --dynamic, as YOLOv7's) fixes the height and width: give --dynamic "
+                          "without it"), std::string::npos) << r.output;
+  r = test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 64 96 --dynamic-batch");
+  EXPECT_NE(r.output.find("--dynamic-batch fixes the height and width: give --dynamic without it"), std::string::npos) << r.output;
+  // list flags given twice: refused (argparse keeps the last; CLI11 would join them)
+  r = test::run_command(test::kestrel_binary() + " export --weights " + weights + " --img 64 --img 96");
+  EXPECT_NE(r.output.find("--img: given more than once"), std::string::npos) << r.output;
 }
 
 // export.py's other formats and their options: as export.py (which writes each format asked for and

@@ -87,6 +87,17 @@ TEST(Cli, FlagAbbreviationsAsArgparse) {
   r = kestrel("train --cfg yolov5n --cfg no-such-model --device cpu");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("no-such-model: no such file"), std::string::npos) << r.output;
+  // A list flag given twice, once abbreviated, is counted as the flag it stands for (CLI11 would join the sizes).
+  r = kestrel("train --img 64 --img-s 96 --device cpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--img: given more than once"), std::string::npos) << r.output;
+  // --help wins over an unknown flag, as argparse prints the help first.
+  r = kestrel("train --foo --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--epochs"), std::string::npos) << r.output;
+  // a .py name that is no upstream script of a subcommand gets no hint
+  r = kestrel("a.py");
+  EXPECT_NE(r.output.find("error: unknown subcommand 'a.py' (one of:"), std::string::npos) << r.output;
   // nested subcommands: bench data's own flags
   r = kestrel("bench data --dat data/demo/demo.yaml --img 0");
   EXPECT_NE(r.exit_code, 0);

@@ -688,8 +688,8 @@ TEST(DatasetYaml, UpstreamsFilesAndItsPathRuleAreExplained) {
   fs::current_path(before);
   EXPECT_EQ(message, "data/coco.yaml: train entry ./coco/images is " + dir.file("data/coco/images") + ", which does not exist; " +
                          dir.file("coco/images") + " does: kestrel resolves relative paths against the YAML's folder, upstream "
-                         "against its repository's (usually the working folder). Add `path: " + dir.path() +
-                         "` to the YAML, or give absolute paths");
+                         "against its repository's (usually the working folder). Set `path: " + dir.path() +
+                         "` in the YAML, or give absolute paths");
   // With that path: the same entries load.
   test::write_file(dir.file("data/coco.yaml"), "path: " + dir.path() + "\ntrain: ./coco/images\nval: ./coco/images\nnames: [a]\n");
   EXPECT_EQ(load_dataset_config(dir.file("data/coco.yaml")).train, std::vector<std::string>{dir.file("coco/images")});

@@ -308,6 +308,9 @@ TEST(ModelConfigErrors, EmptyAndMissingFiles) {
   EXPECT_EQ(resolve_model_config_path("models/yolov5n.yaml"), "configs/models/yolov5n.yaml");
   EXPECT_EQ(resolve_model_config_path("./models/yolov5n.yaml"), "configs/models/yolov5n.yaml");
   EXPECT_EQ(resolve_model_config_path("cfg/training/yolov7-tiny.yaml"), "configs/models/yolov7-tiny.yaml");
+  EXPECT_EQ(resolve_model_config_path("models/yolov5n"), "configs/models/yolov5n.yaml");  // (no extension, as a bare name)
+  EXPECT_NE(test::error_message([] { resolve_model_config_path("models/hub/yolov5s6.yaml"); })
+                .find("YOLOv5's models/hub configs are not shipped"), std::string::npos);
   // ... any other missing path is an error: a mistyped path to the user's own modified file must not train the stock model.
   EXPECT_EQ(test::error_message([] { resolve_model_config_path("/nonexistent/custom/yolov5s.yaml"); }),
             "/nonexistent/custom/yolov5s.yaml: model config not found");

@@ -114,7 +114,7 @@ void check_entries_against_working_folder(const YAML::Node& root, const fs::path
       if (fs::exists(ours, ec) || roboflow || !fs::exists(theirs, ec)) continue;
       fail(path, ": ", key, " entry ", n.Scalar(), " is ", ours.string(), ", which does not exist; ", theirs.string(),
            " does: kestrel resolves relative paths against the YAML's folder, upstream against its repository's "
-           "(usually the working folder). Add `path: ", alt_base.string(), "` to the YAML, or give absolute paths");
+           "(usually the working folder). Set `path: ", alt_base.string(), "` in the YAML, or give absolute paths");
     }
   }
 }
@@ -125,7 +125,8 @@ DatasetConfig load_dataset_config(const std::string& path) {
     const fs::path given(path);
     if (!fs::exists(given, ec) && (given.parent_path().empty() || given.parent_path() == "data"))
       fail(path, ": dataset file not found (kestrel ships no upstream dataset YAML and downloads nothing: write one for "
-                 "your copy of the data, with path, train, val and names; the bundled demo is data/demo/demo.yaml)");
+                 "your copy of the data, with path, train, val and names; the bundled demo is ",
+           (fs::path(KESTREL_SOURCE_DIR) / "data/demo/demo.yaml").string(), ")");
   }
   // v7.0's check_dataset unpacks an archive given as --data (is_zipfile / is_tarfile: by content) and reads
   // the YAML inside; kestrel reads YAML only, and says so rather than parsing the archive's bytes as YAML.

@@ -120,16 +120,20 @@ ModelConfig load_model_config(const std::string& path) { return from_yaml(load_y
 std::string resolve_model_config_path(const std::string& name_or_path) {
   if (fs::exists(name_or_path)) return name_or_path;
   // A missing path stands for the shipped copy only where upstream keeps that config (models/yolov5s.yaml,
-  // YOLOv7's cfg/training/yolov7.yaml, cfg/baseline/), relative to its checkout. Any other path is the user's
-  // own file: missing, it is an error, never the shipped config of the same name trained in its place.
+  // YOLOv7's cfg/training/yolov7.yaml, cfg/baseline/), relative to its checkout, or kestrel's own
+  // configs/models/ from another folder. Any other path is the user's own file: missing, it is an error,
+  // never the shipped config of the same name trained in its place.
   const std::string folder = fs::path(name_or_path).parent_path().lexically_normal().generic_string();
   if (folder == "cfg/deploy")
     fail(name_or_path, ": no such file; YOLOv7's deploy configs are not shipped: train with cfg/training/",
          fs::path(name_or_path).filename().string(), " (kestrel folds its implicit layers for inference and export, as "
          "the deploy model has them folded), or give the deploy file's path in a YOLOv7 checkout");
-  if (!folder.empty() && folder != "models" && folder != "cfg/training" && folder != "cfg/baseline")
+  if (folder == "models/hub" || folder == "hub")
+    fail(name_or_path, ": no such file; YOLOv5's models/hub configs are not shipped: give the file's path in a YOLOv5 "
+         "checkout (they load as they are)");
+  if (!folder.empty() && folder != "models" && folder != "cfg/training" && folder != "cfg/baseline" && folder != "configs/models")
     fail(name_or_path, ": model config not found");
-  std::string stem = name_or_path;
+  std::string stem = fs::path(name_or_path).filename().string();
   if (fs::path(stem).extension() == ".yaml" || fs::path(stem).extension() == ".yml") stem = fs::path(stem).stem().string();
   for (const fs::path& dir : {fs::path("configs/models"), fs::path(KESTREL_SOURCE_DIR) / "configs/models"}) {
     fs::path candidate = dir / (stem + ".yaml");
