@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   kestrel::app::add_data_command(app);
   kestrel::app::add_bench_command(app);
   kestrel::app::keep_last_values(app);  // argparse's: a flag given twice keeps its last value
+  // Command-line errors begin as kestrel's other errors do ("error: ..."), as argparse's end in "error: ...".
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) { return "error: " + CLI::FailureMessage::simple(a, e); });
   // CLI11 answers a mistyped subcommand with "A subcommand is required".
   std::string known;
   bool is_known = false;
