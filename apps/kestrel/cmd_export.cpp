@@ -77,6 +77,7 @@ void run_export(const ExportOptions& o) {
   if (o.train_mode)
     fail("--train: ultralytics/yolov3 v9.6.0's training-mode export (the head's raw outputs, no decode) is not written; "
          "kestrel's graph decodes the boxes, as v9.6.0's default export");
+  const std::string out = o.out.empty() ? std::filesystem::path(o.weights).replace_extension(".onnx").string() : o.out;
   // export.py lowercases --include, refuses unknown formats, and writes each format asked for; kestrel
   // writes the ONNX file and says how to make each other format from it.
   bool onnx_asked = false;
@@ -88,9 +89,8 @@ void run_export(const ExportOptions& o) {
     } else if (const auto other = other_formats().find(format); other != other_formats().end()) {
       // The ways name the file this export writes (best.onnx stands for it in the table).
       std::string way = other->second;
-      const std::filesystem::path onnx_file = o.out.empty() ? std::filesystem::path(o.weights).replace_extension(".onnx") : std::filesystem::path(o.out);
-      for (const auto& [from, to] : {std::pair<std::string, std::string>{"best.onnx", onnx_file.string()},
-                                     {"best.engine", std::filesystem::path(onnx_file).replace_extension(".engine").string()}})
+      for (const auto& [from, to] : {std::pair<std::string, std::string>{"best.onnx", out},
+                                     {"best.engine", std::filesystem::path(out).replace_extension(".engine").string()}})
         for (size_t at = way.find(from); at != std::string::npos; at = way.find(from, at + to.size())) way.replace(at, from.size(), to);
       others.push_back("--include " + format + ": not written (kestrel writes ONNX); " + way);
     } else {
@@ -127,8 +127,6 @@ void run_export(const ExportOptions& o) {
          " for a graph that takes any height and width at run time");
   onnx.img = sizes[0];
   onnx.nms.objectness_only_single_class = models::is_yolov7_family(*loaded.model);  // YOLOv7's NMS rule
-  std::string out = o.out;
-  if (out.empty()) out = std::filesystem::path(o.weights).replace_extension(".onnx").string();
   std::error_code same_error;
   if (std::filesystem::equivalent(out, o.weights, same_error))
     fail(out, ": is the weights file being exported; the ONNX file would replace it (give another name with -o)");

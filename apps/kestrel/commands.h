@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "argparse_rules.h"
-#include "kestrel/dist/launcher.h"
 
 namespace kestrel::app {
 

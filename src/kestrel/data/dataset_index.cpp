@@ -98,7 +98,7 @@ void check_classes(SampleCheck& v, int nc) {
     for (const LabelRow& row : v.record.rows) largest = std::max(largest, row.box[0]);
     if (largest < static_cast<float>(nc)) return;
     v.ok = false;
-    v.problem = cat(v.record.label, ": class ", largest, " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
+    v.problem = cat(v.record.label, ": class ", largest, kExceedsDatasetNc, nc, " (classes 0..", nc - 1, ")");
   }
   try {  // the file's own first offending row (it was parsed without the check before)
     const auto text = read_file_bytes(v.record.label);
@@ -284,7 +284,7 @@ std::string describe(const DatasetIndex& index, const std::string& split, size_t
   // Upstream stops at a class beyond nc; kestrel skips the image. Many such images usually mean a wrong nc or
   // names in the dataset YAML, which one line should say, however long the list above.
   const auto beyond_nc = std::count_if(index.skipped.begin(), index.skipped.end(), [](const auto& s) {
-    return s.reason.find("exceeds the dataset's nc=") != std::string::npos;
+    return s.reason.find(kExceedsDatasetNc) != std::string::npos;
   });
   if (beyond_nc > 0)
     out << "  " << beyond_nc << " of the skipped images have classes beyond the dataset's nc: are nc and names in the "

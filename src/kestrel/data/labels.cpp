@@ -48,7 +48,7 @@ LabelRow make_row(const std::vector<float>& v, const std::string& where, int nc)
     // Printed with %.0f: a class beyond int's range (e.g. 1e10) cannot be converted to int.
     char shown[64];
     std::snprintf(shown, sizeof shown, "%.0f", cls);
-    fail(where, ": class ", shown, " exceeds the dataset's nc=", nc, " (classes 0..", nc - 1, ")");
+    fail(where, ": class ", shown, kExceedsDatasetNc, nc, " (classes 0..", nc - 1, ")");
   }
   // Without nc (the label cache's check, --single-cls): classes a float holds exactly, as the cache requires.
   if (cls >= static_cast<float>(kMaxClassIndex + 1)) {

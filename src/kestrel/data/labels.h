@@ -22,6 +22,8 @@ struct ParsedLabels {
 inline constexpr int kMaxClassIndex = (1 << 24) - 1;
 // What the error for a class above it says (check_classes looks for it, to name nc instead where one is set).
 inline constexpr const char* kBeyondAnyClassIndex = " is beyond any class index";
+// What the error for a class at or above nc says (describe() counts those skips, to point at the YAML's nc).
+inline constexpr const char* kExceedsDatasetNc = " exceeds the dataset's nc=";
 
 // The reference rules: every value a finite number, class a non-negative integer below nc (nc > 0) and
 // at most kMaxClassIndex,
