@@ -42,7 +42,21 @@ std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vec
         candidates += (candidates.empty() ? "--" : ", --") + lname;
       }
     if (exact) continue;
-    if (matched.size() == 1) {
+    // kestrel's additions (--evolve-population, --cache-images, --include-nms ...) extend upstream's flags: a
+    // prefix of upstream's flag that only they make ambiguous (--evol, --cach, --inc) means upstream's flag.
+    std::string shortest;
+    for (const CLI::Option* o : matched)
+      for (const std::string& lname : o->get_lnames())
+        if (lname.rfind(name, 0) == 0 && (shortest.empty() || lname.size() < shortest.size())) shortest = lname;
+    bool extended_by_all = matched.size() > 1;
+    for (const CLI::Option* o : matched) {
+      bool extends = false;
+      for (const std::string& lname : o->get_lnames()) extends = extends || lname.rfind(shortest, 0) == 0;
+      extended_by_all = extended_by_all && extends;
+    }
+    if (extended_by_all) {
+      out[i] = "--" + shortest + value;
+    } else if (matched.size() == 1) {
       out[i] = "--" + full + value;
     } else if (matched.size() > 1) {
       throw CLI::ValidationError(path, "ambiguous option: --" + name + " could match " + candidates);

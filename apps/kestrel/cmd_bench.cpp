@@ -52,12 +52,7 @@ void run_bench_data(const BenchDataOptions& o) {
   d.cache_ram = o.cache == "ram";  // checked by the command line: ram, disk or none
   d.cache_disk = o.cache == "disk";
   bool v7_hyp = false;  // a YOLOv7 hyp file brings YOLOv7's augmentations (mosaic-9, its zoom range), as in training
-  if (!o.hyp.empty()) {  // read as training reads it, with its warnings (a misspelt key would time the defaults)
-    const train::Hyperparameters h = train::load_hyperparameters(o.hyp);
-    train::print_hyperparameter_warnings(h, o.hyp, std::cerr);  // stdout: --json
-    d.hyp = h.augment;
-    v7_hyp = h.yolov7_recipe;
-  }
+  if (!o.hyp.empty()) d.hyp = train::load_augmentations(o.hyp, std::cerr, &v7_hyp);  // warnings: stdout is --json's
   d.dialect = v7_hyp ? data::Dialect::yolov7 : data::Dialect::yolov5;
   auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);
   data::LoaderOptions l;

@@ -105,12 +105,7 @@ void run_show(const DataShowOptions& o) {
   d.img_size = o.img;
   d.seed = o.seed;
   bool v7_hyp = false;
-  if (!o.hyp.empty()) {  // read as training reads it, with its warnings (a misspelt key would show the defaults)
-    const train::Hyperparameters h = train::load_hyperparameters(o.hyp);
-    train::print_hyperparameter_warnings(h, o.hyp, std::cout);
-    d.hyp = h.augment;
-    v7_hyp = h.yolov7_recipe;
-  }
+  if (!o.hyp.empty()) d.hyp = train::load_augmentations(o.hyp, std::cout, &v7_hyp);
   d.dialect = o.yolov7 || v7_hyp ? data::Dialect::yolov7 : data::Dialect::yolov5;
   if (o.yolov7 && o.hyp.empty()) d.hyp.mosaic9 = 0.2;
   auto dataset = std::make_shared<const data::YoloDataset>(std::move(index), d);

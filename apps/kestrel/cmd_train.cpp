@@ -64,8 +64,9 @@ void apply_recipe_defaults(const CLI::App& cmd, train::TrainOptions& o) {
 
 // The command line the launcher runs for each rank: this one, with a bare --resume replaced by the run it
 // was resolved to (`resolved_run`, when not empty), so that the ranks do not look for their own newest run.
+// Abbreviations come expanded (--resu is --resume).
 std::vector<std::string> rank_command_line(const std::string& resolved_run) {
-  std::vector<std::string> argv = dist::own_command_line();
+  std::vector<std::string> argv = parsed_command_line();
   for (size_t i = 0; !resolved_run.empty() && i < argv.size(); ++i) {
     if (argv[i] == std::string("--resume=") + kLatestRun) argv[i] = "--resume=" + resolved_run;
     if (argv[i] != "--resume") continue;

@@ -386,6 +386,7 @@ void add_val_command(CLI::App& app) {
   cmd->add_flag("--exist-ok", o->exist_ok, "reuse project/name");
   cmd->add_flag("--noplots", o->noplots, "do not write confusion_matrix.png, the PR/F1/P/R curves and the val_batch images");
   cmd->callback([cmd, o, iou] {
+    refuse_repeated({"--weights"}, "--weights a.safetensors b.safetensors (--task speed or study)");
     o->iou_thres_given = iou->count() > 0;
     if (cmd->count("--data") == 0) o->data = default_from_source_tree(o->data);  // the demo, from any folder
     run_val(*o);

@@ -48,23 +48,6 @@ inline CLI::Validator unit_interval() {
       "in [0, 1]");
 }
 
-// --weights of a command that runs one model. Upstream's scripts take several (detect.py ensembles them,
-// export.py exports each in turn); more than one here is an error saying what upstream would have done.
-inline CLI::Option* add_one_weights_option(CLI::App* cmd, std::string& weights, const std::string& help,
-                                           const std::string& upstream_would) {
-  return cmd
-      ->add_option_function<std::vector<std::string>>(
-          "--weights",
-          [&weights, upstream_would](const std::vector<std::string>& files) {
-            if (files.size() > 1)
-              throw CLI::ValidationError("--weights", std::to_string(files.size()) + " files given; kestrel takes one (" +
-                                                          upstream_would + ")");
-            weights = files.front();
-          },
-          help)
-      ->required();
-}
-
 // A default path in the source tree (the demo dataset, its images) found from any working folder, as upstream's
 // scripts find theirs below their repository (ROOT / 'data/...'): `path` where it exists, else the source tree's.
 inline std::string default_from_source_tree(const std::string& path) {
@@ -89,6 +72,24 @@ inline void refuse_repeated(std::initializer_list<std::string> names, const std:
   if (times_given(names) > 1)
     throw CLI::ValidationError(*names.begin(), "given more than once; give all its values after one " + *names.begin() +
                                                    ", e.g. " + example);
+}
+
+// --weights of a command that runs one model. Upstream's scripts take several (detect.py ensembles them,
+// export.py exports each in turn); more than one here is an error saying what upstream would have done.
+inline CLI::Option* add_one_weights_option(CLI::App* cmd, std::string& weights, const std::string& help,
+                                           const std::string& upstream_would) {
+  return cmd
+      ->add_option_function<std::vector<std::string>>(
+          "--weights",
+          [&weights, upstream_would](const std::vector<std::string>& files) {
+            refuse_repeated({"--weights"}, "--weights a.safetensors");  // joined here, argparse keeps the last use
+            if (files.size() > 1)
+              throw CLI::ValidationError("--weights", std::to_string(files.size()) + " files given; kestrel takes one (" +
+                                                          upstream_would + ")");
+            weights = files.front();
+          },
+          help)
+      ->required();
 }
 
 void add_env_command(CLI::App& app);

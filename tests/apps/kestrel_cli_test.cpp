@@ -80,6 +80,15 @@ TEST(Cli, FlagAbbreviationsAsArgparse) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("ambiguous option: --im could match --img"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--image-weights"), std::string::npos) << r.output;
+  // A prefix that only kestrel's longer flags make ambiguous is upstream's flag, which they extend (train.py
+  // has --evolve and --cache, not --evolve-population or --cache-images).
+  r = kestrel("train --evol 0 --device cpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--evolve: Value 0 not in range 1"), std::string::npos) << r.output;
+  r = kestrel("train --cach frob --device cpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.output.find("ambiguous"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--cache: frob not in {ram,disk,val}"), std::string::npos) << r.output;
   r = kestrel("train --epoh 3");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("error: kestrel train: unknown flag --epoh (kestrel train --help lists its flags)"), std::string::npos)
@@ -92,6 +101,13 @@ TEST(Cli, FlagAbbreviationsAsArgparse) {
   r = kestrel("train --img 64 --img-s 96 --device cpu");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--img: given more than once"), std::string::npos) << r.output;
+  // --weights twice would be joined into an ensemble; argparse keeps the last use: refused, saying so.
+  for (const char* command : {"val", "detect", "export"}) {
+    r = kestrel(std::string(command) + " --weights a.safetensors --weig b.safetensors");
+    EXPECT_NE(r.exit_code, 0) << command;
+    EXPECT_NE(r.output.find("--weights: given more than once; give all its values after one --weights"), std::string::npos)
+        << command << ": " << r.output;
+  }
   // --help wins over an unknown flag, as argparse prints the help first.
   r = kestrel("train --foo --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;

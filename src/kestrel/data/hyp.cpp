@@ -8,7 +8,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include "kestrel/core/error.h"
-#include "kestrel/core/yaml_file.h"
 
 namespace kestrel::data {
 
@@ -26,13 +25,6 @@ std::string resolve_hyp_path(const std::string& name_or_path) {
     for (const std::string& name : {file, file + ".yaml"})
       if (fs::is_regular_file(dir / name, ec)) return (dir / name).string();
   return name_or_path;
-}
-
-AugmentOptions load_augment_options(const std::string& given, bool* yolov7_recipe) {
-  const std::string path = resolve_hyp_path(given);
-  YAML::Node root = load_yaml_file(path, "hyperparameter");
-  if (!root.IsMap()) fail(path, ": a hyperparameter file is a YAML mapping of key: value");
-  return augment_options_from_yaml(root, path, yolov7_recipe);
 }
 
 AugmentOptions augment_options_from_yaml(const YAML::Node& root, const std::string& path, bool* yolov7_recipe) {

@@ -33,17 +33,15 @@ class Node;
 
 namespace kestrel::data {
 
-// Reads the augmentation keys of a hyperparameter YAML (upstream hyp files; other keys belong to the
-// trainer and are ignored here). A YOLOv7 recipe (a file with paste_in or loss_ota) gets YOLOv7's
-// 9-tile mosaic share of 0.2 unless `mosaic9` is given. Errors name the file and key.
-AugmentOptions load_augment_options(const std::string& path, bool* yolov7_recipe = nullptr);
 // A --hyp value as upstream's check_yaml finds it: an existing path as given, else a bare file name (with or
 // without .yaml) among the bundled configs/hyps (in the working folder, then the source tree); so is a
 // missing file of upstream's folders, data/hyps/hyp.scratch-low.yaml (YOLOv5) or data/hyp.scratch.p5.yaml
 // (YOLOv7). Otherwise the value unchanged, for the loader to report as not found.
 std::string resolve_hyp_path(const std::string& name_or_path);
-// The same checks on a mapping already read (a hyperparameter file's, or an entry of evolve_population.yaml);
-// errors name `path` and the line.
+// The augmentation keys of a hyperparameter mapping (an upstream hyp file's, or an entry of
+// evolve_population.yaml; other keys belong to the trainer and are ignored here), checked. A YOLOv7 recipe (a
+// mapping with paste_in or loss_ota) gets YOLOv7's 9-tile mosaic share of 0.2 unless `mosaic9` is given.
+// Errors name `path`, the line and the key (train::load_hyperparameters reads whole files).
 AugmentOptions augment_options_from_yaml(const YAML::Node& map, const std::string& path, bool* yolov7_recipe = nullptr);
 
 }  // namespace kestrel::data

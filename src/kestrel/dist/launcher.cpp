@@ -13,9 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 
 #include "kestrel/core/error.h"
 
@@ -84,21 +82,6 @@ bool launched_worker() {
 bool cpus_bound_by_launcher() {
   const char* v = std::getenv(kBoundEnv);
   return v != nullptr && std::string(v) == "1";
-}
-
-std::vector<std::string> own_command_line() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  if (!in) fail("launcher: cannot read /proc/self/cmdline");
-  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  size_t start = 0;
-  for (size_t i = 0; i < all.size(); ++i)
-    if (all[i] == '\0') {
-      args.push_back(all.substr(start, i - start));
-      start = i + 1;
-    }
-  if (start < all.size()) args.push_back(all.substr(start));
-  return args;
 }
 
 namespace {

@@ -26,7 +26,4 @@ std::vector<int> allowed_cpus();  // this process's affinity mask
 // True in a worker that the launcher bound to its own CPUs: its affinity mask is already its share.
 bool cpus_bound_by_launcher();
 
-// This process's command line (/proc/self/cmdline).
-std::vector<std::string> own_command_line();
-
 }  // namespace kestrel::dist

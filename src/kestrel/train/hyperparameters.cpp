@@ -126,6 +126,13 @@ Hyperparameters load_hyperparameters(const std::string& given) {
   return h;
 }
 
+data::AugmentOptions load_augmentations(const std::string& path, std::ostream& warnings, bool* yolov7_recipe) {
+  const Hyperparameters h = load_hyperparameters(path);
+  print_hyperparameter_warnings(h, path, warnings);
+  *yolov7_recipe = h.yolov7_recipe;
+  return h.augment;
+}
+
 void print_hyperparameter_warnings(const Hyperparameters& h, const std::string& path, std::ostream& out) {
   if (!h.unknown_keys.empty()) {
     std::string keys;

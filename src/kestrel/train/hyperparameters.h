@@ -32,6 +32,10 @@ Hyperparameters load_hyperparameters(const std::string& path);
 // train.py has no such lines (it fails on a missing key, and --evolve on an unknown one): the keys of `h`
 // (read from `path`) kestrel does not use, and those it lacks, as "warning: ..." lines on `out`.
 void print_hyperparameter_warnings(const Hyperparameters& h, const std::string& path, std::ostream& out);
+// The augmentation keys of a --hyp file for the commands that only load data (bench data, data show),
+// read as training reads them, unused and missing keys reported on `warnings` (a misspelt key would show the
+// defaults in silence). *yolov7_recipe: the file brings YOLOv7's augmentations (mosaic-9, its zoom range).
+data::AugmentOptions load_augmentations(const std::string& path, std::ostream& warnings, bool* yolov7_recipe);
 // The defaults as a file would hold them (no file given).
 Hyperparameters default_hyperparameters();
 
