@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "kestrel/core/device.h"
+#include "kestrel/dist/process_group.h"
 
 namespace kestrel::app {
 namespace {
@@ -31,6 +32,9 @@ void run_env() {
   std::printf("cudnn        %s", acc.cudnn_available ? "available" : "not available");
   if (acc.cudnn_version) std::printf(" (%ld)", acc.cudnn_version);
   std::printf("\n");
+  // The data-parallel backends this build has (docs/distributed.md): Gloo between CPU processes, NCCL between GPUs.
+  std::printf("distributed  gloo %s, nccl %s\n", dist::backend_available(c10::Device(c10::kCPU)) ? "yes" : "no",
+              dist::backend_available(c10::Device(c10::kCUDA, 0)) ? "yes" : "no");
   std::printf("cpu threads  %d (hardware %u)\n", at::get_num_threads(), std::thread::hardware_concurrency());
   std::printf("parallel     %s", at::get_parallel_info().c_str());
 }
@@ -38,7 +42,7 @@ void run_env() {
 }  // namespace
 
 void add_env_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("env", "kestrel and LibTorch versions, CUDA/cuDNN, devices, CPU threads");
+  auto* cmd = app.add_subcommand("env", "kestrel and LibTorch versions, CUDA/cuDNN, devices, distributed backends, CPU threads");
   cmd->callback(run_env);
 }
 

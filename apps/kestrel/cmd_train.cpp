@@ -33,6 +33,19 @@ constexpr const char* kNoValue = "\x1f(no value)";
 // --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
 // --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options). A bare
 // --resume becomes the newest run under --project. Says which given flags are ignored. True: it was bare.
+// Where the command line's warnings go: kestrel's launcher says them once for all its ranks, and of another
+// launcher's ranks (torchrun, srun, mpirun) rank 0 says them, as upstream logs on rank 0 only.
+std::ostream& command_line_warnings() {
+  static std::ostream nowhere(nullptr);
+  if (dist::started_by_launcher()) return nowhere;
+  try {
+    if (dist::read_env().rank != 0) return nowhere;
+  } catch (const Error&) {
+    // the variables are wrong: training names them; the warning is said here meanwhile
+  }
+  return std::cerr;
+}
+
 bool resolve_resume(const CLI::App& cmd, train::TrainOptions& o) {
   const bool latest = o.resume == kLatestRun && !std::filesystem::exists(kLatestRun);
   if (latest) {
@@ -48,7 +61,7 @@ bool resolve_resume(const CLI::App& cmd, train::TrainOptions& o) {
     steers = steers || (latest && option->check_name("--project"));  // where the newest run was looked for
     if (option->count() > 0 && !steers) ignored += " " + option->get_name();
   }
-  if (!ignored.empty()) std::cerr << "WARNING: --resume continues with the run's saved options; ignored:" << ignored << "\n";
+  if (!ignored.empty()) command_line_warnings() << "WARNING: --resume continues with the run's saved options; ignored:" << ignored << "\n";
   return latest;
 }
 
@@ -190,7 +203,7 @@ void add_train_command(CLI::App& app) {
     // (A bare flag gets default_str as its value under expected(0, 1): a marker that no value can be.)
     unsupported->emplace_back(name, cmd->add_option(name)->expected(0, 1)->default_str(kNoValue)->group(""));
   auto nproc = std::make_shared<int>(1);
-  cmd->add_option("--nproc-per-node", *nproc,
+  cmd->add_option("--nproc-per-node,--nproc_per_node", *nproc,
                   "data-parallel processes on this node (runs this command N times with RANK, WORLD_SIZE, "
                   "MASTER_ADDR/PORT set, as torchrun --nproc-per-node; --batch-size stays the total batch)")
       ->capture_default_str()->check(CLI::Range(1, 1024));
@@ -267,7 +280,7 @@ void add_train_command(CLI::App& app) {
     if (o->batch_size > 0 && o->resume.empty() && *nproc > 1 && o->batch_size % *nproc != 0)
       throw CLI::ValidationError("--batch-size", cat(o->batch_size, " must be a multiple of WORLD_SIZE ", *nproc));
     if (o->image_weights && o->rect && o->resume.empty()) {  // upstream's dataset: rect = False if image_weights
-      std::cerr << "WARNING: --rect is incompatible with --image-weights (random draws, not --rect's fixed batches): "
+      command_line_warnings() << "WARNING: --rect is incompatible with --image-weights (random draws, not --rect's fixed batches): "
                    "training without --rect\n";
       o->rect = false;
     }

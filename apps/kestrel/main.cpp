@@ -1,6 +1,8 @@
 // kestrel: YOLO object detectors (v3, v5, v7) trained on LibTorch. One executable, one subcommand per task.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -69,6 +71,12 @@ int main(int argc, char** argv) {
     }
     return 0;
   }();
+  // Output that never reached its file (a full disk) is an error, as Python's failed print; a reader that
+  // went away (`kestrel models | head`) is not.
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && errno != EPIPE) {
+    std::cerr << "error: writing the standard output failed: " << std::strerror(errno) << "\n";
+    if (code == 0) return 1;
+  }
   // A stream reader still inside a network read (detect): leave without the static destructors of the
   // libraries it is in, as Python leaves its daemon threads. Everything was written and closed by now.
   if (kestrel::detached_threads_running() > 0) {

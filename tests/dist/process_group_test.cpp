@@ -462,9 +462,15 @@ TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
                              dir.file("runs");
   const std::string tmp = dir.file("tmp");
   fs::create_directories(tmp);
-  const auto r = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT TMPDIR=" + tmp + " " + common +
-                                   " --batch 4 --epochs 2 --noval");
+  // A multi-node job's NODE_RANK is named as unused; the command line's warnings come once (the launcher's),
+  // not once more from every rank.
+  const auto r = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT NODE_RANK=1 TMPDIR=" + tmp + " " + common +
+                                   " --batch 4 --epochs 2 --noval --rect --image-weights");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("launcher: WARNING: NODE_RANK=1 in the environment is not used"), std::string::npos) << r.output;
+  const auto warning = r.output.find("WARNING: --rect is incompatible with --image-weights");
+  ASSERT_NE(warning, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("WARNING: --rect is incompatible", warning + 1), std::string::npos) << r.output;
   EXPECT_EQ(rank_scratch_folders(tmp), std::vector<std::string>{}) << "rank 1's scratch folder was left behind";
   EXPECT_NE(r.output.find("2 batches of 4 per epoch"), std::string::npos) << r.output;  // 3 images per rank
   EXPECT_TRUE(fs::exists(dir.file("runs/exp/weights/last.safetensors")));
@@ -479,6 +485,7 @@ TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
   // entry, for the model and for its loader.
   std::string with_list = common;
   with_list.replace(with_list.find("--device cpu"), 12, "--device cpu,cpu");
+  with_list.replace(with_list.find("--nproc-per-node"), 16, "--nproc_per_node");  // torchrun's other spelling
   const auto listed = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT " + with_list +
                                         " --batch 4 --epochs 1 --noval --name listed");
   EXPECT_EQ(listed.exit_code, 0) << listed.output;
@@ -486,6 +493,21 @@ TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
   const auto bad = test::run_command("env -u WORLD_SIZE -u RANK -u MASTER_PORT " + common + " --epochs 1 --batch 3");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("must be a multiple of WORLD_SIZE 2"), std::string::npos) << bad.output;
+}
+
+// A rank whose job never gathers (started alone here: rank 1 of 2, no rank 0) says after 15 s whom it waits
+// for and where, instead of staying silent for the whole rendezvous timeout.
+TEST_F(DistGloo, ARankWaitingAloneSaysSo) {
+  const std::string port = std::to_string(free_port());
+  const auto r = test::run_command("env -u LOCAL_RANK WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+                                   " timeout -s KILL 22 " + test::kestrel_binary() + " train --cfg yolov5n --data " +
+                                   test::demo_subset(dir, 4) + " --img 64 --batch 2 --epochs 1 --device cpu --project " +
+                                   dir.file("runs"));
+  EXPECT_EQ(r.exit_code, 137) << r.output;  // still waiting when timeout kills it
+  EXPECT_NE(r.output.find("distributed: rank 1 of 2 still waiting for rank 0 and the others at MASTER_ADDR:MASTER_PORT=127.0.0.1:" +
+                          port + " (up to 3600 s)"),
+            std::string::npos)
+      << r.output;
 }
 
 // The README's launch through torchrun (its agent hosts the store: TORCHELASTIC_USE_AGENT_STORE) runs

@@ -107,6 +107,7 @@ TEST(Detect, AnchorOrderCheckFollowsEachFamily) {
     const at::Tensor first = head->anchor_pixels()[0][0];
     EXPECT_FLOAT_EQ(first[0].item<float>(), family ? 1.f : 100.f) << family;
     EXPECT_FLOAT_EQ(first[1].item<float>(), family ? 1.f : 100.f) << family;
+    EXPECT_EQ(head->reversed_anchor_order(), !family);  // what training's "Reversing anchor order" line reports
   }
 }
 

@@ -121,7 +121,12 @@ AcceleratorInfo query_accelerators() {
   for (int i = 0; i < info.cuda_device_count; ++i) info.cuda_device_names.push_back(cuda::device_description(i));
 #endif
   info.cudnn_available = torch::cuda::cudnn_is_available();
-  if (at::globalContext().hasCuDNN() && info.cuda_available) info.cudnn_version = at::globalContext().versionCuDNN();
+  // The linked cuDNN's version needs no device (torch.backends.cudnn.version() answers without one too).
+  try {
+    if (at::globalContext().hasCuDNN()) info.cudnn_version = at::globalContext().versionCuDNN();
+  } catch (const c10::Error&) {
+    info.cudnn_version = 0;  // unknown
+  }
   return info;
 }
 

@@ -48,6 +48,7 @@ int exit_code_of(int status) {
 }
 
 constexpr const char* kBoundEnv = "KESTREL_LAUNCHER_BOUND_CPUS";
+constexpr const char* kLaunchedEnv = "KESTREL_LAUNCHER_WORKER";
 
 }  // namespace
 
@@ -77,6 +78,11 @@ std::vector<int> allowed_cpus() {
 bool launched_worker() {
   const char* ws = std::getenv("WORLD_SIZE");
   return ws != nullptr && *ws != '\0';
+}
+
+bool started_by_launcher() {
+  const char* v = std::getenv(kLaunchedEnv);
+  return v != nullptr && std::string(v) == "1";
 }
 
 bool cpus_bound_by_launcher() {
@@ -123,6 +129,7 @@ struct WorkerSetup {
   ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", port.c_str(), 1);
+  ::setenv(kLaunchedEnv, "1", 1);
   if (!w.cpus.empty()) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -224,6 +231,15 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
 
   std::cout << "launcher: " << nproc << " processes on this node, MASTER_ADDR=127.0.0.1 MASTER_PORT=" << w.master_port
             << std::endl;
+  // Variables of a multi-node job are replaced for the workers: each node would train alone.
+  for (const char* name : {"NODE_RANK", "GROUP_RANK", "MASTER_ADDR"}) {
+    const char* v = std::getenv(name);
+    const std::string value = v == nullptr ? "" : v;
+    if (value.empty() || value == "0" || value == "127.0.0.1" || value == "localhost") continue;
+    std::cerr << "launcher: WARNING: " << name << "=" << value << " in the environment is not used: --nproc-per-node "
+              << "starts a job on this node alone; for several nodes start kestrel with torchrun (docs/distributed.md)"
+              << std::endl;
+  }
   // Each rank on its own range of this process's CPUs (the guides' taskset per rank), unless
   // KESTREL_CPU_BIND=0 or there are fewer CPUs than ranks.
   const char* bind_env = std::getenv("KESTREL_CPU_BIND");

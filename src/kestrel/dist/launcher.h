@@ -23,6 +23,10 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int master_por
 std::vector<std::vector<int>> split_cpus(const std::vector<int>& cpus, int nproc);
 std::vector<int> allowed_cpus();  // this process's affinity mask
 
+// True in a worker of kestrel's launcher (launch_local): the launcher itself has said what the command line
+// warrants, once for all its ranks.
+bool started_by_launcher();
+
 // True in a worker that the launcher bound to its own CPUs: its affinity mask is already its share.
 bool cpus_bound_by_launcher();
 

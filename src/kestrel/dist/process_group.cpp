@@ -1,8 +1,15 @@
 #include "kestrel/dist/process_group.h"
 
+#include <netdb.h>
+
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <limits>
+#include <mutex>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -60,6 +67,39 @@ int env_int(const char* name, int fallback, int min_value, int max_value) {
          waited.count() / 1000, " s (exited? its own error says why) (", detail, ")");
   fail("distributed: rank ", rank, " of ", world_size, ": ", missing, " did not join within ", timeout.count(),
        " s at ", where, " (", detail, ")");
+}
+
+// A rendezvous that waits for ranks still to come is silent for up to the whole timeout (an hour): a rank
+// started alone, rank 0 not running, MASTER_ADDR wrong. After `after`, one line on stderr says who waits where.
+class SlowJoinNotice {
+ public:
+  SlowJoinNotice(std::function<std::string()> message, std::chrono::seconds after)
+      : waiter_([this, message = std::move(message), after] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (!done_.wait_for(lock, after, [this] { return joined_; })) std::cerr << message() << std::endl;
+        }) {}
+  ~SlowJoinNotice() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      joined_ = true;
+    }
+    done_.notify_one();
+    waiter_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool joined_ = false;
+  std::thread waiter_;  // last: starts once the members above exist
+};
+
+// Whether `host` resolves now (a wrong MASTER_ADDR is worth naming; a cluster's name may still appear later).
+bool resolves(const std::string& host) {
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, nullptr, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  return rc == 0;
 }
 
 std::string first_line(const std::string& s) {
@@ -212,6 +252,14 @@ DistContext init(const DistEnv& env, const c10::Device& device, std::chrono::sec
   const std::string where = cat("MASTER_ADDR:MASTER_PORT=", env.master_addr, ":", env.master_port);
   c10::intrusive_ptr<c10d::Store> store;
   const auto started = std::chrono::steady_clock::now();
+  const std::string waiting_for = env.rank == 0 ? "the other ranks" : "rank 0 and the others";
+  SlowJoinNotice notice(
+      [&] {
+        return cat("distributed: rank ", env.rank, " of ", env.world_size, " still waiting for ", waiting_for, " at ", where,
+                   " (up to ", timeout.count(), " s)",
+                   resolves(env.master_addr) ? std::string() : cat("; MASTER_ADDR ", env.master_addr, " does not resolve"));
+      },
+      std::chrono::seconds(15));
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   } catch (const std::exception& e) {

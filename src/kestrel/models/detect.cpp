@@ -142,7 +142,8 @@ void Detect::initialize(const std::vector<double>& strides, bool yolov7_family) 
   strides_ = strides;
   yolov7_ = yolov7_family || implicit_;
   torch::NoGradGuard no_grad;
-  if (anchors_in_reverse_stride_order(anchors_, strides_, yolov7_)) {
+  reversed_anchor_order_ = anchors_in_reverse_stride_order(anchors_, strides_, yolov7_);
+  if (reversed_anchor_order_) {
     anchors_.copy_(anchors_.flip(0));
     if (anchor_grid_.defined()) anchor_grid_.copy_(anchor_grid_.flip(0));
   }

@@ -39,6 +39,9 @@ class Detect : public Layer {
   at::Tensor anchor_pixels() const;  // [nl, na, 2] float on the CPU: anchors() x stride (after initialize)
   void fuse() override;  // folds the implicit layers into the output convs
 
+  // initialize found the config's anchors in reverse stride order and flipped them (upstream's
+  // check_anchor_order: "AutoAnchor: Reversing anchor order").
+  bool reversed_anchor_order() const { return reversed_anchor_order_; }
   bool implicit() const { return implicit_; }
   bool aux() const { return !m2_.empty(); }  // IAuxDetect
   int64_t nc() const { return nc_; }
@@ -52,6 +55,7 @@ class Detect : public Layer {
  private:
   int64_t nc_, no_, nl_, na_;
   bool implicit_;
+  bool reversed_anchor_order_ = false;
   bool yolov7_ = false;  // YOLOv7's xy decode order and anchor-order check (initialize's yolov7_family)
   std::vector<double> strides_;
   at::Tensor anchors_;      // buffer "anchors"

@@ -567,8 +567,8 @@ std::shared_ptr<YoloModel> build_model(const ModelConfig& config, int nc) {
         built.layer = head;
         built.c2 = 0;
       } else {
+        built = build_passthrough(spec.module, args, in_ch[0]);  // an unknown module is named first
         if (n > 1) fail(args.where(), ": a repeat count > 1 is not supported for this module");
-        built = build_passthrough(spec.module, args, in_ch[0]);
         built.arguments = "[" + args.rest_from(0).substr(args.size() ? 2 : 0) + "]";
       }
     } catch (const c10::Error& e) {

@@ -80,12 +80,15 @@ std::string format_model_table(YoloModel& model, const ModelStats& stats, int64_
                   info[i].arguments.c_str());
     out += line;
   }
+  // model_info's name: the config's stem with YOLOv5's capitals (yolov5s -> YOLOv5s; yolov7 stays)
+  std::string name = model.name();
+  if (const size_t at = name.find("yolov5"); at != std::string::npos) name.replace(at, 6, "YOLOv5");
   std::string strides;
   for (double s : stats.strides) strides += (strides.empty() ? "" : ",") + std::to_string(static_cast<int>(s));
   std::snprintf(line, sizeof line,
                 "%s summary: %lld layers, %lld parameters, %lld gradients, %.2f GFLOPs at %lldx%lld (convolutions), "
                 "strides %s, %lld buffer elements, %lld state keys%s\n",
-                model.name().c_str(), static_cast<long long>(stats.layers), static_cast<long long>(stats.parameters),
+                name.c_str(), static_cast<long long>(stats.layers), static_cast<long long>(stats.parameters),
                 static_cast<long long>(stats.trainable), stats.gflops, static_cast<long long>(img),
                 static_cast<long long>(img), strides.c_str(), static_cast<long long>(stats.buffer_elements),
                 static_cast<long long>(stats.state_keys), model.fused() ? " (fused)" : "");

@@ -169,6 +169,7 @@ void TrainingRun::build_model() {
   // Weight initialisation draws from the seeded generator: the model first, then the EMA's copy.
   torch::manual_seed(o.seed);
   model = build();
+  if (model->head().reversed_anchor_order()) std::cout << "AutoAnchor: Reversing anchor order\n";  // as Model() says it
   if (model->in_channels() != 3)  // upstream fails at the first step, in the first convolution
     fail(config_source, ": 'ch: ", model->in_channels(), "': the images kestrel trains on have 3 channels (RGB)");
   if (o.v3_metric) (void)eval::metric_style_for(*model, o.v5_metric, o.v3_metric);  // refused now, not at epoch 1's end
@@ -259,7 +260,13 @@ void TrainingRun::build_data() {
     o.batch_size = autobatch(*model, device, o.img_size, autobatch_options).batch;
   }
   const int nc = static_cast<int>(data_cfg.names.size());
+  // torch_distributed_zero_first: rank 0 scans the split and writes its label cache (and --cache disk's
+  // .npy files) while the other ranks wait; they then read the cache instead of every label file again.
+  if (!dist_ctx.is_main()) dist::barrier(dist_ctx);
   train_data = make_train_loader(data_cfg, o, hyp, stride, nc, device, dist_ctx.rank, dist_ctx.world_size);
+  if (dist_ctx.is_main()) dist::barrier(dist_ctx);
+  nb = static_cast<int64_t>(train_data.loader->num_batches());
+  if (!dist_ctx.is_main()) return;  // only rank 0 validates (train.py builds no val loader on the others)
   ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
   v.img_size = val_img_size;
   v.batch_size = std::max(1, o.batch_size / dist_ctx.world_size) * 2;  // the rank's batch, as upstream (one rank validates)
@@ -275,7 +282,6 @@ void TrainingRun::build_data() {
   v.other_disk_cache_bytes = train_data.disk_cache_bytes;
   v.pin_memory = device.is_cuda();
   val_data = make_val_loader(data_cfg, "val", v);
-  nb = static_cast<int64_t>(train_data.loader->num_batches());
 }
 
 // A resumed run keeps its saved anchors and weights.
