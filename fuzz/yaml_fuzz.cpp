@@ -1,11 +1,14 @@
 // One YAML text read as each of kestrel's YAML files: dataset (load_dataset_config), hyperparameters
-// (load_augment_options) and model (load_model_config). Only kestrel::Error naming the file may come out.
+// (augment_options_from_yaml) and model (load_model_config). Only kestrel::Error naming the file may come out.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include <yaml-cpp/yaml.h>
+
 #include "fuzz_util.h"
 #include "kestrel/data/dataset_config.h"
+#include "kestrel/core/yaml_file.h"
 #include "kestrel/data/hyp.h"
 #include "kestrel/models/model_config.h"
 
@@ -20,7 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (cfg.train.empty() || cfg.val.empty()) fuzz::finding("dataset without train or val");
   });
   fuzz::expect_kestrel_errors_only(path, [&] {
-    const data::AugmentOptions o = data::load_augment_options(path);
+    const YAML::Node root = load_yaml_file(path, "hyperparameter");
+    if (!root.IsMap()) return;  // train::load_hyperparameters refuses it (a mapping of key: value)
+    const data::AugmentOptions o = data::augment_options_from_yaml(root, path);
     for (double v : {o.hsv_h, o.hsv_s, o.hsv_v, o.degrees, o.translate, o.scale, o.shear, o.perspective, o.flipud,
                      o.fliplr, o.mosaic, o.mosaic9, o.mixup, o.copy_paste, o.paste_in})
       if (!(v >= 0) || !std::isfinite(v)) fuzz::finding("augment option negative or not finite");

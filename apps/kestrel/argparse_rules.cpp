@@ -42,8 +42,10 @@ std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vec
         candidates += (candidates.empty() ? "--" : ", --") + lname;
       }
     if (exact) continue;
-    // kestrel's additions (--evolve-population, --cache-images, --include-nms ...) extend upstream's flags: a
-    // prefix of upstream's flag that only they make ambiguous (--evol, --cach, --inc) means upstream's flag.
+    // kestrel's additions (--evolve-population, --resume-evolve) extend upstream's flags: a prefix of
+    // upstream's flag that only they make ambiguous (--evol, --resu) means upstream's flag. YOLOv7's own
+    // --dynamic-batch and --include-nms stay ambiguous with --dynamic and --include, as its argparse says
+    // (--cache-images and --cache both cache in RAM: --cach is --cache).
     std::string shortest;
     for (const CLI::Option* o : matched)
       for (const std::string& lname : o->get_lnames())
@@ -51,7 +53,8 @@ std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vec
     bool extended_by_all = matched.size() > 1;
     for (const CLI::Option* o : matched) {
       bool extends = false;
-      for (const std::string& lname : o->get_lnames()) extends = extends || lname.rfind(shortest, 0) == 0;
+      for (const std::string& lname : o->get_lnames())
+        extends = extends || (lname.rfind(shortest, 0) == 0 && lname != "dynamic-batch" && lname != "include-nms");
       extended_by_all = extended_by_all && extends;
     }
     if (extended_by_all) {

@@ -13,7 +13,7 @@ namespace kestrel::app {
 // one of its flags (aliases of one flag count once) replaced by that flag's name; "--epoch=3" keeps its value.
 // A prefix of several flags is an error naming them (argparse: "ambiguous option") unless one of them is a prefix
 // of all the others: kestrel's longer flags extend upstream's, whose scripts lack them (--evol: --evolve, not
-// --evolve-population; --inc: export's --include, not --include-nms), a flag that is no prefix
+// --evolve-population; but YOLOv7's --dyn stays ambiguous: its export.py has --dynamic and --dynamic-batch), a flag that is no prefix
 // at all an error naming the subcommand's --help (unless --help is asked for: argparse prints the help then).
 // Tokens after "--" are left alone.
 std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vector<std::string>& args);

@@ -30,9 +30,6 @@ namespace {
 // What a bare W&B / Google Cloud flag holds (no value can be this).
 constexpr const char* kNoValue = "\x1f(no value)";
 
-// --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
-// --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options). A bare
-// --resume becomes the newest run under --project. Says which given flags are ignored. True: it was bare.
 // Where the command line's warnings go: kestrel's launcher says them once for all its ranks, and of another
 // launcher's ranks (torchrun, srun, mpirun) rank 0 says them, as upstream logs on rank 0 only.
 std::ostream& command_line_warnings() {
@@ -46,6 +43,9 @@ std::ostream& command_line_warnings() {
   return std::cerr;
 }
 
+// --resume trains on with the run's saved options (upstream reads them from opt.yaml); only --device,
+// --quiet, --nproc-per-node and --interrupt-after still steer the resumed process (read_options). A bare
+// --resume becomes the newest run under --project. Says which given flags are ignored. True: it was bare.
 bool resolve_resume(const CLI::App& cmd, train::TrainOptions& o) {
   const bool latest = o.resume == kLatestRun && !std::filesystem::exists(kLatestRun);
   if (latest) {

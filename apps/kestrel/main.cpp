@@ -73,8 +73,12 @@ int main(int argc, char** argv) {
   }();
   // Output that never reached its file (a full disk) is an error, as Python's failed print; a reader that
   // went away (`kestrel models | head`) is not.
-  if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && errno != EPIPE) {
-    std::cerr << "error: writing the standard output failed: " << std::strerror(errno) << "\n";
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int flush_errno = flushed ? 0 : errno;  // (a stale errno says nothing of an earlier failed write)
+  if ((!flushed || std::ferror(stdout)) && flush_errno != EPIPE) {
+    std::cerr << "error: writing the standard output failed"
+              << (flush_errno != 0 ? std::string(": ") + std::strerror(flush_errno) : std::string()) << "\n";
     if (code == 0) return 1;
   }
   // A stream reader still inside a network read (detect): leave without the static destructors of the

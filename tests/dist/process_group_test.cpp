@@ -17,6 +17,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -500,7 +501,7 @@ TEST_F(DistGloo, TrainTwoProcessesOneRunFolder) {
 TEST_F(DistGloo, ARankWaitingAloneSaysSo) {
   const std::string port = std::to_string(free_port());
   const auto r = test::run_command("env -u LOCAL_RANK WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
-                                   " timeout -s KILL 22 " + test::kestrel_binary() + " train --cfg yolov5n --data " +
+                                   " timeout -s KILL 40 " + test::kestrel_binary() + " train --cfg yolov5n --data " +
                                    test::demo_subset(dir, 4) + " --img 64 --batch 2 --epochs 1 --device cpu --project " +
                                    dir.file("runs"));
   EXPECT_EQ(r.exit_code, 137) << r.output;  // still waiting when timeout kills it
@@ -508,6 +509,25 @@ TEST_F(DistGloo, ARankWaitingAloneSaysSo) {
                           port + " (up to 3600 s)"),
             std::string::npos)
       << r.output;
+}
+
+// A node's first rank that cannot index the training split (its only image is unreadable here) ends the
+// node's other ranks with it, through the exchange that would have let them read its cache; they do not wait
+// for it in a barrier. Ranks started by hand: no launcher stops them.
+TEST_F(DistGloo, FirstRanksDataErrorEndsTheOthers) {
+  std::filesystem::create_directories(dir.file("images/train"));
+  test::write_file(dir.file("images/train/bad.jpg"), "not an image");
+  test::write_file(dir.file("bad.yaml"), "path: " + dir.path() + "\ntrain: images/train\nval: images/train\nnc: 1\nnames: [a]\n");
+  const std::string rank = "env WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
+  const std::string train = " timeout -s KILL 120 " + test::kestrel_binary() + " train --cfg yolov5n --data " +
+                            dir.file("bad.yaml") + " --img 64 --batch 2 --epochs 1 --device cpu --project " + dir.file("runs");
+  const auto r = test::run_command(rank + " RANK=1 LOCAL_RANK=1" + train + " > " + dir.file("rank1.txt") + " 2>&1 & p=$!; " +
+                                   rank + " RANK=0 LOCAL_RANK=0" + train + "; c0=$?; wait $p; echo \"codes $c0 $?\"");
+  EXPECT_NE(r.output.find("codes 1 1"), std::string::npos) << r.output;
+  std::ifstream in(dir.file("rank1.txt"));
+  const std::string rank1((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(rank1.find("distributed: rank 1: a node's first rank could not index the training split"), std::string::npos)
+      << rank1;
 }
 
 // The README's launch through torchrun (its agent hosts the store: TORCHELASTIC_USE_AGENT_STORE) runs

@@ -121,7 +121,7 @@ AcceleratorInfo query_accelerators() {
   for (int i = 0; i < info.cuda_device_count; ++i) info.cuda_device_names.push_back(cuda::device_description(i));
 #endif
   info.cudnn_available = torch::cuda::cudnn_is_available();
-  // The linked cuDNN's version needs no device (torch.backends.cudnn.version() answers without one too).
+  // The cuDNN version LibTorch was built against; it needs no device.
   try {
     if (at::globalContext().hasCuDNN()) info.cudnn_version = at::globalContext().versionCuDNN();
   } catch (const c10::Error&) {

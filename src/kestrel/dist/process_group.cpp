@@ -76,7 +76,9 @@ class SlowJoinNotice {
   SlowJoinNotice(std::function<std::string()> message, std::chrono::seconds after)
       : waiter_([this, message = std::move(message), after] {
           std::unique_lock<std::mutex> lock(mutex_);
-          if (!done_.wait_for(lock, after, [this] { return joined_; })) std::cerr << message() << std::endl;
+          if (done_.wait_for(lock, after, [this] { return joined_; })) return;
+          lock.unlock();  // the message may resolve a host name: the join need not wait for it
+          std::cerr << message() << std::endl;
         }) {}
   ~SlowJoinNotice() {
     {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <map>
 #include <regex>
@@ -260,11 +261,26 @@ void TrainingRun::build_data() {
     o.batch_size = autobatch(*model, device, o.img_size, autobatch_options).batch;
   }
   const int nc = static_cast<int>(data_cfg.names.size());
-  // torch_distributed_zero_first: rank 0 scans the split and writes its label cache (and --cache disk's
-  // .npy files) while the other ranks wait; they then read the cache instead of every label file again.
-  if (!dist_ctx.is_main()) dist::barrier(dist_ctx);
-  train_data = make_train_loader(data_cfg, o, hyp, stride, nc, device, dist_ctx.rank, dist_ctx.world_size);
-  if (dist_ctx.is_main()) dist::barrier(dist_ctx);
+  // torch_distributed_zero_first: local rank 0 of each node scans the split and writes its label cache while
+  // the node's other ranks wait; they then read the cache instead of every label file again. Its failure
+  // (no labels, ...) reaches them in the same exchange, rather than leaving them in a barrier for an hour.
+  const auto build_train_loader = [&] {
+    train_data = make_train_loader(data_cfg, o, hyp, stride, nc, device, dist_ctx.rank, dist_ctx.world_size);
+  };
+  const bool first = dist_ctx.local_rank == 0;
+  std::exception_ptr first_error;
+  if (first) {
+    try {
+      build_train_loader();
+    } catch (...) {
+      if (!dist_ctx.enabled) throw;
+      first_error = std::current_exception();
+    }
+  }
+  const bool some_failed = dist::any_rank(first_error != nullptr, dist_ctx);
+  if (first_error) std::rethrow_exception(first_error);
+  if (some_failed) fail("distributed: rank ", dist_ctx.rank, ": a node's first rank could not index the training split (its error says why)");
+  if (!first) build_train_loader();
   nb = static_cast<int64_t>(train_data.loader->num_batches());
   if (!dist_ctx.is_main()) return;  // only rank 0 validates (train.py builds no val loader on the others)
   ValLoaderOptions v;  // upstream train.py: validation batches of twice the training batch size
