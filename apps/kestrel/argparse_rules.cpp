@@ -3,6 +3,11 @@
 #include <set>
 
 namespace kestrel::app {
+namespace {
+// Flags of YOLOv7's export.py that extend another of its flags (--dynamic, --include): a prefix of both is
+// ambiguous there.
+const std::set<std::string> kUpstreamExtensions = {"dynamic-batch", "include-nms"};
+}  // namespace
 
 std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vector<std::string>& args) {
   // The subcommand the flags belong to: `kestrel bench train ...` -> bench's train.
@@ -44,8 +49,8 @@ std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vec
     if (exact) continue;
     // kestrel's additions (--evolve-population, --resume-evolve) extend upstream's flags: a prefix of
     // upstream's flag that only they make ambiguous (--evol, --resu) means upstream's flag. YOLOv7's own
-    // --dynamic-batch and --include-nms stay ambiguous with --dynamic and --include, as its argparse says
-    // (--cache-images and --cache both cache in RAM: --cach is --cache).
+    // longer flags (kUpstreamExtensions) keep theirs ambiguous, as its argparse says (--cache-images and
+    // --cache both cache in RAM: --cach is --cache).
     std::string shortest;
     for (const CLI::Option* o : matched)
       for (const std::string& lname : o->get_lnames())
@@ -54,7 +59,7 @@ std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vec
     for (const CLI::Option* o : matched) {
       bool extends = false;
       for (const std::string& lname : o->get_lnames())
-        extends = extends || (lname.rfind(shortest, 0) == 0 && lname != "dynamic-batch" && lname != "include-nms");
+        extends = extends || (lname.rfind(shortest, 0) == 0 && !kUpstreamExtensions.count(lname));
       extended_by_all = extended_by_all && extends;
     }
     if (extended_by_all) {

@@ -11,10 +11,11 @@ namespace kestrel::app {
 
 // `args` (argv) with each long flag that is not one of its subcommand's own names but the prefix of exactly
 // one of its flags (aliases of one flag count once) replaced by that flag's name; "--epoch=3" keeps its value.
-// A prefix of several flags is an error naming them (argparse: "ambiguous option") unless one of them is a prefix
-// of all the others: kestrel's longer flags extend upstream's, whose scripts lack them (--evol: --evolve, not
-// --evolve-population; but YOLOv7's --dyn stays ambiguous: its export.py has --dynamic and --dynamic-batch), a flag that is no prefix
-// at all an error naming the subcommand's --help (unless --help is asked for: argparse prints the help then).
+// A prefix of several flags is an error naming them (argparse: "ambiguous option") unless one of them is a
+// prefix of all the others: kestrel's longer flags extend upstream's, whose scripts lack them (--evol:
+// --evolve, not --evolve-population; but YOLOv7's --dyn stays ambiguous: its export.py has --dynamic and
+// --dynamic-batch). A flag that is no prefix at all is an error naming the subcommand's --help (unless --help
+// is asked for: argparse prints the help then).
 // Tokens after "--" are left alone.
 std::vector<std::string> expand_flag_abbreviations(CLI::App& app, const std::vector<std::string>& args);
 

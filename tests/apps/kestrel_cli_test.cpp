@@ -114,7 +114,7 @@ TEST(Cli, FlagAbbreviationsAsArgparse) {
   EXPECT_NE(r.output.find("ambiguous option: --im could match --img"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--image-weights"), std::string::npos) << r.output;
   // A prefix that only kestrel's longer flags make ambiguous is upstream's flag, which they extend (train.py
-  // has --evolve and --cache, not --evolve-population or --cache-images).
+  // has --evolve, not --evolve-population; YOLOv7's --cache-images caches in RAM as --cache does).
   r = kestrel("train --evol 0 --device cpu");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--evolve: Value 0 not in range 1"), std::string::npos) << r.output;
@@ -122,6 +122,10 @@ TEST(Cli, FlagAbbreviationsAsArgparse) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(r.output.find("ambiguous"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--cache: frob not in {ram,disk,val}"), std::string::npos) << r.output;
+  // YOLOv7's export.py has --dynamic and --dynamic-batch: --dyn stays ambiguous, as there.
+  r = kestrel("export --weights w.safetensors --dyn");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("ambiguous option: --dyn could match --dynamic, --dynamic-batch"), std::string::npos) << r.output;
   r = kestrel("train --epoh 3");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("error: kestrel train: unknown flag --epoh (kestrel train --help lists its flags)"), std::string::npos)

@@ -273,8 +273,7 @@ void TrainingRun::build_data() {
     try {
       build_train_loader();
     } catch (...) {
-      if (!dist_ctx.enabled) throw;
-      first_error = std::current_exception();
+      first_error = std::current_exception();  // (one process: any_rank passes the flag through, rethrown below)
     }
   }
   const bool some_failed = dist::any_rank(first_error != nullptr, dist_ctx);
